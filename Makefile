@@ -1,0 +1,32 @@
+# Synchronous multi-worker TensorFlow on one Docker host. `make help` lists every target.
+# Each area keeps its own targets in a fragment next to its code; this file holds what they share.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+RUN_DIR := .run
+
+##@ General
+
+.PHONY: help
+help: ## Show this help (WORKERS=N means a chief plus N workers)
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target> [VAR=value]\n"} \
+	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2 } \
+	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+include trainer/trainer.mk
+include compose/compose.mk
+include monitoring/monitoring.mk
+
+##@ Tests
+
+.PHONY: test
+test: $(VENV)/.stamp ## Run every test: unit, local clusters, promtool, and the Docker end-to-end suite
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+.PHONY: test-unit
+test-unit: $(VENV)/.stamp ## Run only the fast unit tests (no TensorFlow cluster, no Docker)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
