@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# `make up`: engine -> images -> generated compose files -> build once -> start -> print URLs.
+# Every input arrives through the environment from compose/compose.mk (WORKERS, GPUS, STEPS, ...).
+# Run from the repository root. `up.sh --build-only` stops after building (make images).
+set -euo pipefail
+
+RUN_DIR=${RUN_DIR:-.run}
+SECRETS_DIR=${SECRETS_DIR:-secrets}
+GRAFANA_IMAGE=grafana/grafana:11.6.0
+say() { echo "up: $*" >&2; }
+
+compose/engine.sh ensure
+
+# 1. Base and Prometheus images: pulled when a registry answers, else built from Debian packages.
+eval "$(images/images.sh select "${OFFLINE:-auto}")"
+if [[ $BASE_IMAGE == mwms/* ]]; then
+  images/images.sh base "$BASE_IMAGE"
+  images/images.sh prometheus "$PROMETHEUS_IMAGE"
+fi
+
+# 2. Compose files and Prometheus targets for a chief plus $WORKERS workers.
+args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE"
+      --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-3}")
+for var in STEPS TASK PER_REPLICA_BATCH STRATEGY SAVE_EVERY CLUSTER_TIMEOUT SCRIPT DATA ARGS; do
+  [ -n "${!var:-}" ] && args+=("--$(tr 'A-Z_' 'a-z-' <<<"$var")" "${!var}")
+done
+"${PYTHON:-python3}" -m compose.generate "${args[@]}"
+variant=cpu; [ -f "$RUN_DIR/compose.gpu.yaml" ] && variant=gpu
+
+# 3. Wheels on the host (containers cannot reach PyPI), checked against the hash lock.
+images/images.sh wheelhouse "images/requirements-$variant.lock" "build/wheelhouse-$variant"
+
+# 4. Grafana only when its image is here or pullable, with a random admin password (never admin/admin).
+profiles=""
+if images/images.sh grafana "$GRAFANA_IMAGE"; then
+  profiles=grafana
+  if [ ! -s "$SECRETS_DIR/grafana_admin_password" ]; then
+    mkdir -p "$SECRETS_DIR" && chmod 700 "$SECRETS_DIR"
+    # 0644 inside a 0700 directory: readable by Grafana's uid 472 in the container, by no other host user.
+    (umask 022; head -c 32 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 24 >"$SECRETS_DIR/grafana_admin_password")
+    say "Grafana admin password generated in $SECRETS_DIR/grafana_admin_password"
+  fi
+fi
+
+# 5. What every later `docker compose` call (down, logs, status, wait) needs to see the same stack.
+cat >"$RUN_DIR/stack.env" <<EOF
+COMPOSE_PROJECT_NAME=mwms
+COMPOSE_PROFILES=$profiles
+COMPOSE_BAKE=false
+PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE
+BIND_ADDR=${BIND_ADDR:-127.0.0.1}
+RUN_DIR=$(realpath "$RUN_DIR")
+SECRETS_DIR=$(realpath -m "$SECRETS_DIR")
+EOF
+# shellcheck disable=SC2046  # compose.args is a list of -f options
+dc() { docker compose --project-directory . --env-file "$RUN_DIR/stack.env" $(cat "$RUN_DIR/compose.args") "$@"; }
+
+# 6. Build once, on the chief. Then free what rebuilds leave behind (our superseded images, the
+#    ~340 MB copy of the build context): layers stay cached, so warm builds are still instant.
+COMPOSE_BAKE=false dc build --quiet chief
+docker image prune -f --filter label=org.mwms.image=trainer >/dev/null
+docker builder prune -f --filter type=source.local >/dev/null 2>&1
+[ "${1:-}" = --build-only ] && exit 0
+dc up -d --no-build --remove-orphans --quiet-pull
+
+addr=${BIND_ADDR:-127.0.0.1}
+echo
+echo "Prometheus: http://$addr:9090   (targets: http://$addr:9090/targets)"
+if [ -n "$profiles" ]; then
+  echo "Grafana:    http://$addr:3000   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
+else
+  cat <<EOF
+Grafana:    skipped - image $GRAFANA_IMAGE is not present and cannot be pulled (offline).
+            To see the dashboards, load monitoring/grafana/dashboards/*.json into an existing Grafana:
+            make publish-dashboards GRAFANA_URL=https://grafana.example GRAFANA_TOKEN=...
+EOF
+fi
+echo "Follow:     make status (per-task table) | make logs | make wait (blocks, returns the chief's exit code)"

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Images the stack needs, online or air-gapped.
+#   images.sh select OFFLINE          print KEY=value lines: the base and Prometheus images to use,
+#                                     pulled when OFFLINE=0/auto and a registry answers, else built here
+#   images.sh base TAG                Debian bookworm + Python 3.11 rootfs (mmdebstrap) -> docker import
+#   images.sh prometheus TAG          Debian's prometheus package (2.42) the same way
+#   images.sh wheelhouse LOCK DIR     the hash-locked wheels for cp311 manylinux, downloaded on the host
+#   images.sh grafana IMAGE           exit 0 when the Grafana image is present or can be pulled
+# Containers here cannot reach PyPI and no registry answers, so nothing in a build downloads.
+set -euo pipefail
+
+ONLINE_BASE=python:3.11.14-slim-bookworm
+ONLINE_PROMETHEUS=prom/prometheus:v2.55.1
+OFFLINE_BASE=mwms/python:3.11-bookworm
+OFFLINE_PROMETHEUS=mwms/prometheus:2.42.0-bookworm
+SUITE=bookworm
+MIRRORS=("deb http://deb.debian.org/debian $SUITE main"
+         "deb http://deb.debian.org/debian $SUITE-updates main"
+         "deb http://deb.debian.org/debian-security $SUITE-security main")
+# Docs, man pages, locales and moment-timezone's 227 MB of data are never read in a container.
+SLIM=(--variant=minbase --aptopt='APT::Install-Recommends "false"'
+      --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*'
+      --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*'
+      --dpkgopt='path-exclude=/usr/share/javascript/moment-timezone/data/*')
+
+say() { echo "images: $*" >&2; }
+present() { docker image inspect "$1" >/dev/null 2>&1; }
+pullable() { present "$1" || timeout 120 docker pull -q "$1" >/dev/null 2>&1; }
+
+select_images() {
+  local offline=${1:-auto}
+  # auto: whatever is already here wins (no pull attempt, no registry timeout on air-gapped hosts).
+  if [ "$offline" = auto ] && present "$OFFLINE_BASE" && ! present "$ONLINE_BASE"; then offline=1; fi
+  if [ "$offline" != 1 ] && pullable "$ONLINE_BASE" && pullable "$ONLINE_PROMETHEUS"; then
+    echo "BASE_IMAGE=$ONLINE_BASE"; echo "PROMETHEUS_IMAGE=$ONLINE_PROMETHEUS"
+  else
+    [ "$offline" = 1 ] || say "no registry answers: building base images from Debian packages (OFFLINE=1)"
+    echo "BASE_IMAGE=$OFFLINE_BASE"; echo "PROMETHEUS_IMAGE=$OFFLINE_PROMETHEUS"
+  fi
+}
+
+build_base() {
+  present "$1" && return 0
+  say "building $1 with mmdebstrap (~40 s)"
+  mmdebstrap -q "${SLIM[@]}" --include=python3,python3-venv,ca-certificates "$SUITE" - "${MIRRORS[@]}" \
+    | docker import -c 'ENV LANG=C.UTF-8' -c 'CMD ["python3"]' - "$1" >/dev/null
+}
+
+build_prometheus() {
+  present "$1" && return 0
+  say "building $1 from Debian's prometheus package"
+  # uid/gid 65534 (nobody) owns the data directory, as in prom/prometheus, so the same
+  # prometheus-data volume works with either image.
+  mmdebstrap -q "${SLIM[@]}" --include=prometheus \
+    --customize-hook='mkdir -p "$1/prometheus" && chown 65534:65534 "$1/prometheus"' "$SUITE" - "${MIRRORS[@]}" \
+    | docker import -c 'USER 65534:65534' -c 'WORKDIR /prometheus' -c 'EXPOSE 9090' \
+        -c 'ENTRYPOINT ["/usr/bin/prometheus"]' \
+        -c 'CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]' \
+        - "$1" >/dev/null
+}
+
+wheelhouse() {
+  local lock=$1 dir=$2
+  # The stamp holds the lock's hash: a changed lock means a fresh wheelhouse, nothing stale left.
+  local want; want=$(sha256sum "$lock" | cut -d' ' -f1)
+  [ "$(cat "$dir/.lock-sha256" 2>/dev/null)" = "$want" ] && return 0
+  say "downloading the wheelhouse for $lock into $dir"
+  rm -rf "$dir"; mkdir -p "$dir"
+  # pip does not widen --platform: every manylinux tag is listed. --no-deps because the lock is
+  # the full closure (and tf-keras must not pull the GPU tensorflow next to tensorflow-cpu).
+  "${PYTHON:-python3}" -m pip download -q --no-deps --require-hashes --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none \
+    -r "$lock" -d "$dir" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+  cp "$lock" "$dir/requirements.lock"
+  echo "$want" >"$dir/.lock-sha256"
+}
+
+case "${1:-}" in
+  select) select_images "${2:-auto}" ;;
+  base) build_base "$2" ;;
+  prometheus) build_prometheus "$2" ;;
+  wheelhouse) wheelhouse "$2" "$3" ;;
+  grafana) pullable "$2" ;;
+  *) echo "usage: $0 select|base|prometheus|wheelhouse|grafana ..." >&2; exit 2 ;;
+esac

@@ -1,0 +1,34 @@
+# The trainer image, CPU or GPU. Built by `make up` on the chief service only; every task runs it.
+#   BASE_IMAGE  a Python 3.11 Debian bookworm image: pulled online, built by images/images.sh offline
+#   VARIANT     cpu | gpu: picks images/requirements-<VARIANT>.lock and build/wheelhouse-<VARIANT>
+# No `# syntax=` line: it would pull the Dockerfile frontend from a registry.
+ARG BASE_IMAGE=mwms/python:3.11-bookworm
+FROM ${BASE_IMAGE}
+ARG VARIANT=cpu
+
+# Keras 3 cannot train under MultiWorkerMirroredStrategy (keras-team/keras#20585): use tf-keras.
+ENV TF_USE_LEGACY_KERAS=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONPATH=/app \
+    PATH=/opt/venv/bin:$PATH
+
+# Wheels come from the host (containers cannot reach PyPI); the lock's hashes are checked again
+# here, and --no-deps because the lock is the whole closure (tf-keras without GPU tensorflow).
+# The whole build/ is mounted: this frontend does not expand ${VARIANT} in a mount source.
+RUN --mount=type=bind,source=build,target=/build \
+    python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links=/build/wheelhouse-${VARIANT} \
+      --no-deps --require-hashes -r /build/wheelhouse-${VARIANT}/requirements.lock \
+ && /opt/venv/bin/pip uninstall -y -q pip
+
+# A non-root user; /checkpoints is created owned by it so the named volume inherits the owner.
+RUN useradd --uid 1000 --user-group --no-create-home --home-dir /tmp --shell /usr/sbin/nologin trainer \
+ && install -d -o 1000 -g 1000 /checkpoints
+
+# Code last: editing the trainer rebuilds only this layer.
+COPY trainer /app/trainer
+LABEL org.mwms.image=trainer
+USER 1000:1000
+WORKDIR /tmp
+CMD ["python", "-m", "trainer"]

@@ -1,0 +1,1 @@
+"""Monitoring for the training cluster: Prometheus rules, Grafana dashboards as code, reports."""

@@ -1,0 +1,114 @@
+"""Small builders shared by the dashboards: every panel gets an id, a unit, a description and
+queries against the Prometheus datasource by its fixed uid (no ${DS_...} placeholders)."""
+
+import itertools
+
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
+from grafana_foundation_sdk.models import common, dashboard
+from grafana_foundation_sdk.models import prometheus as promql
+
+DATASOURCE = dashboard.DataSourceRef(type_val="prometheus", uid="prometheus")
+TASK_LEGEND = "{{task_type}}-{{task_index}}"
+JOB = 'job="trainer"'
+
+
+def query(expr: str, legend: str = "", *, ref_id: str = "A", instant: bool = False):
+    """One PromQL target. ref_id is set explicitly: the SDK would otherwise emit it empty."""
+    q = prometheus.Dataquery().expr(expr).ref_id(ref_id).datasource(DATASOURCE)
+    if legend:
+        q = q.legend_format(legend)
+    return q.instant() if instant else q.range()
+
+
+def targets(*exprs: tuple[str, str]):
+    """(expr, legend) pairs → targets with ref ids A, B, C, ..."""
+    return [query(expr, legend, ref_id=chr(ord("A") + i)) for i, (expr, legend) in enumerate(exprs)]
+
+
+def thresholds(*steps: tuple[float | None, str]):
+    return (
+        db.ThresholdsConfig()
+        .mode(dashboard.ThresholdsMode.ABSOLUTE)
+        .steps([dashboard.Threshold(value=v, color=c) for v, c in steps])
+    )
+
+
+GREEN = (None, "green")
+
+
+def graph(ids: itertools.count, title: str, description: str, unit: str, exprs, *,
+          w: int = 12, h: int = 8, stacked: bool = False, limits=None, min_zero: bool = True):
+    """A time series panel. limits: threshold steps drawn as dashed lines (what "bad" looks like)."""
+    p = (
+        timeseries.Panel()
+        .id(next(ids)).title(title).description(description).unit(unit)
+        .datasource(DATASOURCE).targets(targets(*exprs)).span(w).height(h)
+        .legend(cb.VizLegendOptions().show_legend(True).display_mode(common.LegendDisplayMode.LIST)
+                .placement(common.LegendPlacement.BOTTOM))
+        .line_width(1).fill_opacity(40 if stacked else 10)
+    )
+    if min_zero:
+        p = p.min(0)
+    if stacked:
+        p = p.stacking(cb.StackingConfig().mode(common.StackingMode.NORMAL))
+    if limits:
+        p = p.thresholds(thresholds(*limits)).thresholds_style(
+            cb.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED))
+    return p
+
+
+def single(ids: itertools.count, title: str, description: str, unit: str, expr: str, *,
+           legend: str = "", w: int = 4, h: int = 4, limits=(GREEN,), text_mode=common.BigValueTextMode.AUTO):
+    """A stat panel showing the last value, coloured by threshold."""
+    return (
+        stat.Panel()
+        .id(next(ids)).title(title).description(description).unit(unit)
+        .datasource(DATASOURCE).targets(targets((expr, legend))).span(w).height(h)
+        .thresholds(thresholds(*limits)).color_mode(common.BigValueColorMode.VALUE)
+        .graph_mode(common.BigValueGraphMode.AREA).text_mode(text_mode)
+        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+    )
+
+
+def labels_table(ids: itertools.count, title: str, description: str, expr: str, *,
+                 hide: tuple[str, ...] = (), w: int = 12, h: int = 7):
+    """An instant query shown as a table of label values, one row per series."""
+    excluded = {name: True for name in ("Time", "Value", "__name__", "job", *hide)}
+    return (
+        table.Panel()
+        .id(next(ids)).title(title).description(description).unit("none")
+        .datasource(DATASOURCE)
+        .targets([query(expr, ref_id="A", instant=True).format(promql.PromQueryFormat.TABLE)])
+        .span(w).height(h)
+        .with_transformation(dashboard.DataTransformerConfig(id_val="organize", options={"excludeByName": excluded}))
+    )
+
+
+def task_variable(*, multi: bool):
+    """The task selector: one value per scrape target (e.g. worker-1:8000), shown as worker-1."""
+    v = (
+        db.QueryVariable("task").label("Task")
+        .datasource(DATASOURCE)
+        .query(f"label_values(trainer_world_size{{{JOB}}}, instance)")
+        .regex("/(?<value>(?<text>[^:]+).*)/")
+        .refresh(dashboard.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dashboard.VariableSort.ALPHABETICAL_ASC)
+        .multi(multi).include_all(multi)
+    )
+    return v
+
+
+def row(ids: itertools.count, title: str):
+    return db.Row(title).id(next(ids))
+
+
+def new_dashboard(uid: str, title: str, description: str):
+    return (
+        db.Dashboard(title).uid(uid).description(description)
+        .tags(["training", "tensorflow", "mwms"])
+        .time("now-30m", "now").refresh("10s").timezone("browser")
+        .tooltip(dashboard.DashboardCursorSync.CROSSHAIR)
+        .editable()
+    )

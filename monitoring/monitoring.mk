@@ -1,0 +1,34 @@
+# Monitoring: Prometheus rules, Grafana dashboards as code, reports. Included by the top Makefile.
+
+PROMTOOL ?= promtool
+PROMETHEUS_URL ?= http://127.0.0.1:9090
+GRAFANA_URL ?=
+GRAFANA_DATASOURCE_UID ?= prometheus
+MONITORING_PROM := monitoring/prometheus
+
+##@ Monitoring
+
+.PHONY: dashboards
+dashboards: $(VENV)/.stamp ## Regenerate monitoring/grafana/dashboards/*.json from the Python in monitoring/dashboards
+	$(PY) -m monitoring.dashboards
+
+.PHONY: check-dashboards
+check-dashboards: $(VENV)/.stamp ## Fail if the committed dashboard JSON differs from what the generator writes
+	$(PY) -m monitoring.dashboards --check
+
+.PHONY: check-rules
+check-rules: ## promtool: check the Prometheus config and rules, run the alert unit tests
+	@command -v $(PROMTOOL) >/dev/null || { echo "promtool not found: apt-get install prometheus (make engine does)"; exit 1; }
+	$(PROMTOOL) check config $(MONITORING_PROM)/prometheus.yml
+	$(PROMTOOL) check rules $(MONITORING_PROM)/rules/*.yml
+	$(PROMTOOL) test rules $(MONITORING_PROM)/tests/*.yml
+
+.PHONY: report
+report: $(VENV)/.stamp ## Write $(RUN_DIR)/report.png: the current or last run from Prometheus (PROMETHEUS_URL=...)
+	$(PY) -m monitoring.report --prometheus $(PROMETHEUS_URL) --out $(RUN_DIR)/report.png
+
+.PHONY: publish-dashboards
+publish-dashboards: $(VENV)/.stamp ## Upload the dashboards to an existing Grafana: GRAFANA_URL=... GRAFANA_TOKEN=... [GRAFANA_DATASOURCE_UID=...]
+	@# No echo: the recipe line carries the token.
+	@GRAFANA_TOKEN='$(GRAFANA_TOKEN)' $(PY) -m monitoring.publish --url '$(GRAFANA_URL)' \
+	  --datasource-uid '$(GRAFANA_DATASOURCE_UID)'

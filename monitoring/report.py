@@ -1,0 +1,108 @@
+"""`make report`: a PNG of the current or last training run from Prometheus, for places without
+Grafana (offline stacks, CI artifacts, bug reports). Reads the same recording rules as the dashboards."""
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .promql import Prometheus, PrometheusError, Window, find_window  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+PARTS = (  # (recording rule, label), stacked bottom to top: together they make the whole step
+    ("task:trainer_compute_duration_seconds:mean1m", "compute"),
+    ("task:trainer_allreduce_duration_seconds:mean1m", "all-reduce"),
+    ("task:trainer_input_wait_seconds:mean1m", "input wait"),
+    ("task:trainer_step_other_seconds:mean1m", "other"),
+)
+def task_name(metric: dict) -> str:
+    return f"{metric.get('task_type', '?')}-{metric.get('task_index', '?')}"
+
+
+def series(prom: Prometheus, expr: str, w: Window) -> dict[str, tuple[list[float], list[float]]]:
+    """Task name (or the expression for cluster series) → (seconds since start, values)."""
+    out = {}
+    for s in prom.query_range(expr, w.start, w.end, w.step):
+        name = task_name(s["metric"]) if "task_type" in s["metric"] else "cluster"
+        out[name] = ([float(t) - w.start for t, _ in s["values"]], [float(v) for _, v in s["values"]])
+    return out
+
+
+def plot(*, breakdown: dict[str, dict[str, tuple]], throughput: dict, loss: dict, title: str, out: Path) -> None:
+    """breakdown: task → part label → (x, y). One stacked panel per task, then throughput and loss."""
+    tasks = sorted(breakdown)
+    rows = len(tasks) + 2
+    fig, axes = plt.subplots(rows, 1, figsize=(11, 2.4 * rows), sharex=True, squeeze=False)
+    axes = axes[:, 0]
+    for ax, name in zip(axes, tasks):
+        parts = breakdown[name]
+        xs = next(iter(parts.values()))[0]
+        # Parts can miss a point the others have (a scrape at the edge); align on the first part's times.
+        ys = [[dict(zip(*parts[label])).get(x, 0.0) * 1000 for x in xs] if label in parts else [0.0] * len(xs)
+              for _, label in PARTS]
+        ax.stackplot(xs, ys, labels=[label for _, label in PARTS], alpha=0.85)
+        ax.set_ylabel(f"{name}\nms / step")
+        ax.legend(loc="upper right", fontsize="small", ncol=len(PARTS))
+        ax.grid(alpha=0.3)
+    for ax, data, label in ((axes[-2], throughput, "examples / s"), (axes[-1], loss, "loss")):
+        for name, (xs, ys) in sorted(data.items()):
+            ax.plot(xs, ys, label=name)
+        ax.set_ylabel(label)
+        ax.legend(loc="upper right", fontsize="small", ncol=4)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("seconds since the run started")
+    fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def report(prom: Prometheus, out: Path, *, lookback: float, now: float) -> bool:
+    """Write the PNG; False when Prometheus holds no trainer data in the lookback."""
+    w = find_window(prom, lookback=lookback, now=now)
+    if w is None:
+        return False
+    breakdown: dict[str, dict[str, tuple]] = {}
+    for expr, label in PARTS:
+        for name, xy in series(prom, expr, w).items():
+            breakdown.setdefault(name, {})[label] = xy
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(w.start))
+    plot(
+        breakdown=breakdown,
+        throughput=series(prom, "cluster:trainer_examples:rate1m", w) | series(prom, "task:trainer_examples:rate1m", w),
+        loss=series(prom, 'trainer_loss{job="trainer"}', w),
+        title=f"Training run from {started}, {w.end - w.start:.0f} s (1 min rate windows)",
+        out=out,
+    )
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m monitoring.report", description=__doc__)
+    parser.add_argument("--prometheus", default="http://127.0.0.1:9090", help="Prometheus base URL")
+    parser.add_argument("--out", type=Path, default=Path(".run/report.png"), help="PNG to write")
+    parser.add_argument("--lookback", type=float, default=6 * 3600, help="seconds to search back for a run")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        written = report(Prometheus(url=args.prometheus), args.out, lookback=args.lookback, now=time.time())
+    except (PrometheusError, OSError) as e:  # requests' errors are OSErrors
+        log.error("report: cannot query %s: %s", args.prometheus, e)
+        return 2
+    if not written:
+        log.error("report: no trainer metrics in %s over the last %.0f s", args.prometheus, args.lookback)
+        return 2
+    log.info("report: wrote %s", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The Docker stack, once per test session: `make up` (offline path) -> every target up -> tests -> `make down`.
+
+Other end-to-end tests take the `stack` fixture; Prometheus stays up for the whole session (the
+trainers finish on their own). With CI=true a missing Docker engine or Compose is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKERS = 2
+# Long enough that Prometheus (5 s scrapes) sees every task running: ~25 ms per step here.
+STEPS = 400
+MAKE_ARGS = [f"WORKERS={WORKERS}", f"STEPS={STEPS}", "SAVE_EVERY=100", "OFFLINE=1", "GPUS=0",
+             "ARGS=--input-delay-ms 25"]
+UP_TIMEOUT_S = 1800   # a cold machine builds everything first
+TARGETS_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Stack:
+    prometheus_url: str
+    workers: int
+    steps: int
+    run_dir: Path
+    root: Path
+    up_seconds: float
+    """`make up` wall time; the first step seen in Prometheus is `first_step_seconds` after it started."""
+    first_step_seconds: float
+
+    @property
+    def tasks(self) -> list[tuple[str, str]]:
+        return [("chief", "0")] + [("worker", str(i)) for i in range(self.workers)]
+
+    def query(self, expr: str) -> dict[tuple[str, str], float]:
+        return query(self.prometheus_url, expr)
+
+    def make(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run(["make", "--no-print-directory", *args], cwd=self.root, capture_output=True,
+                              text=True, timeout=timeout)
+
+
+def query(url: str, expr: str) -> dict[tuple[str, str], float]:
+    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=5) as r:
+        result = json.load(r)["data"]["result"]
+    return {(s["metric"].get("task_type", ""), s["metric"].get("task_index", "")): float(s["value"][1])
+            for s in result}
+
+
+def trainer_targets(url: str) -> dict[tuple[str, str], str]:
+    with urllib.request.urlopen(f"{url}/api/v1/targets?state=active", timeout=5) as r:
+        active = json.load(r)["data"]["activeTargets"]
+    return {(t["labels"].get("task_type", ""), t["labels"].get("task_index", "")): t["health"]
+            for t in active if t["labels"].get("job") == "trainer"}
+
+
+def engine_ready() -> None:
+    if subprocess.run([str(ROOT / "compose" / "engine.sh"), "check"], capture_output=True).returncode != 0:
+        message = "no Docker engine with Compose v2 (run `make engine`)"
+        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    engine_ready()
+    url = "http://127.0.0.1:9090"
+    start = time.monotonic()
+    up = subprocess.run(["make", "--no-print-directory", "up", *MAKE_ARGS], cwd=ROOT, capture_output=True,
+                        text=True, timeout=UP_TIMEOUT_S)
+    up_seconds = time.monotonic() - start
+    try:
+        assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
+        want = {("chief", "0")} | {("worker", str(i)) for i in range(WORKERS)}
+        first_step, seen_up, deadline = None, set(), time.monotonic() + TARGETS_TIMEOUT_S
+        while time.monotonic() < deadline and (first_step is None or seen_up != want):
+            try:
+                seen_up |= {k for k, health in trainer_targets(url).items() if health == "up"}
+                if first_step is None and query(url, "trainer_steps_total > 0"):
+                    first_step = time.monotonic() - start
+            except OSError:
+                pass  # Prometheus still starting
+            time.sleep(0.5)
+        assert seen_up == want, f"Prometheus saw only {sorted(seen_up)} up, expected {sorted(want)}"
+        yield Stack(prometheus_url=url, workers=WORKERS, steps=STEPS, run_dir=ROOT / ".run", root=ROOT,
+                    up_seconds=up_seconds, first_step_seconds=first_step or float("nan"))
+    finally:
+        down = subprocess.run(["make", "--no-print-directory", "down"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+        left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=mwms"],
+                              capture_output=True, text=True).stdout.split()
+        volumes = subprocess.run(["docker", "volume", "ls", "-q"], capture_output=True, text=True).stdout.split()
+        # Reported as an error of the last test: `make down` must leave no containers and keep history.
+        assert down.returncode == 0 and not left, f"make down left {left}: {down.stderr[-2000:]}"
+        assert "mwms_prometheus-data" in volumes, "make down removed the Prometheus history volume"

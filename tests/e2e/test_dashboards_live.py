@@ -1,0 +1,71 @@
+"""Every query of every committed dashboard panel, run against the live Prometheus of the compose
+stack after real training: each must return finite data, for every task where it is per task.
+Dashboards and metric names can then never drift apart silently.
+
+Queries are sent the way Grafana sends them: `$__rate_interval`/`$__interval` and the dashboard
+variables substituted, range queries over the run, instant (table) queries at the run's end."""
+
+import time
+
+import pytest
+
+from monitoring.promql import (Prometheus, find_window, finite_series, load_dashboards, panel_queries, substitute,
+                               wait_for_data)
+
+pytestmark = pytest.mark.docker
+
+SCRAPE = 5  # seconds; Prometheus' scrape_interval and Grafana's datasource timeInterval
+STEP = 5
+# Grafana: $__rate_interval = max($__interval + scrape interval, 4 x scrape interval).
+RATE_INTERVAL = f"{max(STEP + SCRAPE, 4 * SCRAPE)}s"
+# Panels that are empty on a healthy run by design; their queries must still be valid PromQL.
+MAY_BE_EMPTY = {("trainer-overview", "Firing alerts", True)}
+# The most derived recording rule: once it has a value for every task, every panel can have data.
+READY = "task:trainer_allreduce_busbw_bytes_per_second:mean1m"
+
+
+@pytest.fixture(scope="module")
+def trained(stack):
+    """(prometheus, run window, {instance: labels}) once every task has trained long enough for
+    every recording rule to have a value."""
+    prom = Prometheus(url=stack.prometheus_url)
+    wait_for_data(prom, READY, tasks=stack.workers + 1, timeout=240)
+    window = find_window(prom, lookback=3600, now=time.time())  # the run so far (or all of it)
+    tasks = finite_series(prom.query_range('trainer_world_size{job="trainer"}', window.start, window.end, STEP))
+    assert sorted((m["task_type"], m["task_index"]) for m in tasks.values()) == \
+        [("chief", "0")] + [("worker", str(i)) for i in range(stack.workers)]
+    return prom, window, tasks
+
+
+def cases() -> list:
+    return [pytest.param(q, id=f"{q.dashboard}:{q.panel}:{q.ref_id}")
+            for dashboard in load_dashboards().values() for q in panel_queries(dashboard)]
+
+
+def variable_choices(q, instances: list[str]) -> list[dict[str, str]]:
+    """What Grafana substitutes for $task: each task in turn where the panel shows one task (Task
+    detail, repeated panels), otherwise "All" (a regex of every instance)."""
+    if "$task" not in q.expr:
+        return [{}]
+    if q.dashboard == "trainer-task" or q.repeat == "task":
+        return [{"task": i} for i in instances]
+    return [{"task": "|".join(instances)}]
+
+
+@pytest.mark.parametrize("q", cases())
+def test_panel_query_returns_data_for_every_task(trained, q):
+    prom, window, tasks = trained
+    for variables in variable_choices(q, sorted(tasks)):
+        expr = substitute(q.expr, rate_interval=RATE_INTERVAL, interval=f"{STEP}s", variables=variables)
+        if q.instant:
+            result = prom.query(expr, at=window.end)
+        else:
+            result = prom.query_range(expr, window.start, window.end + 60, STEP)
+        if (q.dashboard, q.panel, q.instant) in MAY_BE_EMPTY:
+            continue  # the query ran without error; empty is the healthy answer
+        got = finite_series(result)
+        assert got, f"{q.panel} [{q.ref_id}] returned no finite data: {expr}"
+        if any("task_type" in m for m in got.values()):  # per task: every task in scope has data
+            scoped = variables.get("task")
+            want = {i for i in tasks if not scoped or i in scoped.split("|")}
+            assert set(got) == want, f"{q.panel} [{q.ref_id}] has data for {sorted(got)}, not {sorted(want)}: {expr}"

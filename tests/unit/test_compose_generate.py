@@ -1,0 +1,158 @@
+"""The compose generator and GPU assignment, without Docker: contracts other parts rely on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compose import generate, gpus
+from trainer.cluster import parse_tf_config
+
+
+def build(tmp_path: Path, *args: str, runner: gpus.Runner = lambda _cmd: "") -> generate.StackConfig:
+    ns = generate.parse_args(["--out", str(tmp_path), *args])
+    cfg = generate.config_from_args(ns, runner=runner)
+    generate.write(cfg, tmp_path)
+    return cfg
+
+
+def services(tmp_path: Path, name: str = "compose.tasks.yaml") -> dict:
+    return yaml.safe_load((tmp_path / name).read_text())["services"]
+
+
+def test_one_service_per_task_with_its_own_tf_config(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "3", "--gpus", "0")
+    svc = services(tmp_path)
+    assert list(svc) == ["chief", "worker-0", "worker-1", "worker-2"]
+    for name, service in svc.items():
+        spec = parse_tf_config(service["environment"]["TF_CONFIG"])
+        assert spec.task.name == name and spec.num_tasks == 4
+        assert spec.address(spec.task) == f"{name}:2222"
+
+
+def test_image_is_built_once_on_the_chief(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "2", "--gpus", "0")
+    svc = services(tmp_path)
+    assert [n for n, s in svc.items() if "build" in s] == ["chief"]
+    assert all(s["pull_policy"] == "never" for n, s in svc.items() if n != "chief")
+    assert len({s["image"] for s in svc.values()}) == 1
+
+
+def test_environment_contract_with_the_trainer(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "1", "--gpus", "0", "--steps", "7", "--task", "mlp", "--per-replica-batch", "16",
+          "--strategy", "mwms", "--save-every", "5", "--cluster-timeout", "30")
+    env = services(tmp_path)["chief"]["environment"]
+    assert env == {"TF_CONFIG": env["TF_CONFIG"], "TRAINER_METRICS_PORT": "8000",
+                   "TRAINER_CHECKPOINT_DIR": "/checkpoints", "TRAINER_STEPS": "7", "TRAINER_TASK": "mlp",
+                   "TRAINER_PER_REPLICA_BATCH": "16", "TRAINER_STRATEGY": "mwms", "TRAINER_SAVE_EVERY": "5",
+                   "TRAINER_CLUSTER_TIMEOUT": "30"}
+
+
+def test_unset_knobs_are_left_to_the_trainer_defaults(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "1", "--gpus", "0")
+    assert set(services(tmp_path)["worker-0"]["environment"]) == {
+        "TF_CONFIG", "TRAINER_METRICS_PORT", "TRAINER_CHECKPOINT_DIR"}
+
+
+def test_only_the_chief_mounts_the_checkpoint_volume(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "2", "--gpus", "0")
+    svc = services(tmp_path)
+    assert svc["chief"]["volumes"] == ["checkpoints:/checkpoints"]
+    for name in ("worker-0", "worker-1"):
+        assert "volumes" not in svc[name] and "/checkpoints" in svc[name]["tmpfs"]
+
+
+def test_nothing_published_and_locked_down(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "2", "--gpus", "0")
+    for service in services(tmp_path).values():
+        assert "ports" not in service and service["expose"] == ["2222", "8000"]
+        assert service["networks"] == ["cluster"]
+        assert service["init"] is True and service["read_only"] is True
+        assert service["cap_drop"] == ["ALL"] and service["security_opt"] == ["no-new-privileges:true"]
+        assert service["user"] == "1000:1000" and service["restart"] == "on-failure:3"
+
+
+def test_script_and_data_are_read_only_binds(tmp_path: Path) -> None:
+    script, data = tmp_path / "user" / "train.py", tmp_path / "data"
+    script.parent.mkdir()
+    script.write_text("print('hi')\n")
+    data.mkdir()
+    build(tmp_path, "--workers", "1", "--gpus", "0", "--script", str(script), "--data", str(data))
+    for service in services(tmp_path).values():
+        assert service["command"] == ["python", "-m", "trainer.run_script", "/script/train.py"]
+        assert service["environment"]["TRAINER_DATA"] == "/data"
+        binds = {v["target"]: v for v in service["volumes"] if isinstance(v, dict)}
+        assert binds["/script"]["source"] == str(script.parent) and binds["/script"]["read_only"]
+        assert binds["/data"]["source"] == str(data) and binds["/data"]["read_only"]
+
+
+def test_missing_script_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert generate.main(["--workers", "1", "--gpus", "0", "--script", "nope.py", "--out", str(tmp_path)]) == 2
+    assert "nope.py does not exist" in capsys.readouterr().err
+
+
+def test_targets_have_one_task_type_and_index_each(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "2", "--gpus", "0")
+    targets = json.loads((tmp_path / "targets" / "trainers.json").read_text())
+    assert targets == [
+        {"targets": ["chief:8000"], "labels": {"task_type": "chief", "task_index": "0"}},
+        {"targets": ["worker-0:8000"], "labels": {"task_type": "worker", "task_index": "0"}},
+        {"targets": ["worker-1:8000"], "labels": {"task_type": "worker", "task_index": "1"}},
+    ]
+
+
+def test_gpu_overlay_gives_each_task_its_own_devices(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "2", "--gpus", "6", "--gpus-per-worker", "2")
+    svc = services(tmp_path, "compose.gpu.yaml")
+    ids = {n: s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for n, s in svc.items()}
+    assert ids == {"chief": ["0", "1"], "worker-0": ["2", "3"], "worker-1": ["4", "5"]}
+    for service in svc.values():
+        device = service["deploy"]["resources"]["reservations"]["devices"][0]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+        assert service["shm_size"] == "2gb" and service["image"].endswith("-gpu")
+    assert svc["chief"]["build"] == {"args": {"VARIANT": "gpu"}}
+    assert "compose.gpu.yaml" in (tmp_path / "compose.args").read_text()
+
+
+def test_gpu_ids_in_turn_from_an_explicit_list() -> None:
+    assert gpus.assign(["chief", "worker-0", "worker-1"], gpus.parse("3,1,0"), 1) == {
+        "chief": ("3",), "worker-0": ("1",), "worker-1": ("0",)}
+
+
+@pytest.mark.parametrize(("tasks", "ids", "per_task"), [(3, 2, 1), (2, 3, 2), (1, 0, 1)])
+def test_fewer_gpus_than_tasks_need_is_an_error(tasks: int, ids: int, per_task: int) -> None:
+    names = [f"t{i}" for i in range(tasks)]
+    with pytest.raises(gpus.GpuError, match=f"need {tasks * per_task} GPUs but only {ids} are available"):
+        gpus.assign(names, [str(i) for i in range(ids)], per_task)
+
+
+def test_generator_reports_gpu_shortage_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert generate.main(["--workers", "3", "--gpus", "2", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "4 tasks x GPUS_PER_WORKER=1 need 4 GPUs but only 2" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("bad", ["x", "0,0", "1,a", "-1"])
+def test_bad_gpus_values(bad: str) -> None:
+    with pytest.raises(gpus.GpuError):
+        gpus.parse(bad)
+
+
+def test_auto_uses_gpus_only_with_the_nvidia_runtime() -> None:
+    smi = "0\n1\n"
+
+    def fake(runtimes: str) -> gpus.Runner:
+        return lambda cmd: smi if cmd[0] == "nvidia-smi" else runtimes
+
+    assert gpus.parse("auto", fake('{"nvidia": {}, "runc": {}}')) == ("0", "1")
+    assert gpus.parse("auto", fake('{"runc": {}}')) == ()
+    assert gpus.parse("auto", lambda _cmd: "") == ()
+    assert gpus.parse("0") == ()
+
+
+def test_dollar_in_values_is_not_interpolated(tmp_path: Path) -> None:
+    from compose import yamltext
+    assert yamltext.dump({"a": "pa$$word $HOME"}) == 'a: "pa$$$$word $$HOME"\n'

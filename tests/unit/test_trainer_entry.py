@@ -1,0 +1,72 @@
+"""The entry point rejects every bad TF_CONFIG in well under 5 s: exit 2, one line naming the field."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+GOOD = {"cluster": {"chief": ["chief:2222"], "worker": ["worker-0:2222"]}, "task": {"type": "worker", "index": 0}}
+
+
+def _tf_config(**task_or_cluster):
+    doc = json.loads(json.dumps(GOOD))
+    for key, value in task_or_cluster.items():
+        part, _, field = key.partition("__")
+        doc[part][field] = value
+    return json.dumps(doc)
+
+
+CASES = [
+    ("{not json", "not valid JSON"),
+    ('["a"]', "JSON object"),
+    (json.dumps({"task": GOOD["task"]}), "TF_CONFIG.cluster"),
+    (json.dumps({"cluster": GOOD["cluster"]}), "TF_CONFIG.task"),
+    (_tf_config(task__type="evaluator"), "TF_CONFIG.task.type"),
+    (_tf_config(task__index=5), "TF_CONFIG.task.index"),
+    (_tf_config(task__index=-1), "TF_CONFIG.task.index"),
+    (_tf_config(task__index="1"), "TF_CONFIG.task.index"),
+    (_tf_config(cluster__ps=["ps:2222"]), "TF_CONFIG.cluster.ps"),
+    (_tf_config(cluster__worker=[]), "TF_CONFIG.cluster.worker"),
+    (_tf_config(cluster__worker=["chief:2222"]), "share the address"),
+    (_tf_config(cluster__worker=["worker-0:http"]), "TF_CONFIG.cluster.worker[0]"),
+    (_tf_config(cluster__worker=["worker-0"]), "TF_CONFIG.cluster.worker[0]"),
+    (_tf_config(cluster__chief=["a:1", "b:2"]), "TF_CONFIG.cluster.chief"),
+]
+
+
+def _run(env_extra, *args):
+    env = {**os.environ, **env_extra}
+    env.pop("TF_CONFIG", None)
+    env.update(env_extra)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "trainer", *args], env=env, capture_output=True, text=True,
+                          timeout=30, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    return proc, time.monotonic() - start
+
+
+@pytest.mark.parametrize("tf_config, field", CASES)
+def test_bad_tf_config_exits_2_with_one_line(tf_config, field):
+    proc, elapsed = _run({"TF_CONFIG": tf_config})
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and field in lines[0], proc.stderr
+    assert elapsed < 5
+
+
+def test_bad_env_var_exits_2():
+    proc, _ = _run({"TRAINER_STEPS": "many"})
+    assert proc.returncode == 2 and "TRAINER_STEPS" in proc.stderr
+
+
+def test_mirrored_with_tf_config_is_a_config_error():
+    proc, _ = _run({"TF_CONFIG": json.dumps(GOOD)}, "--strategy", "mirrored")
+    assert proc.returncode == 2 and "--strategy mirrored" in proc.stderr
+
+
+def test_config_path_does_not_import_tensorflow():
+    code = ("import sys; from trainer import config, cluster, preflight, metrics, launch, errors, "
+            "progress, agreement; assert 'tensorflow' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)

@@ -1,0 +1,101 @@
+"""Metric names, types and labels are a contract with dashboards and alerts: frozen here."""
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import generate_latest
+
+from trainer import metrics, netdev
+from trainer.cluster import TaskId
+from trainer.metrics import Metrics, NullMetrics, StepTiming
+
+CONTRACT = {
+    "trainer_step_duration_seconds": "histogram", "trainer_input_wait_seconds": "histogram",
+    "trainer_compute_duration_seconds": "histogram", "trainer_allreduce_duration_seconds": "histogram",
+    "trainer_steps": "counter", "trainer_examples": "counter", "trainer_allreduce_bytes": "counter",
+    "trainer_network_transmit_bytes": "counter", "trainer_network_receive_bytes": "counter",
+    "trainer_loss": "gauge", "trainer_global_step": "gauge", "trainer_world_size": "gauge",
+    "trainer_last_step_timestamp_seconds": "gauge", "trainer_last_checkpoint_step": "gauge",
+    "trainer_build_info": "gauge", "trainer_state": "gauge",  # Info and Enum, as the text format exposes them
+}
+
+PROC_NET_DEV = """Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:  1000      10    0    0    0     0          0         0     1000      10    0    0    0     0       0          0
+  eth0:  5000      50    0    0    0     0          0         0     7000      70    0    0    0     0       0          0
+  eth1:   100       1    0    0    0     0          0         0      200       2    0    0    0     0       0          0
+"""
+
+
+def _families(registry):
+    text = generate_latest(registry).decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _recorded():
+    registry = CollectorRegistry()
+    m = Metrics(registry, TaskId("worker", 2))
+    m.build_info(tf_version="2.21.0", trainer_version="0.1.0", strategy="mwms", communication="AUTO", task="mlp")
+    m.state("training")
+    m.world_size.set(3)
+    m.record_step(step=5, loss=0.5, examples=32, allreduce_bytes=1000, now=1e9,
+                  timing=StepTiming(step=0.02, input=0.001, compute=0.01, allreduce=0.008))
+    m.checkpointed(5)
+    return registry
+
+
+def test_contract_names_and_types():
+    fams = _families(_recorded())
+    for name, kind in CONTRACT.items():
+        assert name in fams, name
+        assert fams[name].type == kind, (name, fams[name].type)
+
+
+def test_every_series_has_task_labels():
+    for fam in _families(_recorded()).values():
+        for sample in fam.samples:
+            assert sample.labels["task_type"] == "worker" and sample.labels["task_index"] == "2", sample
+
+
+def test_values_recorded():
+    fams = _families(_recorded())
+    value = lambda name, suffix="": next(s.value for s in fams[name].samples if s.name == name + suffix)  # noqa
+    assert value("trainer_steps", "_total") == 1
+    assert value("trainer_examples", "_total") == 32
+    assert value("trainer_allreduce_bytes", "_total") == 1000
+    assert value("trainer_step_duration_seconds", "_sum") == 0.02
+    assert value("trainer_world_size") == 3 and value("trainer_last_checkpoint_step") == 5
+    states = {s.labels["trainer_state"]: s.value for s in fams["trainer_state"].samples}
+    assert states["training"] == 1 and sum(states.values()) == 1
+
+
+def test_buckets_resolve_cpu_and_gpu_steps():
+    assert any(0.004 <= b <= 0.006 for b in metrics.BUCKETS)  # a 5 ms CPU step
+    assert sum(1 for b in metrics.BUCKETS if b <= 0.05) >= 8
+    assert metrics.BUCKETS[-1] >= 30  # multi-second GPU steps waiting on a slow peer
+
+
+def test_null_metrics_has_the_same_interface():
+    public = {n for n in dir(Metrics) if not n.startswith("_")}
+    assert public - {"registry"} <= set(dir(NullMetrics))
+    NullMetrics().record_step(step=1, loss=0.0, examples=1, allreduce_bytes=1, now=0.0, timing=None)
+    NullMetrics().world_size.set(3)
+
+
+def test_port_zero_disables():
+    m, server = metrics.for_task(TaskId("chief", 0), 0)
+    assert isinstance(m, NullMetrics) and server is None
+
+
+def test_netdev_parse_skips_loopback():
+    assert netdev.parse(PROC_NET_DEV) == (5100, 7200)
+
+
+def test_network_collector_reads_at_scrape():
+    registry = CollectorRegistry()
+    registry.register(netdev.NetworkCollector({"task_type": "chief", "task_index": "0"}, read=lambda: PROC_NET_DEV))
+    fams = _families(registry)
+    assert fams["trainer_network_transmit_bytes"].samples[0].value == 7200
+
+
+def test_step_timing_other():
+    assert abs(StepTiming(step=0.02, input=0.001, compute=0.01, allreduce=0.008).other - 0.001) < 1e-12

@@ -1,0 +1,83 @@
+"""Agreement check, summary files, launcher helpers, bring-your-own-script wrapper."""
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+
+from trainer import agreement, launch, summary
+from trainer.cluster import TaskId, on_ports
+from trainer.config import Config
+from trainer.errors import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_agreement_names_the_task_that_differs():
+    spec = on_ports("127.0.0.1", [1, 2, 3])
+    ok = agreement.fingerprints(spec, Config(), "2.21.0", "0.1.0")
+    other_tf = agreement.fingerprints(spec, Config(), "2.20.0", "0.1.0")
+    agreement.check(["chief", "worker-0", "worker-1"], [ok, ok, ok])
+    with pytest.raises(ConfigError, match="worker-1 differs from chief in TensorFlow version"):
+        agreement.check(["chief", "worker-0", "worker-1"], [ok, ok, other_tf])
+
+
+def test_agreement_ignores_per_task_settings():
+    spec = on_ports("127.0.0.1", [1, 2])
+    a = agreement.fingerprints(spec, Config(metrics_port=1, output_dir="/a"), "x", "y")
+    b = agreement.fingerprints(spec, Config(metrics_port=2, output_dir="/b"), "x", "y")
+    c = agreement.fingerprints(spec, Config(steps=5), "x", "y")
+    assert a == b and a != c
+    assert all(v < 2 ** 53 for v in a)  # exact in float64
+
+
+class V:
+    def __init__(self, value):
+        self.value = np.asarray(value, np.float32)
+
+    def numpy(self):
+        return self.value
+
+
+def test_summary_written_atomically(tmp_path):
+    s = summary.build(task="worker-0", start_step=0, final_step=10, loss=0.1, accuracy=0.9,
+                      variables=[V([1, 2]), V([3])], ids=[np.array([5, 1]), np.array([3])])
+    path = summary.write(s, str(tmp_path))
+    doc = json.load(open(path))
+    assert doc["example_ids"] == [1, 3, 5] and doc["final_step"] == 10
+    assert doc["weights_sha256"] == summary.weights_digest([V([1, 2]), V([3])])
+    assert doc["weights_sha256"] != summary.weights_digest([V([1, 2]), V([4])])
+
+
+def test_free_ports_distinct():
+    ports = launch.free_ports(5)
+    assert len(set(ports)) == 5
+
+
+def test_launcher_stops_the_others_and_returns_the_failure():
+    ok = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    bad = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert launch.wait([("chief", ok), ("worker-0", bad)], poll_s=0.05) == 3
+    assert ok.poll() is not None
+
+
+def test_run_script_serves_metrics_and_returns_the_status(tmp_path):
+    port = launch.free_ports(1)[0]
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys, urllib.request\n"
+        f"text = urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode()\n"
+        "assert 'trainer_state{task_index=\"1\",task_type=\"worker\",trainer_state=\"training\"} 1.0' in text, text\n"
+        "assert 'process_cpu_seconds_total{task_index=\"1\"' in text\n"
+        "assert 'trainer_network_receive_bytes_total' in text and 'trainer_build_info' in text\n"
+        "assert sys.argv[1:] == ['--epochs', '2'], sys.argv\n"
+        "sys.exit(5)\n")
+    tf_config = on_ports("127.0.0.1", [1, 2, 3]).with_task(TaskId("worker", 1)).to_tf_config()
+    env = {**os.environ, "TRAINER_METRICS_PORT": str(port), "TF_CONFIG": tf_config}
+    proc = subprocess.run([sys.executable, "-m", "trainer.run_script", str(script), "--epochs", "2"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 5, proc.stderr

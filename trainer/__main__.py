@@ -1,0 +1,48 @@
+"""`python -m trainer [flags]`: one task of a synchronous data-parallel training job.
+
+Flags and TRAINER_* variables (see --help), TF_CONFIG from the environment. Exit codes in
+trainer/errors.py: 0 done, 2 bad configuration, 3 missing peers, 200 peer lost (retryable).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from trainer import config as config_lib
+from trainer.cluster import ClusterSpecError, parse_tf_config
+from trainer.errors import EXIT_CONFIG, EXIT_FAILED, ConfigError, TrainerError
+
+log = logging.getLogger("trainer")
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(message)s", stream=sys.stderr)
+    try:
+        config = config_lib.from_args(sys.argv[1:] if argv is None else argv, env)
+        spec = parse_tf_config(env.get("TF_CONFIG"))
+        if spec is not None and config.strategy == "mirrored":
+            raise ConfigError("--strategy mirrored runs in one process: unset TF_CONFIG or use --strategy mwms")
+    except (ConfigError, ClusterSpecError) as err:
+        log.error("configuration error: %s", err)
+        return EXIT_CONFIG
+    # Before TensorFlow is imported: Keras 3 cannot train under MWMS (keras-team/keras#20585).
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    from trainer import run  # noqa: E402 (keeps TensorFlow out of the configuration path)
+
+    try:
+        run.run(config, spec)
+    except TrainerError as err:
+        log.error("%s", err)
+        return err.exit_code
+    except Exception:
+        log.exception("training failed")
+        return EXIT_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

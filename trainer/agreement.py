@@ -1,0 +1,58 @@
+"""After the strategy is built, check that every task runs the same cluster, TensorFlow, trainer
+and training settings; a task that differs is named instead of training silently wrong or hanging.
+
+The fingerprints are all-gathered as float64 (52-bit values are exact), one per component.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+from trainer.cluster import ClusterSpec
+from trainer.config import Config
+from trainer.errors import ConfigError
+
+COMPONENTS = ("cluster spec", "TensorFlow version", "trainer version", "training settings")
+# Settings every task must share; ports and directories may legitimately differ per task.
+SHARED_SETTINGS = ("steps", "per_replica_batch", "task", "strategy", "data", "learning_rate",
+                   "lr_scaling", "warmup_steps", "seed", "steps_per_call", "measure_every", "save_every",
+                   "log_every")
+
+
+def _hash52(value: object) -> float:
+    digest = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).digest()
+    return float(int.from_bytes(digest[:8], "big") >> 12)
+
+
+def fingerprints(spec: ClusterSpec | None, config: Config, tf_version: str, trainer_version: str) -> list[float]:
+    cluster = float(spec.fingerprint()) if spec else 0.0
+    settings = {name: getattr(config, name) for name in SHARED_SETTINGS}
+    return [cluster, _hash52(tf_version), _hash52(trainer_version), _hash52(settings)]
+
+
+def check(task_names: Sequence[str], gathered: Sequence[Sequence[float]]) -> None:
+    """Raise ConfigError naming each task whose fingerprint differs from the chief's (the first)."""
+    problems = []
+    for name, values in zip(task_names[1:], gathered[1:]):
+        differs = [c for c, mine, chief in zip(COMPONENTS, values, gathered[0]) if mine != chief]
+        if differs:
+            problems.append(f"{name} differs from {task_names[0]} in {' and '.join(differs)}")
+    if problems:
+        raise ConfigError("tasks disagree: " + "; ".join(problems)
+                          + " (run the same image, TF_CONFIG cluster and TRAINER_* settings everywhere)")
+
+
+def gather(strategy, values: list[float]) -> list[list[float]]:
+    """Every replica's `values`, in replica order (chief first, then worker-0, worker-1, ...)."""
+    import tensorflow as tf
+
+    @tf.function
+    def run():
+        def replica():
+            return tf.distribute.get_replica_context().all_gather(tf.constant([values], tf.float64), axis=0)
+        return strategy.run(replica)
+
+    result = strategy.experimental_local_results(run())[0].numpy()
+    return [list(row) for row in result]

@@ -1,0 +1,134 @@
+"""The trainer's configuration: one frozen dataclass, built once from flags and environment.
+
+Every field is a flag (`--per-replica-batch`) and an environment variable (`TRAINER_PER_REPLICA_BATCH`)
+so compose files can set it; a flag wins over the environment, the environment over the default.
+Pure Python: a bad value must fail (exit 2) before TensorFlow's ~6 s import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from trainer.errors import ConfigError
+
+ENV_PREFIX = "TRAINER_"
+STRATEGIES = ("mwms", "mirrored")
+LR_SCALINGS = ("none", "linear")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    steps: int = 100
+    """Train until the global step reaches this (a resumed run continues, it does not add)."""
+    per_replica_batch: int = 32
+    """Examples per replica per step; the global batch is this times the replicas in sync."""
+    task: str = "mlp"
+    """Model and data: a built-in (`mlp`, `cnn`) or `package.module:function` of your own."""
+    strategy: str = "mwms"
+    """`mwms` (MultiWorkerMirroredStrategy, one process per task) or `mirrored` (one process)."""
+    data: str = ""
+    """Glob of TFRecord files for the built-in tasks; empty means synthetic data."""
+    learning_rate: float = 0.01
+    """Base learning rate for a per-replica batch (before --lr-scaling)."""
+    lr_scaling: str = "none"
+    """`linear` multiplies the learning rate by the replicas in sync, reached after --warmup-steps."""
+    warmup_steps: int = 0
+    """Steps of linear warm-up towards the scaled learning rate (only with --lr-scaling linear)."""
+    seed: int = 0
+    """Seed of the model initialisation and of the synthetic data's teacher."""
+    input_delay_ms: float = 0.0
+    """Extra delay per batch in the input pipeline, to demonstrate and test an input-bound run."""
+    steps_per_call: int = 10
+    """Steps run by one tf.function call (an in-graph loop); spreads the dispatch cost over them."""
+    measure_every: int = 1
+    """Time the steps of one call in this many (1 = every step); the others run untimed."""
+    log_every: int = 10
+    """One progress line per task every this many steps."""
+    metrics_port: int = 8000
+    """Port of the Prometheus /metrics endpoint; 0 disables metrics."""
+    checkpoint_dir: str = ""
+    """Where the chief writes checkpoints and the final model; empty disables checkpoints."""
+    save_every: int = 100
+    """Checkpoint every this many steps (and always at the end); 0 means only at the end."""
+    output_dir: str = ""
+    """If set, each task writes `<task>.json` here at the end: step, weights checksum, example ids."""
+    cluster_timeout: float = 300.0
+    """Seconds to wait for every peer to accept a connection before exiting with code 3."""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "per_replica_batch", "steps_per_call", "measure_every", "log_every"):
+            _check(getattr(self, name) >= 1, name, "must be 1 or more")
+        for name in ("warmup_steps", "save_every", "input_delay_ms"):
+            _check(getattr(self, name) >= 0, name, "must be 0 or more")
+        _check(self.learning_rate > 0, "learning_rate", "must be positive")
+        _check(self.cluster_timeout > 0, "cluster_timeout", "must be positive (seconds)")
+        _check(0 <= self.metrics_port < 65536, "metrics_port", "must be a port (0 disables metrics)")
+        _check(self.strategy in STRATEGIES, "strategy", f"must be one of {', '.join(STRATEGIES)}")
+        _check(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")
+        _check(self.warmup_steps == 0 or self.lr_scaling == "linear", "warmup_steps",
+               "only applies with --lr-scaling linear")
+        _check(bool(self.task.strip()), "task", "must name a built-in task or package.module:function")
+
+
+def _check(ok: bool, name: str, problem: str) -> None:
+    if not ok:
+        raise ConfigError(f"--{_flag(name)} ({ENV_PREFIX}{name.upper()}): {problem}")
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def field_docs(cls: type = Config) -> dict[str, str]:
+    """The docstring under each field, so flags' --help and the code share one description."""
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
+            docs[node.target.id] = following.value.value
+    return docs
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.splitlines()[0])
+    docs = field_docs()
+    for f in dataclasses.fields(Config):
+        env = ENV_PREFIX + f.name.upper()
+        p.add_argument(f"--{_flag(f.name)}", dest=f.name, default=None, metavar=env,
+                       help=f"{docs.get(f.name, '')} (default {f.default!r})")
+    return p
+
+
+def from_args(argv: Sequence[str], env: Mapping[str, str]) -> Config:
+    """Flags over environment over defaults; every value converted and checked, errors name the field."""
+    args = vars(parser().parse_args(argv))
+    values = {}
+    for f in dataclasses.fields(Config):
+        env_name = ENV_PREFIX + f.name.upper()
+        raw, source = args[f.name], f"--{_flag(f.name)}"
+        if raw is None and env.get(env_name, "") != "":
+            raw, source = env[env_name], env_name
+        if raw is not None:
+            values[f.name] = _convert(raw, _type_of(f), source)
+    return Config(**values)
+
+
+def _type_of(f: dataclasses.Field) -> type:
+    return {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else f.type.__name__]
+
+
+def _convert(raw: str, kind: type, source: str) -> object:
+    try:
+        return kind(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{source}={raw!r}: must be {'an integer' if kind is int else 'a number'}") from None
+
+
+def to_env(config: Config) -> dict[str, str]:
+    """The environment that reproduces `config` (the launcher and the contract tests use it)."""
+    return {ENV_PREFIX + f.name.upper(): str(getattr(config, f.name)) for f in dataclasses.fields(Config)}

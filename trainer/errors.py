@@ -1,0 +1,35 @@
+"""Exit codes: the contract between a task and whatever restarts it (compose, a launcher, CI).
+
+    0        the requested steps are done
+    1        a permanent failure not covered below (a bug, a broken plugin task, bad data)
+    2        bad configuration: a flag, an environment variable, TF_CONFIG, or tasks that disagree
+             on the cluster spec, the TensorFlow version or the trainer version
+    3        missing peers: the preflight did not reach every peer within --cluster-timeout
+    128-255  retryable: restart every task and it resumes from the last checkpoint.
+             200 = a peer died and the collective was aborted (TensorFlow's error is sticky inside
+             the process, so the only recovery is a restart of every task).
+"""
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+EXIT_MISSING_PEERS = 3
+EXIT_PEER_LOST = 200
+
+
+class TrainerError(Exception):
+    """An expected failure with a one-line message and the exit code the process ends with."""
+
+    exit_code = EXIT_FAILED
+
+
+class ConfigError(TrainerError):
+    exit_code = EXIT_CONFIG
+
+
+class MissingPeersError(TrainerError):
+    exit_code = EXIT_MISSING_PEERS
+
+
+class PeerLostError(TrainerError):
+    exit_code = EXIT_PEER_LOST

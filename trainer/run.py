@@ -1,0 +1,38 @@
+"""One task from a valid config to the end: metrics server, preflight, then TensorFlow."""
+
+from __future__ import annotations
+
+import logging
+
+from trainer import metrics as metrics_lib
+from trainer import preflight
+from trainer.cluster import CHIEF, ClusterSpec, TaskId
+from trainer.config import Config
+
+log = logging.getLogger(__name__)
+
+
+def run(config: Config, spec: ClusterSpec | None) -> None:
+    task = spec.task if spec else TaskId(CHIEF, 0)
+    metrics, server = metrics_lib.for_task(task, config.metrics_port)
+    listener = None
+    try:
+        metrics.state("starting")
+        if spec is None:
+            log.info("no TF_CONFIG: single-process run")
+        elif spec.peers:
+            metrics.state("waiting_for_peers")
+            listener = preflight.Listener(preflight.own_port(spec))
+            preflight.wait_for_peers(spec, config.cluster_timeout)
+        from trainer import training  # TensorFlow is imported here, after the cheap checks
+
+        training.run(config, spec, task, metrics, release_port=listener.close if listener else lambda: None)
+        metrics.state("done")
+    except BaseException:
+        metrics.state("failed")
+        raise
+    finally:
+        if listener:
+            listener.close()
+        if server:
+            server.close()

@@ -1,0 +1,106 @@
+"""Build everything TensorFlow needs for one task and train it. Imported only after the config is
+valid and the peers answer, because importing TensorFlow takes seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import tensorflow as tf
+
+import trainer
+from trainer import agreement, loop, step, summary, tasks
+from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
+from trainer.cluster import ClusterSpec, TaskId
+from trainer.config import Config
+from trainer.errors import ConfigError, PeerLostError
+
+log = logging.getLogger(__name__)
+# What a dead peer looks like from a survivor: the collective is aborted, sticky for the process.
+PEER_LOST = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
+             tf.errors.DeadlineExceededError)
+
+
+def make_strategy(config: Config, spec: ClusterSpec | None) -> tf.distribute.Strategy:
+    if config.strategy == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    # AUTO: NCCL between GPUs, RING on CPU.
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
+    resolver = None
+    if spec is not None:  # from our validated spec, not from os.environ (one source of truth)
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec(spec.cluster_dict()), task_type=spec.task.type, task_id=spec.task.index,
+            rpc_layer="grpc")
+    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+
+
+def run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics,
+        release_port: Callable[[], None]) -> None:
+    release_port()
+    try:
+        _run(config, spec, task_id, metrics)
+    except PEER_LOST as err:
+        raise PeerLostError(f"a peer was lost, the collective is aborted ({type(err).__name__}: "
+                            f"{str(err).splitlines()[0][:200]}); restart every task to resume") from None
+
+
+def _run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics) -> None:
+    strategy = make_strategy(config, spec)  # first: nothing may touch the TF context before it
+    if tf.keras.__name__.split(".")[0] != "tf_keras":
+        raise ConfigError("tf.keras is Keras 3, which cannot train under MWMS: install tf-keras "
+                          "and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported")
+    replicas = strategy.num_replicas_in_sync
+    if spec is not None:
+        mine = agreement.fingerprints(spec, config, tf.__version__, trainer.__version__)
+        agreement.check([t.name for t in spec.tasks], agreement.gather(strategy, mine))
+    metrics.world_size.set(replicas)
+    metrics.build_info(tf_version=tf.__version__, trainer_version=trainer.__version__, strategy=config.strategy,
+                       communication="AUTO" if config.strategy == "mwms" else "local", task=config.task,
+                       timing="every step" if config.measure_every == 1 else f"1 step in {config.measure_every}")
+    global_batch = config.per_replica_batch * replicas
+    is_chief = spec.is_chief if spec else True
+    with strategy.scope():
+        task = tasks.build(tasks.load(config.task), per_replica_batch=config.per_replica_batch,
+                           seed=config.seed, data=config.data, input_delay_ms=config.input_delay_ms)
+        optimizer = step.optimizer(config, replicas)
+        optimizer.build(task.model.trainable_variables)  # slots exist before restore and broadcast
+        ckpt = (Checkpointer(config.checkpoint_dir, is_chief, task.model, optimizer)
+                if config.checkpoint_dir else NoCheckpoints())
+    restored = ckpt.restore()
+    if spec is not None:
+        broadcast_from_chief(strategy, task.model.variables + optimizer.variables)
+    start = int(optimizer.iterations.numpy())
+    log.info("%s: %s, %d replicas in sync, global batch %d, %s", task_id.name,
+             f"resumed at step {start} from {restored}" if restored else "starting at step 0",
+             replicas, global_batch, "every step timed" if config.measure_every == 1
+             else f"1 step in {config.measure_every} timed")
+    iterator = iter(strategy.distribute_datasets_from_function(task.dataset_fn))
+    fns = step.build(strategy, task, optimizer, global_batch)
+    settings = loop.LoopSettings(
+        task_name=task_id.name, steps=config.steps, steps_per_call=config.steps_per_call,
+        measure_every=config.measure_every,
+        log_every=config.log_every, save_every=config.save_every, global_batch=global_batch,
+        local_examples=config.per_replica_batch * len(strategy.extended.worker_devices), classify=task.classify, record_ids=bool(config.output_dir))
+
+    def save(at: int) -> None:
+        metrics.state("checkpointing")
+        ckpt.save(at)
+        metrics.checkpointed(at)
+        metrics.state("training")
+
+    metrics.state("training")
+    result = loop.train(fns, iterator, start_step=start, settings=settings,
+                        metrics=metrics, save=save)
+    if config.checkpoint_dir:
+        metrics.state("checkpointing")
+        ckpt.save(result.final_step)
+        metrics.checkpointed(result.final_step)
+        log.info("%s: exported the final model to %s", task_id.name, ckpt.export())
+    ckpt.close()
+    if config.output_dir:
+        path = summary.write(summary.build(task=task_id.name, start_step=start, final_step=result.final_step,
+                                           loss=result.loss, accuracy=result.accuracy,
+                                           variables=task.model.variables, ids=result.ids), config.output_dir)
+        log.info("%s: summary in %s", task_id.name, path)
