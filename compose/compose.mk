@@ -35,11 +35,11 @@ up: ## Start a chief + WORKERS workers (default 2) with Prometheus/Grafana; GPUS
 	@$(foreach v,$(STACK_VARS),$(v)='$($(v))') compose/up.sh
 
 .PHONY: down
-down: ## Stop and remove the containers; keep volumes (checkpoints, Prometheus history)
+down: ## Stop and remove the containers; keep volumes (the next `make up` resumes from the last checkpoint)
 	@if $(STACK_UP); then $(DC) down --remove-orphans; else docker compose -p mwms down --remove-orphans; fi
 
 .PHONY: clean
-clean: ## Like down, and also remove the volumes and generated files (.run/)
+clean: ## Like down, and also remove the volumes (checkpoints, Prometheus history) and .run/
 	@if $(STACK_UP); then $(DC) down --volumes --remove-orphans; \
 	 else docker compose -p mwms down --volumes --remove-orphans; fi
 	rm -rf $(RUN_DIR)

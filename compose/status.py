@@ -7,6 +7,7 @@ without recording rules and after the tasks have exited, within the lookback win
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import urllib.parse
@@ -76,7 +77,8 @@ def table(states: Mapping[str, str], query: Query) -> list[tuple[str, ...]]:
     rows = [COLUMNS]
     for service in tasks:
         key = task_key(service)
-        cells = [FORMATS[c].format(values[c][key]) if key in values[c] else "-" for c in QUERIES]
+        # 0/0 rates (no step in the window) come back as NaN: show them as missing, like absent series.
+        cells = [FORMATS[c].format(v) if (v := values[c].get(key, math.nan)) == v else "-" for c in QUERIES]
         rows.append((service, states[service], *cells))
     return rows
 

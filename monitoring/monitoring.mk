@@ -1,7 +1,8 @@
 # Monitoring: Prometheus rules, Grafana dashboards as code, reports. Included by the top Makefile.
 
 PROMTOOL ?= promtool
-PROMETHEUS_URL ?= http://127.0.0.1:9090
+# Prometheus is published on BIND_ADDR (compose.mk); 0.0.0.0 is reached through loopback.
+PROMETHEUS_URL ?= http://$(if $(filter-out 0.0.0.0,$(BIND_ADDR)),$(BIND_ADDR),127.0.0.1):9090
 GRAFANA_URL ?=
 GRAFANA_DATASOURCE_UID ?= prometheus
 MONITORING_PROM := monitoring/prometheus
@@ -24,7 +25,7 @@ check-rules: ## promtool: check the Prometheus config and rules, run the alert u
 	$(PROMTOOL) test rules $(MONITORING_PROM)/tests/*.yml
 
 .PHONY: report
-report: $(VENV)/.stamp ## Write $(RUN_DIR)/report.png: the current or last run from Prometheus (PROMETHEUS_URL=...)
+report: $(VENV)/.stamp ## Write .run/report.png (RUN_DIR): a picture of the current or last run from Prometheus (PROMETHEUS_URL=...)
 	$(PY) -m monitoring.report --prometheus $(PROMETHEUS_URL) --out $(RUN_DIR)/report.png
 
 .PHONY: publish-dashboards

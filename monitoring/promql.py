@@ -29,7 +29,8 @@ class Prometheus:
 
     def _get(self, path: str, params: dict) -> dict:
         response = requests.get(f"{self.url.rstrip('/')}/api/v1/{path}", params=params, timeout=self.timeout)
-        body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+        is_json = response.headers.get("content-type", "").startswith("application/json")
+        body = response.json() if is_json else {}
         if response.status_code != 200 or body.get("status") != "success":
             raise PrometheusError(f"{path} {params.get('query')!r}: {body.get('error', response.text[:200])}")
         return body["data"]
@@ -44,15 +45,12 @@ class Prometheus:
         return self._get("query_range", {"query": expr, "start": start, "end": end, "step": step})["result"]
 
 
-def grafana_interval(seconds: float) -> str:
-    """A Go/Prometheus duration string for a whole number of seconds."""
-    return f"{max(1, round(seconds))}s"
-
-
-def substitute(expr: str, *, rate_interval: str, interval: str, variables: dict[str, str]) -> str:
+def substitute(expr: str, *, rate_interval: str, interval: str, range_: str = "1h",
+               variables: dict[str, str]) -> str:
     """What Grafana sends to Prometheus: its built-in intervals and dashboard variables replaced.
     Longest names first, so $task does not eat the start of $task_type."""
     expr = expr.replace("$__rate_interval", rate_interval).replace("$__interval", interval)
+    expr = expr.replace("$__range", range_)
     for name in sorted(variables, key=len, reverse=True):
         expr = re.sub(r"\$\{" + name + r"\}|\$" + name + r"\b", lambda _m, v=variables[name]: v, expr)
     return expr
@@ -108,7 +106,7 @@ def last_run(timestamps: list[float], *, gap: float) -> tuple[float, float] | No
         return None
     ts = sorted(timestamps)
     start = ts[-1]
-    for earlier, later in zip(reversed(ts[:-1]), reversed(ts)):
+    for earlier, later in zip(reversed(ts[:-1]), reversed(ts[1:]), strict=True):
         if later - earlier > gap:
             break
         start = earlier
@@ -135,7 +133,8 @@ def finite_series(result: list[dict]) -> dict[str, dict]:
     return out
 
 
-def wait_for_data(prom: Prometheus, expr: str, *, tasks: int, timeout: float, lookback: float = 3600) -> Window:
+def wait_for_data(prom: Prometheus, expr: str, *, tasks: int, timeout: float,
+                  lookback: float = 3600) -> Window:
     """Poll until expr has a finite value for `tasks` tasks in the last run; its window. Prometheus
     offers nothing to block on, so this polls at the scrape interval."""
     deadline = time.monotonic() + timeout

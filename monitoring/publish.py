@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     # The token comes from the environment only, so it never shows in `ps` or shell history.
     api = GrafanaApi.from_url(args.url, credential=os.environ.get("GRAFANA_TOKEN") or None)
     try:
-        publish(api, folder_uid=args.folder_uid, folder_title=args.folder_title, datasource_uid=args.datasource_uid)
+        publish(api, folder_uid=args.folder_uid, folder_title=args.folder_title,
+                datasource_uid=args.datasource_uid)
     except GrafanaException as e:
         log.error("publish: %s answered %s: %s", redact(args.url), e.status_code, e.message)
         return 1

@@ -22,12 +22,16 @@ PARTS = (  # (recording rule, label), stacked bottom to top: together they make 
     ("task:trainer_input_wait_seconds:mean1m", "input wait"),
     ("task:trainer_step_other_seconds:mean1m", "other"),
 )
+# The loss gauge reads 0 until a process's first step: show it only after that.
+LOSS = 'trainer_loss{job="trainer"} and on (job, instance) (trainer_steps_total{job="trainer"} > 0)'
+
+
 def task_name(metric: dict) -> str:
     return f"{metric.get('task_type', '?')}-{metric.get('task_index', '?')}"
 
 
 def series(prom: Prometheus, expr: str, w: Window) -> dict[str, tuple[list[float], list[float]]]:
-    """Task name (or the expression for cluster series) → (seconds since start, values)."""
+    """Task name ("cluster" for series without a task) → (seconds since start, values)."""
     out = {}
     for s in prom.query_range(expr, w.start, w.end, w.step):
         name = task_name(s["metric"]) if "task_type" in s["metric"] else "cluster"
@@ -35,18 +39,19 @@ def series(prom: Prometheus, expr: str, w: Window) -> dict[str, tuple[list[float
     return out
 
 
-def plot(*, breakdown: dict[str, dict[str, tuple]], throughput: dict, loss: dict, title: str, out: Path) -> None:
+def plot(*, breakdown: dict[str, dict[str, tuple]], throughput: dict, loss: dict, title: str,
+         out: Path) -> None:
     """breakdown: task → part label → (x, y). One stacked panel per task, then throughput and loss."""
     tasks = sorted(breakdown)
     rows = len(tasks) + 2
     fig, axes = plt.subplots(rows, 1, figsize=(11, 2.4 * rows), sharex=True, squeeze=False)
     axes = axes[:, 0]
-    for ax, name in zip(axes, tasks):
+    for ax, name in zip(axes, tasks, strict=False):  # the last two axes are throughput and loss
         parts = breakdown[name]
         xs = next(iter(parts.values()))[0]
         # Parts can miss a point the others have (a scrape at the edge); align on the first part's times.
-        ys = [[dict(zip(*parts[label])).get(x, 0.0) * 1000 for x in xs] if label in parts else [0.0] * len(xs)
-              for _, label in PARTS]
+        ys = [[dict(zip(*parts[label], strict=True)).get(x, 0.0) * 1000 for x in xs]
+              if label in parts else [0.0] * len(xs) for _, label in PARTS]
         ax.stackplot(xs, ys, labels=[label for _, label in PARTS], alpha=0.85)
         ax.set_ylabel(f"{name}\nms / step")
         ax.legend(loc="upper right", fontsize="small", ncol=len(PARTS))
@@ -74,12 +79,16 @@ def report(prom: Prometheus, out: Path, *, lookback: float, now: float) -> bool:
     for expr, label in PARTS:
         for name, xy in series(prom, expr, w).items():
             breakdown.setdefault(name, {})[label] = xy
+    # Throughput over a short window, as Grafana's $__rate_interval would: a 1 min rate averages in the
+    # idle start-up of a short run. (The breakdown is a ratio, which idle time does not skew.)
+    examples = f'rate(trainer_examples_total{{job="trainer"}}[{max(20, 2 * round(w.step))}s])'
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(w.start))
     plot(
         breakdown=breakdown,
-        throughput=series(prom, "cluster:trainer_examples:rate1m", w) | series(prom, "task:trainer_examples:rate1m", w),
-        loss=series(prom, 'trainer_loss{job="trainer"}', w),
-        title=f"Training run from {started}, {w.end - w.start:.0f} s (1 min rate windows)",
+        throughput=(series(prom, f"sum by (job) ({examples})", w)
+                    | series(prom, f"sum by (job, instance, task_type, task_index) ({examples})", w)),
+        loss=series(prom, LOSS, w),
+        title=f"Training run from {started}, {w.end - w.start:.0f} s (step breakdown: 1 min means)",
         out=out,
     )
     return True

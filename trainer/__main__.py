@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
     # Before TensorFlow is imported: Keras 3 cannot train under MWMS (keras-team/keras#20585).
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    from trainer import run  # noqa: E402 (keeps TensorFlow out of the configuration path)
+    from trainer import run
 
     try:
         run.run(config, spec)

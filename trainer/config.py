@@ -11,6 +11,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -43,8 +44,8 @@ class Config:
     """Seed of the model initialisation and of the synthetic data's teacher."""
     input_delay_ms: float = 0.0
     """Extra delay per batch in the input pipeline, to demonstrate and test an input-bound run."""
-    steps_per_call: int = 10
-    """Steps run by one tf.function call (an in-graph loop); spreads the dispatch cost over them."""
+    steps_per_call: int = 0
+    """Steps per tf.function call (an in-graph loop spreading the dispatch cost); 0 = auto (~0.5 s calls)."""
     measure_every: int = 1
     """Time the steps of one call in this many (1 = every step); the others run untimed."""
     log_every: int = 10
@@ -61,9 +62,9 @@ class Config:
     """Seconds to wait for every peer to accept a connection before exiting with code 3."""
 
     def __post_init__(self) -> None:
-        for name in ("steps", "per_replica_batch", "steps_per_call", "measure_every", "log_every"):
+        for name in ("steps", "per_replica_batch", "measure_every", "log_every"):
             _check(getattr(self, name) >= 1, name, "must be 1 or more")
-        for name in ("warmup_steps", "save_every", "input_delay_ms"):
+        for name in ("warmup_steps", "save_every", "input_delay_ms", "steps_per_call"):
             _check(getattr(self, name) >= 0, name, "must be 0 or more")
         _check(self.learning_rate > 0, "learning_rate", "must be positive")
         _check(self.cluster_timeout > 0, "cluster_timeout", "must be positive (seconds)")
@@ -88,7 +89,7 @@ def field_docs(cls: type = Config) -> dict[str, str]:
     """The docstring under each field, so flags' --help and the code share one description."""
     body = ast.parse(inspect.getsource(cls)).body[0].body
     docs = {}
-    for node, following in zip(body, body[1:]):
+    for node, following in itertools.pairwise(body):
         if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
             docs[node.target.id] = following.value.value
     return docs

@@ -61,7 +61,8 @@ def start(argv: Sequence[str], workers: int, *, module: str = "trainer", metrics
         child_env = {**env, "TF_CONFIG": spec.with_task(task).to_tf_config(), "TRAINER_METRICS_PORT": str(mport),
                      "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen([sys.executable, "-m", module, *argv], env=child_env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_parent)  # noqa: PLW1509 (only prctl)
         threading.Thread(target=_pump, args=(task.name, proc.stdout, sys.stdout), daemon=True).start()
         where = f"metrics http://{host}:{mport}/metrics" if mport else "metrics off"
         print(f"[launch] {task.name}: pid {proc.pid}, {spec.address(task)}, {where}", flush=True)

@@ -10,8 +10,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, Info, ProcessCollector
-from prometheus_client import start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Enum,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+    start_http_server,
+)
 
 from trainer.cluster import TaskId
 from trainer.netdev import LabelledCollector, NetworkCollector

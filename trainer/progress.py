@@ -14,7 +14,7 @@ from trainer.metrics import StepTiming
 
 
 def format_eta(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:
@@ -49,7 +49,7 @@ def line(*, task: str, step: int, total: int, interval: Interval, now: float, gl
         fields.append(f"acc {accuracy:.2f}")
     mean = interval.mean()
     if mean is not None:
-        ms = lambda s: f"{s * 1000:.1f}"  # noqa: E731
+        ms = lambda s: f"{s * 1000:.1f}"
         fields.append(f"{ms(mean.step)} ms = compute {ms(mean.compute)} + allreduce {ms(mean.allreduce)}"
                       f" + input {ms(mean.input)} + other {ms(mean.other)}")
     fields.append(f"eta {format_eta((total - step) / rate) if rate > 0 else '?'}")

@@ -68,7 +68,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
         status = 0
     except SystemExit as exit_:
         status = _exit_status(exit_.code)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 (whatever the script raises, report it and exit 1)
         traceback.print_exc()
         status = EXIT_FAILED
     metrics.state("done" if status == 0 else "failed")

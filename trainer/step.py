@@ -24,21 +24,10 @@ copy of a scalar computed from the tensors it follows; the copy completes only a
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import tensorflow as tf
 
+from trainer.loop import StepFns
 from trainer.tasks import Task
-
-@dataclass(frozen=True)
-class StepFns:
-    timed: Callable
-    """(iterator, n) -> marks [n, 5] (t_start, t0..t3 of replica 0), stats [loss, accuracy], ids"""
-    plain: Callable
-    """(iterator, n) -> the same arithmetic without marks (marks is then [n, 0])"""
-    allreduce_bytes: int
-    """Gradient bytes each replica all-reduces per step."""
 
 
 def build(strategy: tf.distribute.Strategy, task: Task, optimizer, global_batch: int) -> StepFns:
@@ -49,7 +38,7 @@ def build(strategy: tf.distribute.Strategy, task: Task, optimizer, global_batch:
     """
     variables = task.model.trainable_variables
     on_gpu = bool(tf.config.list_logical_devices("GPU"))
-    first = lambda v: strategy.experimental_local_results(v)[0]  # noqa: E731
+    first = lambda v: strategy.experimental_local_results(v)[0]
 
     def mark(after, timed):
         if not timed:

@@ -91,8 +91,11 @@ def _run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics) -> 
         metrics.state("training")
 
     metrics.state("training")
-    result = loop.train(fns, iterator, start_step=start, settings=settings,
-                        metrics=metrics, save=save)
+    def agree(k: int) -> int:
+        return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
+
+    result = loop.train(fns, iterator, start_step=start, settings=settings, metrics=metrics, save=save,
+                        agree=agree)
     if config.checkpoint_dir:
         metrics.state("checkpointing")
         ckpt.save(result.final_step)

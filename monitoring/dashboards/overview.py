@@ -2,10 +2,19 @@
 
 import itertools
 
-
 from .panels import GREEN, JOB, TASK_LEGEND, graph, labels_table, new_dashboard, row, single, task_variable
 
 UID = "trainer-overview"
+
+
+# The graphs use Grafana's rate interval (follows zoom, reacts within 20 s); the stats above them
+# show the 1 min recording rules that alerts and `make diagnose` use.
+EXAMPLES_RATE = f"rate(trainer_examples_total{{{JOB}}}[$__rate_interval])"
+
+
+def step_quantile(q: float) -> str:
+    return (f"histogram_quantile({q}, sum by (job, instance, task_type, task_index, le) "
+            f"(rate(trainer_step_duration_seconds_bucket{{{JOB}}}[$__rate_interval])))")
 
 
 def build():
@@ -52,23 +61,23 @@ def build():
         "be equal (each processes its own shard of the global batch); a lower task has a smaller "
         "batch or restarted.",
         "suffix: ex/s",
-        [("cluster:trainer_examples:rate1m", "cluster"), ("task:trainer_examples:rate1m", TASK_LEGEND)]))
+        [(f"sum by (job) ({EXAMPLES_RATE})", "cluster"),
+         (f"sum by (job, instance, task_type, task_index) ({EXAMPLES_RATE})", TASK_LEGEND)]))
     d = d.with_panel(graph(
         ids, "Loss", "Training loss reported by each task. It should fall; flat from the start means "
         "the learning rate is too low or the data is not learnable, NaN/Inf fires LossNotFinite.",
-        "none", [(f"trainer_loss{{{JOB}}}", TASK_LEGEND)], min_zero=False))
+        "none", [(f"trainer_loss{{{JOB}}} and on (job, instance) (trainer_steps_total{{{JOB}}} > 0)",
+                  TASK_LEGEND)], min_zero=False))
     d = d.with_panel(graph(
         ids, "Step time p50 / p95 per task", "Wall time of a whole step per task, median and 95th "
         "percentile. All tasks show nearly the same time in synchronous training; a wide p95 "
         "against p50 means jitter (a noisy neighbour, garbage collection, checkpointing).",
         "s",
-        [(f"histogram_quantile(0.5, sum by (job, instance, task_type, task_index, le) "
-          f"(rate(trainer_step_duration_seconds_bucket{{{JOB}}}[$__rate_interval])))", TASK_LEGEND + " p50"),
-         (f"histogram_quantile(0.95, sum by (job, instance, task_type, task_index, le) "
-          f"(rate(trainer_step_duration_seconds_bucket{{{JOB}}}[$__rate_interval])))", TASK_LEGEND + " p95")]))
+        [(step_quantile(0.5), TASK_LEGEND + " p50"), (step_quantile(0.95), TASK_LEGEND + " p95")]))
     d = d.with_panel(graph(
         ids, "Steps per second", "Synchronous steps per second. A drop to 0 while tasks are up is a stall.",
-        "suffix: steps/s", [("cluster:trainer_steps:rate1m", "cluster")]))
+        "suffix: steps/s",
+        [(f"max by (job) (rate(trainer_steps_total{{{JOB}}}[$__rate_interval]))", "cluster")]))
 
     d = d.with_row(row(ids, "Where step time goes"))
     d = d.with_panel(graph(
@@ -124,12 +133,12 @@ def build():
         ids, "Build info per task", "Versions and configuration of every task. All rows must agree "
         "(TensorFlow, trainer version, strategy, communication, model task); a differing row "
         "means a stale image: rebuild and restart the cluster.",
-        f"trainer_build_info{{{JOB}}}", hide=("instance",), w=16))
+        f"last_over_time(trainer_build_info{{{JOB}}}[$__range])", hide=("instance",), w=16))
     d = d.with_panel(labels_table(
-        ids, "Task state", "Current state of every task (starting, waiting_for_peers, training, "
-        "checkpointing, done, failed). A task stuck in waiting_for_peers cannot reach a peer: see "
-        "its log for the missing address.",
-        f"trainer_state{{{JOB}}} == 1", hide=("instance",), w=8))
+        ids, "Task state", "Last known state of every task in the time range (starting, "
+        "waiting_for_peers, training, checkpointing, done, failed). A task stuck in waiting_for_peers "
+        "cannot reach a peer: see its log for the missing address.",
+        f"last_over_time(trainer_state{{{JOB}}}[$__range]) == 1", hide=("instance",), w=8))
     d = d.with_panel(labels_table(
         ids, "Firing alerts", "Alerts firing now, with the task they name. Empty is good. The alert "
         "descriptions in Prometheus (/alerts) say what to do.",

@@ -12,6 +12,7 @@ from grafana_foundation_sdk.models import prometheus as promql
 DATASOURCE = dashboard.DataSourceRef(type_val="prometheus", uid="prometheus")
 TASK_LEGEND = "{{task_type}}-{{task_index}}"
 JOB = 'job="trainer"'
+TAG = "mwms"
 
 
 def query(expr: str, legend: str = "", *, ref_id: str = "A", instant: bool = False):
@@ -82,7 +83,8 @@ def labels_table(ids: itertools.count, title: str, description: str, expr: str, 
         .datasource(DATASOURCE)
         .targets([query(expr, ref_id="A", instant=True).format(promql.PromQueryFormat.TABLE)])
         .span(w).height(h)
-        .with_transformation(dashboard.DataTransformerConfig(id_val="organize", options={"excludeByName": excluded}))
+        .with_transformation(dashboard.DataTransformerConfig(id_val="organize",
+                                                             options={"excludeByName": excluded}))
     )
 
 
@@ -97,7 +99,8 @@ def task_variable(*, multi: bool):
         .sort(dashboard.VariableSort.ALPHABETICAL_ASC)
         .multi(multi).include_all(multi)
     )
-    return v
+    # Multi: every task by default (the overview repeats a panel per task); single: Grafana picks the first.
+    return v.current(dashboard.VariableOption(text="All", value="$__all")) if multi else v
 
 
 def row(ids: itertools.count, title: str):
@@ -107,8 +110,11 @@ def row(ids: itertools.count, title: str):
 def new_dashboard(uid: str, title: str, description: str):
     return (
         db.Dashboard(title).uid(uid).description(description)
-        .tags(["training", "tensorflow", "mwms"])
+        .tags([TAG, "training", "tensorflow"])
         .time("now-30m", "now").refresh("10s").timezone("browser")
         .tooltip(dashboard.DashboardCursorSync.CROSSHAIR)
         .editable()
+        # Both dashboards carry the tag, so each links to the other with the same time range.
+        .link(db.DashboardLink("Training dashboards").type(dashboard.DashboardLinkType.DASHBOARDS)
+              .tags([TAG]).as_dropdown(False).keep_time(True).include_vars(False))
     )

@@ -77,7 +77,8 @@ def build():
         limits=(GREEN, (0.2, "yellow"), (0.5, "red"))))
     d = d.with_panel(graph(
         ids, "Loss", "This task's training loss. It should fall; NaN or Inf fires LossNotFinite.",
-        "none", [(f"trainer_loss{{{SEL}}}", TASK_LEGEND)], min_zero=False))
+        "none", [(f"trainer_loss{{{SEL}}} and on (job, instance) (trainer_steps_total{{{SEL}}} > 0)",
+                  TASK_LEGEND)], min_zero=False))
     d = d.with_panel(graph(
         ids, "All-reduce bandwidth", "Algorithm and bus bandwidth of this task's gradient all-reduce "
         "(nccl-tests definitions). Lower than on the other tasks: this task waits for a straggler.",
@@ -91,5 +92,5 @@ def build():
          (f"task:trainer_network_receive_bytes:rate1m{{{SEL}}}", "received")]))
     d = d.with_panel(labels_table(
         ids, "Build info", "This task's versions and configuration; must match every other task's "
-        "(see Training overview).", f"trainer_build_info{{{SEL}}}", w=24, h=4))
+        "(see Training overview).", f"last_over_time(trainer_build_info{{{SEL}}}[$__range])", w=24, h=4))
     return d

@@ -7,7 +7,6 @@ the chief writes checkpoints, a killed cluster resumes, a missing peer exits 3 n
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
@@ -156,8 +155,9 @@ def _check_metrics(task: TaskId, fams: dict) -> None:
 
 
 def _latest_step(ckpt) -> int:
-    text = open(os.path.join(ckpt, "checkpoint")).read()
-    return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.M).group(1))
+    with open(os.path.join(ckpt, "checkpoint")) as f:
+        text = f.read()
+    return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.MULTILINE).group(1))
 
 
 def test_killed_cluster_resumes_from_checkpoint(tmp_path):
@@ -203,7 +203,8 @@ def test_missing_peer_exits_3_naming_it():
     spec = on_ports("127.0.0.1", free_ports(3))
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "trainer", "--cluster-timeout", "3"], cwd=ROOT, text=True,
-                          env=_task_env(spec, TaskId("chief", 0)), capture_output=True, timeout=60)
+                          env=_task_env(spec, TaskId("chief", 0)), capture_output=True, timeout=60,
+                          check=False)
     elapsed = time.monotonic() - start
     assert proc.returncode == 3, proc.stderr
     assert f"worker-0 ({spec.worker[0]})" in proc.stderr and f"worker-1 ({spec.worker[1]})" in proc.stderr

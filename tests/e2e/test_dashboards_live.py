@@ -2,15 +2,22 @@
 stack after real training: each must return finite data, for every task where it is per task.
 Dashboards and metric names can then never drift apart silently.
 
-Queries are sent the way Grafana sends them: `$__rate_interval`/`$__interval` and the dashboard
-variables substituted, range queries over the run, instant (table) queries at the run's end."""
+Queries are sent the way Grafana sends them: `$__rate_interval`, `$__interval`, `$__range` and the
+dashboard variables substituted, range queries over the run, instant (table) queries just after it."""
 
 import time
 
 import pytest
 
-from monitoring.promql import (Prometheus, find_window, finite_series, load_dashboards, panel_queries, substitute,
-                               wait_for_data)
+from monitoring.promql import (
+    Prometheus,
+    find_window,
+    finite_series,
+    load_dashboards,
+    panel_queries,
+    substitute,
+    wait_for_data,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -31,7 +38,8 @@ def trained(stack):
     prom = Prometheus(url=stack.prometheus_url)
     wait_for_data(prom, READY, tasks=stack.workers + 1, timeout=240)
     window = find_window(prom, lookback=3600, now=time.time())  # the run so far (or all of it)
-    tasks = finite_series(prom.query_range('trainer_world_size{job="trainer"}', window.start, window.end, STEP))
+    sizes = prom.query_range('trainer_world_size{job="trainer"}', window.start, window.end, STEP)
+    tasks = finite_series(sizes)
     assert sorted((m["task_type"], m["task_index"]) for m in tasks.values()) == \
         [("chief", "0")] + [("worker", str(i)) for i in range(stack.workers)]
     return prom, window, tasks
@@ -56,9 +64,12 @@ def variable_choices(q, instances: list[str]) -> list[dict[str, str]]:
 def test_panel_query_returns_data_for_every_task(trained, q):
     prom, window, tasks = trained
     for variables in variable_choices(q, sorted(tasks)):
-        expr = substitute(q.expr, rate_interval=RATE_INTERVAL, interval=f"{STEP}s", variables=variables)
+        # Instant (table) queries: as seen shortly after the run, when the tasks have exited.
+        at = window.end + 30
+        expr = substitute(q.expr, rate_interval=RATE_INTERVAL, interval=f"{STEP}s",
+                          range_=f"{at - window.start + STEP:.0f}s", variables=variables)
         if q.instant:
-            result = prom.query(expr, at=window.end)
+            result = prom.query(expr, at=at)
         else:
             result = prom.query_range(expr, window.start, window.end + 60, STEP)
         if (q.dashboard, q.panel, q.instant) in MAY_BE_EMPTY:
@@ -68,4 +79,4 @@ def test_panel_query_returns_data_for_every_task(trained, q):
         if any("task_type" in m for m in got.values()):  # per task: every task in scope has data
             scoped = variables.get("task")
             want = {i for i in tasks if not scoped or i in scoped.split("|")}
-            assert set(got) == want, f"{q.panel} [{q.ref_id}] has data for {sorted(got)}, not {sorted(want)}: {expr}"
+            assert set(got) == want, f"{q.panel} [{q.ref_id}]: {sorted(got)}, want {sorted(want)}: {expr}"

@@ -7,7 +7,7 @@ from compose import status
 
 def test_table_rows_per_task_in_order() -> None:
     states = {"worker-1": "running", "prometheus": "running", "chief": "exited (0)", "worker-0": "running"}
-    values = {"step": {("chief", "0"): 120.0, ("worker", "0"): 118.0}, "steps/s": {("chief", "0"): 2.5},
+    values = {"step": {("chief", "0"): 120.0, ("worker", "0"): 118.0}, "steps/s": {("chief", "0"): 2.5, ("worker", "0"): float("nan")},
               "step time": {("chief", "0"): 0.4}, "all-reduce": {("chief", "0"): 0.25},
               "input wait": {("chief", "0"): 0.05}, "checkpoint": {("chief", "0"): 100.0}}
     expr_to_col = {expr: col for col, expr in status.QUERIES.items()}
@@ -15,6 +15,7 @@ def test_table_rows_per_task_in_order() -> None:
     assert rows[0] == status.COLUMNS
     assert rows[1] == ("chief", "exited (0)", "120", "2.50", "0.400 s", "25%", "5%", "100")
     assert [r[0] for r in rows[1:]] == ["chief", "worker-0", "worker-1"]
+    assert rows[2][2:4] == ("118", "-")
     assert rows[3][2:] == ("-",) * 6
     text = status.render(rows)
     assert text.splitlines()[0].startswith("task ")

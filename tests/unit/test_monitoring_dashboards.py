@@ -20,9 +20,11 @@ CONTRACT = {
     "trainer_allreduce_duration_seconds", "trainer_steps_total", "trainer_examples_total",
     "trainer_allreduce_bytes_total", "trainer_network_transmit_bytes_total",
     "trainer_network_receive_bytes_total", "trainer_loss", "trainer_global_step", "trainer_world_size",
-    "trainer_last_step_timestamp_seconds", "trainer_last_checkpoint_step", "trainer_build_info", "trainer_state",
+    "trainer_last_step_timestamp_seconds", "trainer_last_checkpoint_step", "trainer_build_info",
+    "trainer_state",
 }
-HISTOGRAM_SERIES = {f"{h}{s}" for h in CONTRACT if h.endswith("_seconds") for s in ("_bucket", "_sum", "_count")}
+HISTOGRAMS = {h for h in CONTRACT if h.endswith("_seconds") and "timestamp" not in h}
+HISTOGRAM_SERIES = {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
 
 COMMITTED = load_dashboards()
 
@@ -102,8 +104,9 @@ def test_task_detail_has_a_task_variable():
 
 def test_substitute_replaces_grafana_intervals_and_variables():
     expr = 'rate(x{instance="$task", t="${task_type}"}[$__rate_interval]) offset $__interval'
-    assert substitute(expr, rate_interval="20s", interval="5s", variables={"task": "w:1", "task_type": "worker"}) \
-        == 'rate(x{instance="w:1", t="worker"}[20s]) offset 5s'
+    variables = {"task": "w:1", "task_type": "worker"}
+    got = substitute(expr, rate_interval="20s", interval="5s", variables=variables)
+    assert got == 'rate(x{instance="w:1", t="worker"}[20s]) offset 5s'
 
 
 def test_provisioning_matches_the_dashboards_and_scrape_interval():

@@ -22,7 +22,7 @@ def promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
         if os.environ.get("CI") == "true":
-            pytest.fail("promtool not on PATH in CI: `make engine` should have run apt-get install prometheus")
+            pytest.fail("promtool not on PATH in CI: `make engine` installs it (apt-get install prometheus)")
         pytest.skip("promtool not on PATH (apt-get install prometheus)")
     return path
 
@@ -58,7 +58,7 @@ def test_recording_rules_are_named_level_metric_operation():
 
 def test_every_alert_has_for_severity_and_names_the_task():
     alerts = {r["alert"]: r for r in rules() if "alert" in r}
-    assert set(alerts) == ALERTS
+    assert ALERTS <= set(alerts)
     for name, rule in alerts.items():
         assert rule.get("for"), name
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
@@ -73,7 +73,8 @@ def test_every_alert_has_a_firing_and_a_non_firing_case():
         for group in yaml.safe_load(path.read_text())["tests"]:
             for case in group.get("alert_rule_test", []):
                 cases.setdefault(case["alertname"], set()).add(bool(case.get("exp_alerts")))
-    assert {name: cases.get(name) for name in ALERTS} == {name: {True, False} for name in ALERTS}
+    alerts = {r["alert"] for r in rules() if "alert" in r}
+    assert {name: cases.get(name) for name in alerts} == {name: {True, False} for name in alerts}
 
 
 def test_scrape_config_matches_the_deployment_contract():

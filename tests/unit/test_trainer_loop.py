@@ -5,13 +5,12 @@ import logging
 import numpy as np
 
 from trainer import loop, progress
-from trainer.loop import LoopSettings
-from trainer.step import StepFns
+from trainer.loop import LoopSettings, StepFns
 
 
 def _settings(**kw):
-    base = dict(task_name="worker-0", steps=25, steps_per_call=10, measure_every=1, log_every=10, save_every=0,
-                global_batch=96, local_examples=32, classify=True, record_ids=True)
+    base = {"task_name": "worker-0", "steps": 25, "steps_per_call": 10, "measure_every": 1, "log_every": 10,
+            "save_every": 0, "global_batch": 96, "local_examples": 32, "classify": True, "record_ids": True}
     return LoopSettings(**{**base, **kw})
 
 
@@ -53,14 +52,29 @@ class Recorder:
         self.calls.append(kw)
 
 
-def test_call_size_stops_at_logs_saves_and_end():
-    s = _settings(steps=25, steps_per_call=10, log_every=10, save_every=4)
+def test_call_size_stops_at_saves_and_end():
+    s = _settings(steps=25, steps_per_call=10, log_every=10, save_every=7)
     sizes, step = [], 0
     while step < s.steps:
-        n = loop.call_size(step, s)
+        n = loop.call_size(step, 10, s)
         sizes.append(n)
         step += n
-    assert sizes == [4, 4, 2, 2, 4, 4, 4, 1]
+    assert sizes == [7, 7, 7, 4]
+
+
+def test_auto_steps_per_call_is_calibrated_and_agreed():
+    clock, rec, sizes, agreed = FakeClock(), Recorder(), [], []
+    fns = _fns(clock)
+    sized = StepFns(timed=lambda it, n: (sizes.append(n), fns.timed(it, n))[1], plain=fns.plain, allreduce_bytes=1)
+
+    def agree(k):
+        agreed.append(k)
+        return k + 1  # the cluster's maximum wins
+
+    loop.train(sized, iter(()), start_step=0, settings=_settings(steps=200, steps_per_call=0, log_every=50),
+               metrics=rec, save=lambda s: None, clock=clock, agree=agree)
+    assert agreed == [50] and sizes[:4] == [1, 1, 51, 51]  # trace, calibrate (10 ms steps), then 0.5 s calls
+    assert loop.auto_steps_per_call(2.0) == 1 and loop.auto_steps_per_call(1e-5) == loop.MAX_STEPS_PER_CALL
 
 
 def test_timings_cover_the_wall_time():

@@ -1,8 +1,7 @@
 """Metric names, types and labels are a contract with dashboards and alerts: frozen here."""
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client import generate_latest
 
 from trainer import metrics, netdev
 from trainer.cluster import TaskId
@@ -58,7 +57,7 @@ def test_every_series_has_task_labels():
 
 def test_values_recorded():
     fams = _families(_recorded())
-    value = lambda name, suffix="": next(s.value for s in fams[name].samples if s.name == name + suffix)  # noqa
+    value = lambda name, suffix="": next(s.value for s in fams[name].samples if s.name == name + suffix)
     assert value("trainer_steps", "_total") == 1
     assert value("trainer_examples", "_total") == 32
     assert value("trainer_allreduce_bytes", "_total") == 1000

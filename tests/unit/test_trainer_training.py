@@ -9,12 +9,13 @@ import os
 
 import pytest
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # before TensorFlow is imported
+import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
+
 tf = pytest.importorskip("tensorflow")
 
-from trainer import records, step, tasks, training  # noqa: E402
-from trainer.cluster import TaskId  # noqa: E402
-from trainer.config import Config  # noqa: E402
+from trainer import records, step, tasks, training
+from trainer.cluster import TaskId
+from trainer.config import Config
 
 
 class Recorder:

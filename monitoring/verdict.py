@@ -1,0 +1,230 @@
+"""Why is the cluster slow? The verdict from one snapshot of per-task figures: pure, no I/O.
+
+`make diagnose` (monitoring/diagnose.py) fills `TaskSample`s from Prometheus and calls `diagnose`;
+monitoring/prometheus/rules/verdict.yml computes the same codes in PromQL for the dashboards, with
+the same thresholds and the same priority (the higher code wins, both per task and for the cluster):
+
+    6 down > 5 stalled > 4 mismatch > 3 straggler > 2 input-bound > 1 communication-bound > 0 healthy
+
+Per task, communication-bound means "this task spends most of its step in all-reduce"; the cluster
+is communication-bound only when every task does (otherwise someone is making the others wait).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
+# Thresholds: the alerts in trainer.alerts.yml and the rules in verdict.yml use the same numbers.
+INPUT_SHARE = 0.2
+"""Input wait above this share of step time: the input pipeline cannot feed the replica."""
+ALLREDUCE_SHARE = 0.5
+"""All-reduce above this share of step time on every task: communication dominates."""
+STRAGGLER_RATIO = 1.5
+"""Compute time above this multiple of the median task's: a straggler."""
+STALL_SECONDS = 120.0
+"""No step for this long while not done: stalled."""
+
+HEALTHY, COMMUNICATION, INPUT, STRAGGLER, MISMATCH, STALLED, DOWN = range(7)
+NO_DATA, FINISHED = -1, -2
+NAMES = {HEALTHY: "healthy", COMMUNICATION: "communication-bound", INPUT: "input-bound", STRAGGLER: "straggler",
+         MISMATCH: "mismatch", STALLED: "stalled", DOWN: "down", NO_DATA: "no-data", FINISHED: "finished"}
+EXIT_HEALTHY, EXIT_PROBLEM, EXIT_NO_DATA = 0, 1, 2
+
+ADVICE = {
+    HEALTHY: ["Compute dominates: the cluster does what it should. To go faster, add replicas or use a "
+              "faster device; check `make scaling` for where adding workers stops paying."],
+    COMMUNICATION: [
+        "Amortise the all-reduce: a larger --per-replica-batch does more compute per byte exchanged.",
+        "Pack gradients: CommunicationOptions(bytes_per_pack=...) (see `make bench-comm` for the best value).",
+        "On GPUs use NCCL (CommunicationImplementation.NCCL / AUTO); on CPU, a faster network or fewer, "
+        "larger workers.",
+    ],
+    INPUT: [
+        "Prefetch (dataset.prefetch(tf.data.AUTOTUNE)) and parallelise map/interleave "
+        "(num_parallel_calls=AUTOTUNE).",
+        "Cache decoded data (dataset.cache()) if it fits; move expensive preprocessing offline.",
+        "With FILE sharding give at least as many input files as workers (more readers).",
+    ],
+    STRAGGLER: [
+        "Check that task's host and container: CPU limit (docker update --cpus / cgroup throttling), "
+        "noisy neighbours, thermal throttling, a different device or driver, a larger data shard.",
+        "Synchronous training runs at the pace of the slowest task: fix or replace it before adding workers.",
+    ],
+    MISMATCH: ["Every task must run the same image, TensorFlow, trainer version, strategy, model and world "
+               "size: rebuild and restart the whole cluster from one image (`make up`)."],
+    STALLED: ["No step for minutes: a peer may hang inside a collective, or the input blocks. Read every "
+              "task's logs (`make logs`), then restart the whole cluster; it resumes from the checkpoint."],
+    DOWN: ["A task is not answering: read its logs (`make logs SERVICE=<task>`). MWMS cannot continue "
+           "without it; restart the whole cluster (it resumes from the last checkpoint)."],
+    NO_DATA: ["Nothing to judge yet: is the stack up (`make up`) and has it trained for a minute? "
+              "Check PROMETHEUS_URL and http://127.0.0.1:9090/targets."],
+    FINISHED: ["The run is over; nothing to fix."],
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSample:
+    """One task's figures over the last minute (the `task:…1m` recording rules); None = unknown."""
+
+    task: str
+    """`chief-0`, `worker-1`, ..."""
+    up: bool = True
+    state: str | None = None
+    """trainer_state: starting, waiting_for_peers, training, checkpointing, done, failed."""
+    last_step_age: float | None = None
+    """Seconds since the task's last step; None before its first step."""
+    step: float | None = None
+    """Mean seconds per step; None when no step was timed in the window."""
+    compute_share: float | None = None
+    allreduce_share: float | None = None
+    input_share: float | None = None
+    compute: float | None = None
+    """Mean compute seconds per step."""
+    compute_ratio: float | None = None
+    """Compute time / median task's compute time."""
+    busbw: float | None = None
+    """All-reduce bus bandwidth, bytes/s."""
+    build: tuple[str, ...] | None = None
+    """(tf_version, trainer_version, strategy, communication, task) from trainer_build_info."""
+    world_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    verdict: str
+    code: int
+    tasks: tuple[str, ...] = ()
+    """The tasks the verdict names (the straggler, the input-bound ones, the ones down)."""
+    evidence: tuple[str, ...] = ()
+    advice: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    cluster: Finding
+    tasks: dict[str, Finding] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        if self.cluster.code == NO_DATA:
+            return EXIT_NO_DATA
+        return EXIT_HEALTHY if self.cluster.code in (HEALTHY, FINISHED) else EXIT_PROBLEM
+
+
+def _pct(x: float | None) -> str:
+    return "?" if x is None else f"{100 * x:.0f}%"
+
+
+def _ms(x: float | None) -> str:
+    return "?" if x is None else f"{1000 * x:.1f} ms"
+
+
+def _done(t: TaskSample) -> bool:
+    return t.state == "done"
+
+
+def odd_ones(samples: list[TaskSample]) -> dict[str, str]:
+    """Tasks whose build differs from the most common one (ties: nobody singled out) or whose world
+    size is below the largest; task -> why. verdict.yml computes the same."""
+    groups = Counter(t.build for t in samples if t.build is not None)
+    largest = max(groups.values(), default=0)
+    world = max((t.world_size for t in samples if t.world_size is not None), default=None)
+    odd = {}
+    for t in samples:
+        if t.build is not None and groups[t.build] < largest:
+            common = [b for b, n in groups.items() if n == largest]
+            odd[t.task] = f"build {t.build} differs from {len(common) == 1 and common[0] or common} on most tasks"
+        elif t.world_size is not None and t.world_size < world:
+            odd[t.task] = f"world size {t.world_size}, others {world}"
+    return odd
+
+
+def mismatched(samples: list[TaskSample]) -> bool:
+    """More than one build or world size in the cluster (the cluster-level mismatch)."""
+    return len({t.build for t in samples if t.build is not None}) > 1 or \
+        len({t.world_size for t in samples if t.world_size is not None}) > 1
+
+
+def task_code(t: TaskSample, odd: dict[str, str]) -> int | None:
+    """The task's verdict code, None when it has no figures yet."""
+    if not t.up and not _done(t):
+        return DOWN
+    if t.last_step_age is not None and t.last_step_age > STALL_SECONDS and t.state not in ("done", "checkpointing"):
+        return STALLED
+    if t.task in odd:
+        return MISMATCH
+    if t.step is None:
+        return None
+    if t.compute_ratio is not None and t.compute_ratio > STRAGGLER_RATIO:
+        return STRAGGLER
+    if t.input_share is not None and t.input_share > INPUT_SHARE:
+        return INPUT
+    if t.allreduce_share is not None and t.allreduce_share > ALLREDUCE_SHARE:
+        return COMMUNICATION
+    return HEALTHY
+
+
+def _task_evidence(t: TaskSample, code: int, odd: dict[str, str]) -> tuple[str, ...]:
+    if code == DOWN:
+        return (f"{t.task}: target down (last state {t.state or 'unknown'})",)
+    if code == STALLED:
+        return (f"{t.task}: no step for {t.last_step_age:.0f} s (state {t.state or 'unknown'})",)
+    if code == MISMATCH:
+        return (f"{t.task}: {odd[t.task]}",)
+    ratio = "?" if t.compute_ratio is None else f"{t.compute_ratio:.2f}x"
+    return (f"{t.task}: step {_ms(t.step)} = compute {_pct(t.compute_share)} + all-reduce "
+            f"{_pct(t.allreduce_share)} + input {_pct(t.input_share)}; compute {_ms(t.compute)} = {ratio} median",)
+
+
+def diagnose(samples: list[TaskSample], *, link_busbw: float | None = None) -> Diagnosis:
+    """The cluster's verdict and each task's. `link_busbw`: the best bus bandwidth `make bench-comm`
+    measured on this network (bytes/s), to say how close the all-reduce runs to the link."""
+    if not samples:
+        return Diagnosis(Finding("no-data", NO_DATA, evidence=("no trainer targets in Prometheus",),
+                                 advice=tuple(ADVICE[NO_DATA])))
+    if all(_done(t) for t in samples):
+        return Diagnosis(Finding("finished", FINISHED, evidence=(f"all {len(samples)} tasks are done",),
+                                 advice=tuple(ADVICE[FINISHED])))
+    odd = odd_ones(samples)
+    codes = {t.task: task_code(t, odd) for t in samples}
+    tasks = {t.task: Finding(NAMES[c], c, (t.task,), _task_evidence(t, c, odd))
+             for t in samples if (c := codes[t.task]) is not None}
+    judged = [t for t in samples if codes[t.task] is not None]
+    if not judged:
+        states = ", ".join(sorted({t.state or "unknown" for t in samples}))
+        return Diagnosis(Finding("no-data", NO_DATA, evidence=(f"{len(samples)} tasks up but no timed steps "
+                                                               f"in the last minute (states: {states})",),
+                                 advice=tuple(ADVICE[NO_DATA])))
+
+    worst = max(codes[t.task] for t in judged)
+    if worst == COMMUNICATION and not all(codes[t.task] == COMMUNICATION for t in judged if not _done(t)):
+        worst = HEALTHY  # some tasks wait, not all: nobody is clearly to blame at these thresholds
+    named = tuple(sorted(t.task for t in judged if codes[t.task] == worst)) if worst >= INPUT else ()
+    evidence = [e for t in judged for e in tasks[t.task].evidence if worst < INPUT or t.task in named]
+    if worst < MISMATCH and mismatched(samples):  # e.g. two builds, two tasks each: nobody singled out
+        worst, named = MISMATCH, ()
+        evidence = [f"{t.task}: build {t.build}, world size {t.world_size}" for t in samples]
+    if worst == STRAGGLER:
+        others = [t for t in judged if t.task not in named and t.allreduce_share is not None]
+        median = statistics.median(t.compute for t in judged if t.compute is not None)
+        for t in (s for s in judged if s.task in named):
+            evidence.insert(0, f"{t.task} computes {t.compute_ratio:.1f}x the median task ({_ms(t.compute)} vs "
+                               f"{_ms(median)} per step)")
+        if others:
+            evidence.append("the others wait in all-reduce: " + ", ".join(
+                f"{t.task} {_pct(t.allreduce_share)}" for t in others))
+    if worst == COMMUNICATION:
+        evidence.insert(0, "every task spends more than "
+                           f"{_pct(ALLREDUCE_SHARE)} of its step in all-reduce")
+        best = max((t.busbw for t in judged if t.busbw is not None), default=None)
+        if best is not None and link_busbw:
+            evidence.append(f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s = {100 * best / link_busbw:.0f}% of "
+                            f"the {link_busbw / 1e6:.0f} MB/s `make bench-comm` measured on this network")
+        elif best is not None:
+            evidence.append(f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s (run `make bench-comm` to compare "
+                            "with what the network gives)")
+    if worst == INPUT:
+        evidence.insert(0, f"input wait above {_pct(INPUT_SHARE)} of the step on {', '.join(named)}")
+    return Diagnosis(Finding(NAMES[worst], worst, named, tuple(evidence), tuple(ADVICE[worst])), tasks)

@@ -1,0 +1,123 @@
+"""monitoring/diagnose.py: Prometheus answers -> samples -> text / JSON / exit code, against a fake
+Prometheus HTTP API on loopback; and the promtool tests of verdict.yml."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from monitoring import diagnose
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def vec(name: str, value: float | str, /, **labels: str) -> dict:
+    task_type, index = name.rsplit("-", 1)
+    return {"metric": {"job": "trainer", "task_type": task_type, "task_index": index, **labels},
+            "value": [1000.0, str(value)]}
+
+
+def healthy(tasks=("chief-0", "worker-0", "worker-1"), **override) -> dict[str, list[dict]]:
+    build = dict(tf_version="2.21.0", trainer_version="0.1.0", strategy="mwms", communication="AUTO", task="mlp")
+    figures = {"up": 1, "last_step_age": 1.5, "step": 0.1, "compute": 0.07, "compute_share": 0.7,
+               "allreduce_share": 0.2, "input_share": 0.05, "compute_ratio": 1.0, "busbw": 4e7, "world_size": 3}
+    out = {name: [vec(t, value) for t in tasks] for name, value in figures.items()}
+    out["state"] = [vec(t, 1, trainer_state="training") for t in tasks]
+    out["build"] = [vec(t, 1, **build) for t in tasks]
+    for name, per_task in override.items():
+        for t, value in per_task.items():
+            out[name] = [s for s in out[name] if diagnose.task_name(s["metric"]) != t] + [vec(t, value)]
+    return out
+
+
+def test_samples_from_vectors():
+    samples = diagnose.samples(healthy(input_share={"worker-1": "NaN"}))
+    assert [s.task for s in samples] == ["chief-0", "worker-0", "worker-1"]
+    chief = samples[0]
+    assert (chief.up, chief.state, chief.world_size, chief.compute_ratio) == (True, "training", 3, 1.0)
+    assert chief.build == ("2.21.0", "0.1.0", "mwms", "AUTO", "mlp")
+    assert samples[2].input_share is None, "NaN (0/0 when no step in the window) is unknown, not a number"
+
+
+def test_series_of_tasks_no_longer_scraped_are_ignored():
+    results = healthy()
+    results["step"].append(vec("worker-7", 0.1))
+    assert [s.task for s in diagnose.samples(results)] == ["chief-0", "worker-0", "worker-1"]
+
+
+class FakePrometheus(BaseHTTPRequestHandler):
+    answers: dict[str, list[dict]] = {}
+
+    def do_GET(self):  # noqa: N802
+        expr = parse_qs(urlparse(self.path).query)["query"][0]
+        name = next(n for n, e in diagnose.QUERIES.items() if e == expr)
+        body = json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                        "result": self.answers.get(name, [])}}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def prometheus():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakePrometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_straggler_is_named_with_exit_1(prometheus, capsys, tmp_path):
+    FakePrometheus.answers = healthy(compute_ratio={"worker-0": 3.0}, compute={"worker-0": 0.21})
+    code = diagnose.main(["--prometheus", prometheus, "--bench", str(tmp_path / "none.json")])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.startswith("cluster: STRAGGLER (worker-0)\n  - worker-0 computes 3.0x the median task")
+    assert "advice:" in out and "worker-0  straggler" in out
+
+
+def test_healthy_json_exit_0(prometheus, capsys, tmp_path):
+    FakePrometheus.answers = healthy()
+    code = diagnose.main(["--prometheus", prometheus, "--json", "--bench", str(tmp_path / "none.json")])
+    out = json.loads(capsys.readouterr().out)
+    assert (code, out["verdict"], out["code"], out["exit_code"]) == (0, "healthy", 0, 0)
+    assert set(out["tasks"]) == {"chief-0", "worker-0", "worker-1"}
+
+
+def test_bench_comm_result_is_the_reference(prometheus, capsys, tmp_path):
+    bench = tmp_path / "bench-comm.json"
+    bench.write_text(json.dumps({"best": {"busbw": 8e7}}))
+    FakePrometheus.answers = healthy(allreduce_share={t: 0.7 for t in ("chief-0", "worker-0", "worker-1")})
+    assert diagnose.main(["--prometheus", prometheus, "--bench", str(bench)]) == 1
+    assert "50% of the 80 MB/s `make bench-comm` measured" in capsys.readouterr().out
+
+
+def test_no_targets_exit_2(prometheus, capsys):
+    FakePrometheus.answers = {}
+    assert diagnose.main(["--prometheus", prometheus]) == 2
+    assert "NO-DATA" in capsys.readouterr().out
+
+
+def test_unreachable_prometheus_exit_2(capsys):
+    assert diagnose.main(["--prometheus", "http://127.0.0.1:9"]) == 2
+    assert "cannot query Prometheus" in capsys.readouterr().err
+
+
+def test_promtool_verdict_rules():
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not on PATH (apt-get install prometheus)")
+    result = subprocess.run([promtool, "test", "rules", "monitoring/prometheus/tests/verdict_test.yml"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,149 @@
+"""Benchmark, run in every task of a local cluster (`make bench`); the chief prints the ratios:
+
+  (a) instrumented loop / the same loop untimed (the uninstrumented fused step), target >= 0.98
+  (b) our loop / tf-keras model.fit under MWMS, target >= 1.0
+  (c) |compute + all-reduce + input - step| / step over the timed steps, target <= 5%
+
+Modes alternate within each round (A B C A B C ...) on the same model, data and cluster, so slow
+drifts of a shared machine hit them alike; the median round counts. Not a test: numbers are noisy.
+
+    python -m trainer.launch --workers 2 --metrics-port 0 --module trainer.bench [--rounds 3] [--bench-steps 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf
+from prometheus_client import CollectorRegistry
+
+from trainer import agreement, loop, step, tasks, training
+from trainer import config as config_lib
+from trainer.cluster import CHIEF, TaskId, parse_tf_config
+from trainer.metrics import Metrics
+
+
+def _untimed(fns, iterator, steps: int, per_call: int) -> None:
+    for done in range(0, steps, per_call):
+        fns.plain(iterator, min(per_call, steps - done))[1].numpy()
+
+
+def _instrumented(fns, iterator, steps: int, per_call: int, metrics, timings: list) -> None:
+    class Keep:  # records what the loop reports, and forwards it to real metrics (their cost counts)
+        def record_step(self, **kw):
+            metrics.record_step(**kw)
+            if kw["timing"] is not None:
+                timings.append(kw["timing"])
+
+    settings = loop.LoopSettings(task_name="bench", steps=steps, steps_per_call=per_call, measure_every=1,
+                                 log_every=steps, save_every=0, global_batch=1, local_examples=1,
+                                 classify=False, record_ids=False)
+    logging.disable(logging.INFO)
+    loop.train(fns, iterator, start_step=0, settings=settings, metrics=Keep(), save=lambda s: None)
+    logging.disable(logging.NOTSET)
+
+
+def _one_step_per_call(strategy, task, optimizer, global_batch):
+    """The TensorFlow tutorial's custom loop: one step per call, aggregation inside apply_gradients."""
+    variables = task.model.trainable_variables
+
+    def replica(batch):
+        x, y = batch[0], batch[1]
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(task.loss(y, task.model(x, training=True)), global_batch_size=global_batch)
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    @tf.function
+    def train_step(iterator):
+        return strategy.run(replica, args=(next(iterator),))
+
+    return lambda iterator: strategy.experimental_local_results(train_step(iterator))[0].numpy()
+
+
+def _auto_steps_per_call(strategy, fns, iterator) -> int:
+    """As the trainer does: from a timed one-step call, agreed (maximum) across tasks."""
+    fns.timed(iterator, 1)[1].numpy()  # trace
+    t_prev = time.time()
+    marks = fns.timed(iterator, 1)[0].numpy()
+    k = loop.auto_steps_per_call(loop.timings_of(marks, t_prev, time.time())[0].step)
+    return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
+
+
+def _rate(fn, steps: int) -> float:
+    start = time.perf_counter()
+    fn()
+    return steps / (time.perf_counter() - start)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainer.bench")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--bench-steps", type=int, default=500, help="steps per mode per round")
+    args, rest = p.parse_known_args(argv)
+    config = config_lib.from_args(rest, os.environ)
+    spec = parse_tf_config(os.environ.get("TF_CONFIG"))
+    strategy = training.make_strategy(config, spec)
+    replicas = strategy.num_replicas_in_sync
+    global_batch = config.per_replica_batch * replicas
+    with strategy.scope():
+        task = tasks.build(tasks.load(config.task), per_replica_batch=config.per_replica_batch, seed=config.seed,
+                           data=config.data, input_delay_ms=config.input_delay_ms)
+        optimizer = step.optimizer(config, replicas)
+        fit_model = tf.keras.models.clone_model(task.model)
+        fit_model.compile(optimizer=step.optimizer(config, replicas),
+                          loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    iterator = iter(strategy.distribute_datasets_from_function(task.dataset_fn))
+    fit_data = strategy.distribute_datasets_from_function(lambda ctx: task.dataset_fn(ctx).map(lambda x, y, i: (x, y)))
+    fns = step.build(strategy, task, optimizer, global_batch)
+    classic = _one_step_per_call(strategy, task, optimizer, global_batch)
+    metrics = Metrics(CollectorRegistry(), spec.task if spec else TaskId(CHIEF, 0))
+    k = config.steps_per_call or _auto_steps_per_call(strategy, fns, iterator)
+    n, timings = args.bench_steps, []
+    modes = {
+        f"untimed fused step, {k} per call": lambda: _untimed(fns, iterator, n, k),
+        f"instrumented loop, {k} per call": lambda: _instrumented(fns, iterator, n, k, metrics, timings),
+        "untimed fused step, 1 per call": lambda: _untimed(fns, iterator, n, 1),
+        "instrumented loop, 1 per call": lambda: _instrumented(fns, iterator, n, 1, metrics, []),
+        "tutorial custom loop, 1 per call": lambda: [classic(iterator) for _ in range(n)],
+        "tf-keras model.fit": lambda: fit_model.fit(fit_data, epochs=1, steps_per_epoch=n, verbose=0),
+    }
+    for fn in modes.values():  # warm-up: trace every function once
+        fn()
+    timings.clear()
+    rates = {name: [] for name in modes}
+    for _ in range(args.rounds):
+        for name, fn in modes.items():
+            rates[name].append(_rate(fn, n))
+    if spec is None or spec.is_chief:
+        _report(config, replicas, args, {m: statistics.median(r) for m, r in rates.items()}, timings, k)
+    return 0
+
+
+def _report(config, replicas, args, rate, timings, k) -> None:
+    untimed_k, timed_k, untimed_1, timed_1, _, fit = rate.values()
+    step_s = sum(t.step for t in timings)
+    gap = abs(step_s - sum(t.input + t.compute + t.allreduce for t in timings)) / step_s
+    lines = [(f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "
+              f"{args.rounds} rounds x {args.bench_steps} steps per mode (median round)")]
+    lines += [f"  {name:<36} {value:8.1f} steps/s" for name, value in rate.items()]
+    lines += [
+        (f"(a) instrumented / untimed fused step: {timed_k / untimed_k:.3f} at {k} steps per call, "
+         f"{timed_1 / untimed_1:.3f} at 1 (target >= 0.98)"),
+        (f"(b) our loop / tf-keras model.fit:     {timed_k / fit:.2f} "
+         f"(at 1 step per call: {timed_1 / fit:.2f}) (target >= 1.0)"),
+        (f"(c) |compute + allreduce + input - step| / step: {gap:.1%} "
+         f"over {len(timings)} timed steps (target <= 5%)"),
+    ]
+    print("\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

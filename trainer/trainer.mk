@@ -1,0 +1,19 @@
+# Trainer targets (included by the top-level Makefile). Recipes use $(PY) from the project venv.
+
+WORKERS ?= 2
+BENCH_ARGS ?= --rounds 3 --bench-steps 500
+TRAIN_ARGS ?= --steps 300 --log-every 50
+
+##@ Trainer
+
+.PHONY: train-local
+train-local: $(VENV)/.stamp ## Train a chief + WORKERS local processes (no Docker); TRAIN_ARGS=... passes trainer flags
+	$(PY) -m trainer.launch --workers $(WORKERS) $(TRAIN_ARGS)
+
+.PHONY: bench
+bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: prints ratios (a) timing overhead, (b) vs model.fit, (c) breakdown gap
+	$(PY) -m trainer.launch --workers $(WORKERS) --metrics-port 0 --module trainer.bench $(BENCH_ARGS)
+
+.PHONY: test-trainer
+test-trainer: $(VENV)/.stamp ## Run the trainer's unit tests and local-cluster tests (real TensorFlow processes)
+	$(PY) -m pytest tests/unit/test_cluster.py $(wildcard tests/unit/test_trainer_*.py) tests/cluster $(PYTEST_ARGS)
