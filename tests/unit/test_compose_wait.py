@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Sequence
 
 import pytest
@@ -31,3 +32,14 @@ def fake_docker(exits: list[tuple[int, str]]) -> wait.Runner:
 ])
 def test_final_exit_code(exits: list[tuple[int, str]], final: int) -> None:
     assert wait.wait("chief", run=fake_docker(exits), log=lambda _m: None) == final
+
+
+def test_container_removed_mid_wait_returns_last_code() -> None:
+    calls = iter(["200", "restarting 1"])
+
+    def run(cmd: Sequence[str]) -> str:
+        try:
+            return next(calls)
+        except StopIteration:
+            raise subprocess.CalledProcessError(1, cmd) from None
+    assert wait.wait("chief", run=run, log=lambda _m: None) == 200
