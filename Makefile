@@ -17,7 +17,7 @@ help: ## Show this help (WORKERS=N means a chief plus N workers)
 	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2 } \
 	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
-##@ Setup
+##@ Project venv
 
 $(VENV)/.stamp: requirements.lock ## (file) The project venv, installed exactly from the hash-locked requirements.lock
 	rm -rf $(VENV) && $(PYTHON) -m venv $(VENV)

@@ -2,7 +2,7 @@
 # PROMETHEUS_URL comes from monitoring/monitoring.mk; RUN_DIR and PY from the top Makefile.
 
 BENCH_COMM_ARGS ?=
-SCALING_STEPS ?= 300
+SCALING_SECONDS ?= 20
 SCALING_ARGS ?= --task cnn --log-every 100
 
 ##@ Diagnose and benchmarks
@@ -17,4 +17,4 @@ bench-comm: $(VENV)/.stamp ## All-reduce sweep 4 KiB-64 MiB (time, algbw, busbw 
 
 .PHONY: scaling
 scaling: $(VENV)/.stamp ## Same short job at WORKERS=0..N (N=WORKERS): throughput, scaling efficiency, step breakdown; writes $(RUN_DIR)/scaling.{json,png}
-	$(PY) -m trainer.scaling --max-workers $(WORKERS) --steps $(SCALING_STEPS) --out $(RUN_DIR)/scaling $(SCALING_ARGS)
+	$(PY) -m trainer.scaling --max-workers $(WORKERS) --seconds $(SCALING_SECONDS) --out $(RUN_DIR)/scaling $(SCALING_ARGS)

@@ -36,6 +36,7 @@ QUERIES = {
     "busbw": "task:trainer_allreduce_busbw_bytes_per_second:mean1m",
     "build": f"last_over_time(trainer_build_info{TRAINER}[{LOOKBACK}])",
     "world_size": f"last_over_time(trainer_world_size{TRAINER}[{LOOKBACK}])",
+    "allreduce_bytes": "task:trainer_allreduce_bytes:per_step1m",
 }
 BUILD_LABELS = ("tf_version", "trainer_version", "strategy", "communication", "task")
 
@@ -65,18 +66,24 @@ def samples(results: dict[str, list[dict]]) -> list[verdict.TaskSample]:
                 fields[task]["build"] = tuple(s["metric"].get(k, "") for k in BUILD_LABELS)
             elif name == "world_size":
                 fields[task]["world_size"] = int(float(s["value"][1]))
-            elif name != "up":
+            elif name not in ("up", "allreduce_bytes"):
                 fields[task]["last_step_age" if name == "last_step_age" else name] = _number(s["value"][1])
     order = lambda t: (not t.startswith("chief"), t)  # noqa: E731
     return [verdict.TaskSample(task=t, **fields[t]) for t in sorted(fields, key=order)]
 
 
-def link_busbw(path: Path) -> float | None:
-    """The best bus bandwidth `make bench-comm` measured (bytes/s), if it has run."""
+def link_reference(path: Path, gradient_bytes: float | None) -> tuple[float | None, int | None]:
+    """From `make bench-comm`'s result (if it has run): the best busbw (bytes/s) among its knob settings
+    at the size nearest the training's bytes per all-reduce, and that size; else its overall best."""
     try:
-        return float(json.loads(path.read_text())["best"]["busbw"])
+        report = json.loads(path.read_text())
+        if not gradient_bytes:
+            return float(report["best"]["busbw"]), int(report["best"]["size"])
+        sizes = {r["size"] for r in report["rows"]}
+        size = min(sizes, key=lambda s: abs(math.log(s / gradient_bytes)))
+        return max(r["busbw"] for r in report["rows"] if r["size"] == size), size
     except (OSError, ValueError, KeyError, TypeError):
-        return None
+        return None, None
 
 
 def render(d: verdict.Diagnosis) -> str:
@@ -113,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     except (PrometheusError, OSError) as err:  # requests' errors are OSErrors
         print(f"diagnose: cannot query Prometheus at {args.prometheus}: {err}", file=sys.stderr)
         return verdict.EXIT_NO_DATA
-    d = verdict.diagnose(samples(results), link_busbw=link_busbw(args.bench))
+    gradient_bytes = max((_number(s["value"][1]) or 0 for s in results["allreduce_bytes"]), default=None)
+    busbw, size = link_reference(args.bench, gradient_bytes)
+    d = verdict.diagnose(samples(results), link_busbw=busbw, link_size=size)
     print(json.dumps(to_json(d), indent=2) if args.json else render(d))
     return d.exit_code
 

@@ -178,9 +178,10 @@ def _task_evidence(t: TaskSample, code: int, odd: dict[str, str]) -> tuple[str, 
             f"{_pct(t.allreduce_share)} + input {_pct(t.input_share)}; compute {_ms(t.compute)} = {ratio} median",)
 
 
-def diagnose(samples: list[TaskSample], *, link_busbw: float | None = None) -> Diagnosis:
-    """The cluster's verdict and each task's. `link_busbw`: the best bus bandwidth `make bench-comm`
-    measured on this network (bytes/s), to say how close the all-reduce runs to the link."""
+def diagnose(samples: list[TaskSample], *, link_busbw: float | None = None, link_size: int | None = None) -> Diagnosis:
+    """The cluster's verdict and each task's. `link_busbw`: the bus bandwidth (bytes/s) `make bench-comm`
+    measured on this network for all-reduces of `link_size` bytes (the size nearest the gradients'),
+    to say how close the training's all-reduce runs to what TensorFlow can get out of the network."""
     if not samples:
         return Diagnosis(Finding("no-data", NO_DATA, evidence=("no trainer targets in Prometheus",),
                                  advice=tuple(ADVICE[NO_DATA])))
@@ -220,8 +221,10 @@ def diagnose(samples: list[TaskSample], *, link_busbw: float | None = None) -> D
                            f"{_pct(ALLREDUCE_SHARE)} of its step in all-reduce")
         best = max((t.busbw for t in judged if t.busbw is not None), default=None)
         if best is not None and link_busbw:
+            at = f" for {link_size / 1024:.0f} KiB" if link_size else ""
             evidence.append(f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s = {100 * best / link_busbw:.0f}% of "
-                            f"the {link_busbw / 1e6:.0f} MB/s `make bench-comm` measured on this network")
+                            f"the {link_busbw / 1e6:.0f} MB/s `make bench-comm` measured{at} on this network "
+                            "(near 100%: the all-reduce itself is the limit; far below: latency or waiting)")
         elif best is not None:
             evidence.append(f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s (run `make bench-comm` to compare "
                             "with what the network gives)")

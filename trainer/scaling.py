@@ -1,10 +1,10 @@
 """`make scaling`: the same short job on a chief + 0, 1, ..., N workers; where does scaling break?
 
-    python -m trainer.scaling --max-workers 2 --steps 300 [--out .run/scaling] [-- trainer flags]
+    python -m trainer.scaling --max-workers 2 [--seconds 20] [--out .run/scaling] [trainer flags]
 
-Each size is a fresh local cluster (trainer.launch). While it trains, every task's /metrics is read
-twice a second; the figures are the difference between the first reading past the warm-up (two fifths
-of the steps: tracing, first collectives) and the last one, so start-up does not count. Per size:
+Each size is a fresh local cluster (trainer.launch) trained for the same wall time. Every task's
+/metrics is read twice a second; the figures are the difference between the first reading past the
+warm-up (tracing, first collectives) and the last one, so start-up does not count. Per size:
 cluster throughput (examples/s, all tasks), scaling efficiency throughput_r / (r x throughput_1)
 with r tasks (one replica each on CPU), and the mean step breakdown. Writes OUT.json and OUT.png.
 """
@@ -104,36 +104,37 @@ def scrape(port: int) -> Snapshot | None:
         return None
 
 
-def run_size(workers: int, steps: int, trainer_args: list[str], log: Path) -> Point:
+def run_size(workers: int, seconds: float, warmup: float, trainer_args: list[str], log: Path) -> Point:
+    """Train on a fresh chief + `workers` cluster until `seconds` past the warm-up, then stop it."""
     from trainer import launch
 
     tasks = workers + 1
     base = consecutive_free_ports(tasks)
-    argv = ["--steps", str(steps), "--save-every", "0", *trainer_args]
+    argv = ["--steps", "100000000", "--save-every", "0", *trainer_args]
     out = open(log, "a")  # the launcher's log pumps write here until the tasks exit
     with contextlib.redirect_stdout(out):
         procs = launch.start(argv, workers, metrics_port=base)
+    seen: list[float | None] = [None] * tasks
     first: list[Snapshot | None] = [None] * tasks
     last: list[Snapshot | None] = [None] * tasks
-    warmup = max(10, 2 * steps // 5)
     try:
-        while any(p.poll() is None for _, p in procs):
+        while not (all(first) and min(b.at - a.at for a, b in zip(first, last)) >= seconds):
+            failed = [(n, p.returncode) for n, p in procs if p.poll() is not None]
+            if failed:
+                raise RuntimeError(f"WORKERS={workers}: {failed} exited early; see {log}")
             for i in range(tasks):
                 snap = scrape(base + i)
-                if snap and snap.values.get("trainer_steps_total", 0) > 0:
-                    last[i] = snap
-                    if first[i] is None and snap.values["trainer_steps_total"] >= warmup:
-                        first[i] = snap
+                if snap is None or snap.values.get("trainer_steps_total", 0) == 0:
+                    continue
+                last[i] = snap
+                seen[i] = seen[i] or snap.at
+                if first[i] is None and snap.at - seen[i] >= warmup:
+                    first[i] = snap
             time.sleep(0.5)
-        failed = [(n, p.returncode) for n, p in procs if p.returncode != 0]
-        if failed:
-            raise RuntimeError(f"WORKERS={workers}: {failed} failed; see {log}")
     finally:
         launch.stop(procs)
         time.sleep(0.2)  # let the pumps drain
         out.close()
-    if any(f is None or f is l for f, l in zip(first, last)):
-        raise RuntimeError(f"WORKERS={workers}: too few readings past the warm-up; use more --steps")
     return point(tasks, first, last)
 
 
@@ -180,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer.scaling", description=__doc__.splitlines()[0],
                                 epilog="Other flags go to every trainer task (python -m trainer --help).")
     p.add_argument("--max-workers", type=int, default=2, help="largest WORKERS (a chief plus that many)")
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per size, after the warm-up")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds from a task's first step before measuring")
     p.add_argument("--out", type=Path, default=Path(".run/scaling"))
     args, trainer_args = p.parse_known_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -188,12 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.write_text("")
     points = []
     for workers in range(args.max_workers + 1):
-        print(f"scaling: chief + {workers} workers, {args.steps} steps (log {log})", file=sys.stderr, flush=True)
-        points.append(run_size(workers, args.steps, trainer_args, log))
+        print(f"scaling: chief + {workers} workers, {args.seconds:g} s past a {args.warmup:g} s warm-up (log {log})",
+              file=sys.stderr, flush=True)
+        points.append(run_size(workers, args.seconds, args.warmup, trainer_args, log))
     points = with_efficiency(points)
     print(format_table(points))
     args.out.with_suffix(".json").write_text(json.dumps(
-        {"steps": args.steps, "trainer_args": trainer_args,
+        {"seconds": args.seconds, "warmup": args.warmup, "trainer_args": trainer_args,
          "points": [{**asdict(q), "other_ms": q.other_ms} for q in points]}, indent=2) + "\n")
     write_png(points, args.out.with_suffix(".png"))
     print(f"scaling: wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}", file=sys.stderr)

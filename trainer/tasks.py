@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import tensorflow as tf
@@ -115,4 +115,4 @@ def build(fn: Callable[..., Task | tuple], **kwargs) -> Task:
     task = result if isinstance(result, Task) else Task(*result)
     if isinstance(task.loss, tf.keras.losses.Loss):
         task.loss.reduction = tf.keras.losses.Reduction.NONE  # we average over the global batch
-    return replace(task)
+    return task

@@ -8,6 +8,7 @@ the chief writes checkpoints, a killed cluster resumes, a missing peer exits 3 n
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -63,6 +64,22 @@ class Launch:
         return [int(p) for p in re.findall(r"\[launch\] \S+: pid (\d+)", self.output())]
 
 
+@pytest.fixture
+def launch():
+    """Starts launchers; kills each at teardown (its tasks die with it), whatever the outcome."""
+    runs: list[Launch] = []
+
+    def start(*args: str) -> Launch:
+        runs.append(Launch(*args))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+
+
 def _scrape(url: str) -> dict:
     text = urllib.request.urlopen(url, timeout=2).read().decode()
     return {f.name: f for f in text_string_to_metric_families(text)}
@@ -97,23 +114,23 @@ def _watch_metrics(run: Launch, min_steps: int) -> dict[str, dict]:
     return seen
 
 
-def test_cluster_trains_identically_on_disjoint_data_with_metrics(tmp_path):
+def test_cluster_trains_identically_on_disjoint_data_with_metrics(tmp_path, launch):
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
-    run = Launch("--steps", "600", "--log-every", "150", "--save-every", "150", "--checkpoint-dir", str(ckpt),
+    run = launch("--steps", "500", "--log-every", "125", "--save-every", "125", "--checkpoint-dir", str(ckpt),
                  "--output-dir", str(out), "--per-replica-batch", "32")
     early = _watch_metrics(run, min_steps=100)
-    scraped = _watch_metrics(run, min_steps=400)
+    scraped = _watch_metrics(run, min_steps=350)
     assert run.wait() == 0, run.output()[-5000:]
 
     summaries = _summaries(out)
-    assert {s["final_step"] for s in summaries.values()} == {600}
+    assert {s["final_step"] for s in summaries.values()} == {500}
     assert len({s["weights_sha256"] for s in summaries.values()}) == 1, "replicas diverged"
     ids = [set(s["example_ids"]) for s in summaries.values()]
     assert all(len(i) > 1000 for i in ids)
     assert not (ids[0] & ids[1]) and not (ids[0] & ids[2]) and not (ids[1] & ids[2])
 
     losses = [float(x) for x in re.findall(r"\[chief\] .*\| loss ([0-9.]+)", run.output())]
-    assert len(losses) == 4 and losses[-1] < 0.6 * losses[0], losses
+    assert len(losses) >= 3 and losses[-1] < 0.25 * math.log(4), losses  # it starts at ln(4): 4 classes
     assert summaries["chief"]["accuracy"] > 0.6
 
     assert set(scraped) == set(early) == set(TASKS), "could not scrape every task while it trained"
@@ -122,9 +139,9 @@ def test_cluster_trains_identically_on_disjoint_data_with_metrics(tmp_path):
         _check_breakdown(early[task], fams)
 
     files = sorted(os.listdir(ckpt))
-    assert files == ["checkpoint", "ckpt-300.data-00000-of-00001", "ckpt-300.index",
-                     "ckpt-450.data-00000-of-00001", "ckpt-450.index", "ckpt-600.data-00000-of-00001",
-                     "ckpt-600.index", "export"], files
+    assert files == ["checkpoint", "ckpt-250.data-00000-of-00001", "ckpt-250.index",
+                     "ckpt-375.data-00000-of-00001", "ckpt-375.index", "ckpt-500.data-00000-of-00001",
+                     "ckpt-500.index", "export"], files
 
 
 def _check_metrics(task: TaskId, fams: dict) -> None:
@@ -132,7 +149,7 @@ def _check_metrics(task: TaskId, fams: dict) -> None:
         for s in fam.samples:
             assert s.labels.get("task_type") == task.type and s.labels.get("task_index") == str(task.index), s
     steps = _value(fams, "trainer_steps", "trainer_steps_total")
-    assert steps >= 400
+    assert steps >= 350
     assert _value(fams, "trainer_examples", "trainer_examples_total") == 32 * steps
     assert _value(fams, "trainer_allreduce_bytes", "trainer_allreduce_bytes_total") > 0
     assert _value(fams, "trainer_network_receive_bytes", "trainer_network_receive_bytes_total") >= 0
@@ -141,7 +158,7 @@ def _check_metrics(task: TaskId, fams: dict) -> None:
     assert _value(fams, "trainer_global_step") >= steps
     assert _value(fams, "trainer_world_size") == 3
     assert abs(_value(fams, "trainer_last_step_timestamp_seconds") - time.time()) < 120
-    assert _value(fams, "trainer_last_checkpoint_step") in (150, 300, 450)
+    assert _value(fams, "trainer_last_checkpoint_step") in (125, 250, 375)
     info = next(s.labels for s in fams["trainer_build_info"].samples)
     assert info["strategy"] == "mwms" and info["tf_version"].startswith("2.21") and info["task"] == "mlp"
     for name in ("step_duration", "input_wait", "compute_duration", "allreduce_duration"):
@@ -167,9 +184,9 @@ def _latest_step(ckpt) -> int:
     return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.MULTILINE).group(1))
 
 
-def test_killed_cluster_resumes_from_checkpoint(tmp_path):
+def test_killed_cluster_resumes_from_checkpoint(tmp_path, launch):
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
-    run = Launch("--steps", "1000000", "--save-every", "20", "--log-every", "20", "--checkpoint-dir", str(ckpt),
+    run = launch("--steps", "1000000", "--save-every", "20", "--log-every", "20", "--checkpoint-dir", str(ckpt),
                  "--metrics-port", "0")
     deadline = time.monotonic() + 120
     while not os.path.exists(ckpt / "checkpoint") or _latest_step(ckpt) < 40:
@@ -181,7 +198,7 @@ def test_killed_cluster_resumes_from_checkpoint(tmp_path):
         _wait_gone(pid)
     resumed_at = _latest_step(ckpt)
 
-    again = Launch("--steps", str(resumed_at + 20), "--save-every", "20", "--checkpoint-dir", str(ckpt),
+    again = launch("--steps", str(resumed_at + 20), "--save-every", "20", "--checkpoint-dir", str(ckpt), "--measure-every", "2",
                    "--output-dir", str(out), "--metrics-port", "0")
     assert again.wait() == 0, again.output()[-5000:]
     summaries = _summaries(out)
@@ -218,37 +235,45 @@ def test_missing_peer_exits_3_naming_it():
     assert elapsed < 10
 
 
-def _start_tasks(spec, envs: dict[TaskId, dict]) -> dict[TaskId, subprocess.Popen]:
-    return {t: subprocess.Popen([sys.executable, "-m", "trainer"], cwd=ROOT, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for t, env in envs.items()}
+class Tasks:
+    """Tasks started directly (no launcher), killed on exit whatever the test's outcome."""
+
+    def __init__(self, spec, envs: dict[TaskId, dict]) -> None:
+        self.procs = {t: subprocess.Popen([sys.executable, "-m", "trainer"], cwd=ROOT, env=env, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                      for t, env in envs.items()}
+
+    def __enter__(self) -> dict[TaskId, subprocess.Popen]:
+        return self.procs
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs.values():
+            p.kill()
+            p.wait()
 
 
 def test_tasks_that_disagree_are_named():
     spec = on_ports("127.0.0.1", free_ports(2))
     chief, worker = TaskId("chief", 0), TaskId("worker", 0)
-    procs = _start_tasks(spec, {chief: _task_env(spec, chief, TRAINER_STEPS="50"),
-                                worker: _task_env(spec, worker, TRAINER_STEPS="60")})
-    outputs = {t: p.communicate(timeout=120)[0] for t, p in procs.items()}
+    with Tasks(spec, {chief: _task_env(spec, chief, TRAINER_STEPS="50"),
+                      worker: _task_env(spec, worker, TRAINER_STEPS="60")}) as procs:
+        outputs = {t: p.communicate(timeout=120)[0] for t, p in procs.items()}
     assert procs[worker].returncode == 2, outputs[worker][-3000:]
     assert "worker-0 differs from chief in training settings" in outputs[worker]
 
 
-def test_lost_peer_is_a_retryable_exit(tmp_path):
+def test_lost_peer_is_a_retryable_exit():
     spec = on_ports("127.0.0.1", free_ports(3))
     envs = {t: _task_env(spec, t, TRAINER_STEPS="1000000", TRAINER_LOG_EVERY="20") for t in spec.tasks}
-    procs = _start_tasks(spec, envs)
     lines: list[str] = []
-    chief = procs[TaskId("chief", 0)]
-    threading.Thread(target=lambda: lines.extend(chief.stdout), daemon=True).start()
-    deadline = time.monotonic() + 120
-    while not any(int(m) >= 40 for ln in lines for m in re.findall(r"\| step (\d+)/", ln)):
-        assert time.monotonic() < deadline and chief.poll() is None, "".join(lines)[-3000:]
-        time.sleep(0.2)
-    procs[TaskId("worker", 1)].kill()
-    try:
+    with Tasks(spec, envs) as procs:
+        chief = procs[TaskId("chief", 0)]
+        threading.Thread(target=lambda: lines.extend(chief.stdout), daemon=True).start()
+        deadline = time.monotonic() + 120
+        while not any(int(m) >= 40 for ln in lines for m in re.findall(r"\| step (\d+)/", ln)):
+            assert time.monotonic() < deadline and chief.poll() is None, "".join(lines)[-3000:]
+            time.sleep(0.2)
+        procs[TaskId("worker", 1)].kill()
         code = chief.wait(timeout=90)
-    finally:
-        for p in procs.values():
-            p.kill()
     assert 128 <= code <= 255, "".join(lines)[-3000:]
     assert "a peer was lost" in "".join(lines)

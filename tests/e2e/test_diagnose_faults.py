@@ -12,6 +12,7 @@ replaced, and the session's own job is put back at the end for the tests that fo
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -141,7 +142,8 @@ def test_cpu_starved_worker_is_the_straggler(long_job):
         assert report["exit_code"] == 1
         assert "worker-0 computes" in report["cluster"]["evidence"][0]
     finally:
-        sh("docker", "update", "--cpus", "0", worker, check=False)  # 0: no limit
+        # As many CPUs as the host has: no limit in effect (0 would mean "leave unchanged").
+        sh("docker", "update", "--cpus", str(os.cpu_count()), worker, check=False)
 
 
 def test_slow_input_pipeline_is_input_bound(long_job):

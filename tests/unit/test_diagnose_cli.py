@@ -97,10 +97,20 @@ def test_healthy_json_exit_0(prometheus, capsys, tmp_path):
 
 def test_bench_comm_result_is_the_reference(prometheus, capsys, tmp_path):
     bench = tmp_path / "bench-comm.json"
-    bench.write_text(json.dumps({"best": {"busbw": 8e7}}))
+    bench.write_text(json.dumps({"best": {"busbw": 5e8, "size": 64 << 20}, "rows": [
+        {"variant": "RING/0", "size": 256 << 10, "busbw": 7e7}, {"variant": "RING/1MiB", "size": 256 << 10, "busbw": 8e7},
+        {"variant": "RING/0", "size": 64 << 20, "busbw": 5e8}]}))
     FakePrometheus.answers = healthy(allreduce_share={t: 0.7 for t in ("chief-0", "worker-0", "worker-1")})
+    FakePrometheus.answers["allreduce_bytes"] = [vec(t, 300_000) for t in ("chief-0", "worker-0", "worker-1")]
     assert diagnose.main(["--prometheus", prometheus, "--bench", str(bench)]) == 1
-    assert "50% of the 80 MB/s `make bench-comm` measured" in capsys.readouterr().out
+    assert "50% of the 80 MB/s `make bench-comm` measured for 256 KiB" in capsys.readouterr().out
+
+
+def test_bench_reference_without_gradient_size_is_the_overall_best(tmp_path):
+    bench = tmp_path / "bench-comm.json"
+    bench.write_text(json.dumps({"best": {"busbw": 5e8, "size": 64 << 20}, "rows": []}))
+    assert diagnose.link_reference(bench, None) == (5e8, 64 << 20)
+    assert diagnose.link_reference(tmp_path / "missing.json", 1e6) == (None, None)
 
 
 def test_no_targets_exit_2(prometheus, capsys):
