@@ -5,9 +5,10 @@
   (c) |compute + all-reduce + input - step| / step over the timed steps, target <= 5%
 
 Modes alternate within each round (A B C A B C ...) on the same model, data and cluster, so slow
-drifts of a shared machine hit them alike; the median round counts. Not a test: numbers are noisy.
+drifts of a shared machine hit them alike; each mode first runs a few settling steps; the median
+round counts. Not a test: on 2 shared cores the numbers move by 10% from run to run.
 
-    python -m trainer.launch --workers 2 --metrics-port 0 --module trainer.bench [--rounds 3] [--bench-steps 500]
+    python -m trainer.launch --workers 2 --metrics-port 0 --module trainer.bench [--rounds 3] [--bench-steps 400]
 """
 
 from __future__ import annotations
@@ -77,16 +78,10 @@ def _auto_steps_per_call(strategy, fns, iterator) -> int:
     return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
 
 
-def _rate(fn, steps: int) -> float:
-    start = time.perf_counter()
-    fn()
-    return steps / (time.perf_counter() - start)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer.bench")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--bench-steps", type=int, default=500, help="steps per mode per round")
+    p.add_argument("--bench-steps", type=int, default=400, help="steps per mode per round")
     args, rest = p.parse_known_args(argv)
     config = config_lib.from_args(rest, os.environ)
     spec = parse_tf_config(os.environ.get("TF_CONFIG"))
@@ -107,21 +102,28 @@ def main(argv=None) -> int:
     metrics = Metrics(CollectorRegistry(), spec.task if spec else TaskId(CHIEF, 0))
     k = config.steps_per_call or _auto_steps_per_call(strategy, fns, iterator)
     n, timings = args.bench_steps, []
-    modes = {
-        f"untimed fused step, {k} per call": lambda: _untimed(fns, iterator, n, k),
-        f"instrumented loop, {k} per call": lambda: _instrumented(fns, iterator, n, k, metrics, timings),
-        "untimed fused step, 1 per call": lambda: _untimed(fns, iterator, n, 1),
-        "instrumented loop, 1 per call": lambda: _instrumented(fns, iterator, n, 1, metrics, []),
-        "tutorial custom loop, 1 per call": lambda: [classic(iterator) for _ in range(n)],
-        "tf-keras model.fit": lambda: fit_model.fit(fit_data, epochs=1, steps_per_epoch=n, verbose=0),
+    modes = {  # name -> run(steps)
+        f"untimed fused step, {k} per call": lambda m: _untimed(fns, iterator, m, k),
+        f"instrumented loop, {k} per call": lambda m: _instrumented(fns, iterator, m, k, metrics, timings),
+        "untimed fused step, 1 per call": lambda m: _untimed(fns, iterator, m, 1),
+        "instrumented loop, 1 per call": lambda m: _instrumented(fns, iterator, m, 1, metrics, []),
+        "tutorial custom loop, 1 per call": lambda m: [classic(iterator) for _ in range(m)],
+        "tf-keras model.fit": lambda m: fit_model.fit(fit_data, epochs=1, steps_per_epoch=m, verbose=0),
     }
-    for fn in modes.values():  # warm-up: trace every function once
-        fn()
-    timings.clear()
     rates = {name: [] for name in modes}
-    for _ in range(args.rounds):
-        for name, fn in modes.items():
-            rates[name].append(_rate(fn, n))
+    for r in range(args.rounds + 1):  # round 0 traces every function and is not counted
+        for name, run in modes.items():
+            # Settle first: the mode before leaves threads and buffers (model.fit's input pipeline)
+            # that would otherwise slow whichever mode comes next (measured: up to 2x).
+            mark = len(timings)
+            run(max(k, n // 5))
+            del timings[mark:]
+            start = time.perf_counter()
+            run(n)
+            if r == 0:
+                del timings[mark:]
+            else:
+                rates[name].append(n / (time.perf_counter() - start))
     if spec is None or spec.is_chief:
         _report(config, replicas, args, {m: statistics.median(r) for m, r in rates.items()}, timings, k)
     return 0

@@ -49,9 +49,11 @@ class Config:
     measure_every: int = 1
     """Time the steps of one call in this many (1 = every step); the others run untimed."""
     log_every: int = 10
-    """One progress line per task every this many steps."""
+    """A progress line per task when the step passes a multiple of this (at most one per call)."""
     metrics_port: int = 8000
     """Port of the Prometheus /metrics endpoint; 0 disables metrics."""
+    metrics_linger: float = 0.0
+    """Seconds to keep serving /metrics after the last step, so a scraper records the final step and `done`."""
     checkpoint_dir: str = ""
     """Where the chief writes checkpoints and the final model; empty disables checkpoints."""
     save_every: int = 100
@@ -64,7 +66,7 @@ class Config:
     def __post_init__(self) -> None:
         for name in ("steps", "per_replica_batch", "measure_every", "log_every"):
             _check(getattr(self, name) >= 1, name, "must be 1 or more")
-        for name in ("warmup_steps", "save_every", "input_delay_ms", "steps_per_call"):
+        for name in ("warmup_steps", "save_every", "input_delay_ms", "steps_per_call", "metrics_linger"):
             _check(getattr(self, name) >= 0, name, "must be 0 or more")
         _check(self.learning_rate > 0, "learning_rate", "must be positive")
         _check(self.cluster_timeout > 0, "cluster_timeout", "must be positive (seconds)")

@@ -22,6 +22,7 @@ from prometheus_client import (
 )
 
 from trainer.cluster import TaskId
+from trainer.errors import ConfigError
 from trainer.netdev import LabelledCollector, NetworkCollector
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,11 @@ class Server:
     """The /metrics endpoint; `close()` stops it."""
 
     def __init__(self, registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> None:
-        self._server, self._thread = start_http_server(port, addr=addr, registry=registry)
+        try:
+            self._server, self._thread = start_http_server(port, addr=addr, registry=registry)
+        except OSError as err:
+            raise ConfigError(f"--metrics-port {port} (TRAINER_METRICS_PORT): cannot listen ({err.strerror}); "
+                              "pick a free port or 0 to disable metrics") from None
         log.info("metrics on http://%s:%d/metrics", addr, port)
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from trainer import metrics as metrics_lib
 from trainer import preflight
@@ -28,6 +29,11 @@ def run(config: Config, spec: ClusterSpec | None) -> None:
 
         training.run(config, spec, task, metrics, release_port=listener.close if listener else lambda: None)
         metrics.state("done")
+        if server and config.metrics_linger:
+            # The process is about to vanish with its /metrics endpoint: without this, the last scrape
+            # predates the final steps and Prometheus never sees `done` (TrainerDown would then fire).
+            log.info("done; serving metrics %.0fs more for the last scrapes", config.metrics_linger)
+            time.sleep(config.metrics_linger)
     except BaseException:
         metrics.state("failed")
         raise

@@ -1,7 +1,7 @@
 # Trainer targets (included by the top-level Makefile). Recipes use $(PY) from the project venv.
 
 WORKERS ?= 2
-BENCH_ARGS ?= --rounds 3 --bench-steps 500
+BENCH_ARGS ?= --rounds 3 --bench-steps 400
 TRAIN_ARGS ?= --steps 300 --log-every 50
 
 ##@ Trainer

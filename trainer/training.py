@@ -51,54 +51,17 @@ def _run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics) -> 
     if tf.keras.__name__.split(".")[0] != "tf_keras":
         raise ConfigError("tf.keras is Keras 3, which cannot train under MWMS: install tf-keras "
                           "and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported")
-    replicas = strategy.num_replicas_in_sync
     if spec is not None:
         mine = agreement.fingerprints(spec, config, tf.__version__, trainer.__version__)
         agreement.check([t.name for t in spec.tasks], agreement.gather(strategy, mine))
-    metrics.world_size.set(replicas)
-    metrics.build_info(tf_version=tf.__version__, trainer_version=trainer.__version__, strategy=config.strategy,
-                       communication="AUTO" if config.strategy == "mwms" else "local", task=config.task,
-                       timing="every step" if config.measure_every == 1 else f"1 step in {config.measure_every}")
-    global_batch = config.per_replica_batch * replicas
-    is_chief = spec.is_chief if spec else True
-    with strategy.scope():
-        task = tasks.build(tasks.load(config.task), per_replica_batch=config.per_replica_batch,
-                           seed=config.seed, data=config.data, input_delay_ms=config.input_delay_ms)
-        optimizer = step.optimizer(config, replicas)
-        optimizer.build(task.model.trainable_variables)  # slots exist before restore and broadcast
-        ckpt = (Checkpointer(config.checkpoint_dir, is_chief, task.model, optimizer)
-                if config.checkpoint_dir else NoCheckpoints())
-    restored = ckpt.restore()
-    if spec is not None:
-        broadcast_from_chief(strategy, task.model.variables + optimizer.variables)
-    start = int(optimizer.iterations.numpy())
-    log.info("%s: %s, %d replicas in sync, global batch %d, %s", task_id.name,
-             f"resumed at step {start} from {restored}" if restored else "starting at step 0",
-             replicas, global_batch, "every step timed" if config.measure_every == 1
-             else f"1 step in {config.measure_every} timed")
-    iterator = iter(strategy.distribute_datasets_from_function(task.dataset_fn))
-    fns = step.build(strategy, task, optimizer, global_batch)
-    settings = loop.LoopSettings(
-        task_name=task_id.name, steps=config.steps, steps_per_call=config.steps_per_call,
-        measure_every=config.measure_every,
-        log_every=config.log_every, save_every=config.save_every, global_batch=global_batch,
-        local_examples=config.per_replica_batch * len(strategy.extended.worker_devices), classify=task.classify, record_ids=bool(config.output_dir))
-
-    def save(at: int) -> None:
-        metrics.state("checkpointing")
-        ckpt.save(at)
-        metrics.checkpointed(at)
-        metrics.state("training")
-
-    metrics.state("training")
-    def agree(k: int) -> int:
-        return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
-
-    result = loop.train(fns, iterator, start_step=start, settings=settings, metrics=metrics, save=save,
-                        agree=agree)
+    _describe(config, strategy, metrics)
+    task, optimizer, ckpt = _build(config, strategy, is_chief=spec.is_chief if spec else True)
+    start = _resume(config, strategy, spec, task_id, task, optimizer, ckpt)
+    result = _train(config, strategy, task_id, task, optimizer, ckpt, metrics, start)
     if config.checkpoint_dir:
         metrics.state("checkpointing")
-        ckpt.save(result.final_step)
+        if result.final_step > start:  # a run resumed at its last step has nothing new to save
+            ckpt.save(result.final_step)
         metrics.checkpointed(result.final_step)
         log.info("%s: exported the final model to %s", task_id.name, ckpt.export())
     ckpt.close()
@@ -107,3 +70,56 @@ def _run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics) -> 
                                            loss=result.loss, accuracy=result.accuracy,
                                            variables=task.model.variables, ids=result.ids), config.output_dir)
         log.info("%s: summary in %s", task_id.name, path)
+
+
+def _describe(config: Config, strategy, metrics) -> None:
+    metrics.world_size.set(strategy.num_replicas_in_sync)
+    metrics.build_info(tf_version=tf.__version__, trainer_version=trainer.__version__, strategy=config.strategy,
+                       communication="AUTO" if config.strategy == "mwms" else "local", task=config.task,
+                       timing="every step" if config.measure_every == 1 else f"1 call in {config.measure_every}")
+
+
+def _build(config: Config, strategy, *, is_chief: bool):
+    with strategy.scope():
+        task = tasks.build(tasks.load(config.task), per_replica_batch=config.per_replica_batch,
+                           seed=config.seed, data=config.data, input_delay_ms=config.input_delay_ms)
+        optimizer = step.optimizer(config, strategy.num_replicas_in_sync)
+        optimizer.build(task.model.trainable_variables)  # slots exist before restore and broadcast
+        ckpt = (Checkpointer(config.checkpoint_dir, is_chief, task.model, optimizer)
+                if config.checkpoint_dir else NoCheckpoints())
+    return task, optimizer, ckpt
+
+
+def _resume(config: Config, strategy, spec, task_id: TaskId, task, optimizer, ckpt) -> int:
+    """Restore what this task can read, then take the chief's values: the step to start from."""
+    restored = ckpt.restore()
+    if spec is not None:
+        broadcast_from_chief(strategy, task.model.variables + optimizer.variables)
+    start = int(optimizer.iterations.numpy())
+    log.info("%s: %s, %d replicas in sync, global batch %d", task_id.name,
+             f"resumed at step {start} from {restored}" if restored else f"starting at step {start}",
+             strategy.num_replicas_in_sync, config.per_replica_batch * strategy.num_replicas_in_sync)
+    return start
+
+
+def _train(config: Config, strategy, task_id: TaskId, task, optimizer, ckpt, metrics, start: int):
+    global_batch = config.per_replica_batch * strategy.num_replicas_in_sync
+    settings = loop.LoopSettings(
+        task_name=task_id.name, steps=config.steps, steps_per_call=config.steps_per_call,
+        measure_every=config.measure_every, log_every=config.log_every, save_every=config.save_every,
+        global_batch=global_batch, local_examples=config.per_replica_batch * len(strategy.extended.worker_devices),
+        classify=task.classify, record_ids=bool(config.output_dir))
+
+    def save(at: int) -> None:
+        metrics.state("checkpointing")
+        ckpt.save(at)
+        metrics.checkpointed(at)
+        metrics.state("training")
+
+    def agree(k: int) -> int:
+        return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
+
+    iterator = iter(strategy.distribute_datasets_from_function(task.dataset_fn))
+    fns = step.build(strategy, task, optimizer, global_batch)
+    metrics.state("training")
+    return loop.train(fns, iterator, start_step=start, settings=settings, metrics=metrics, save=save, agree=agree)

@@ -45,7 +45,7 @@ def test_environment_contract_with_the_trainer(tmp_path: Path) -> None:
     build(tmp_path, "--workers", "1", "--gpus", "0", "--steps", "7", "--task", "mlp", "--per-replica-batch", "16",
           "--strategy", "mwms", "--save-every", "5", "--cluster-timeout", "30")
     env = services(tmp_path)["chief"]["environment"]
-    assert env == {"TF_CONFIG": env["TF_CONFIG"], "TRAINER_METRICS_PORT": "8000",
+    assert env == {"TF_CONFIG": env["TF_CONFIG"], "TRAINER_METRICS_PORT": "8000", "TRAINER_METRICS_LINGER": "12",
                    "TRAINER_CHECKPOINT_DIR": "/checkpoints", "TRAINER_STEPS": "7", "TRAINER_TASK": "mlp",
                    "TRAINER_PER_REPLICA_BATCH": "16", "TRAINER_STRATEGY": "mwms", "TRAINER_SAVE_EVERY": "5",
                    "TRAINER_CLUSTER_TIMEOUT": "30"}
@@ -54,7 +54,7 @@ def test_environment_contract_with_the_trainer(tmp_path: Path) -> None:
 def test_unset_knobs_are_left_to_the_trainer_defaults(tmp_path: Path) -> None:
     build(tmp_path, "--workers", "1", "--gpus", "0")
     assert set(services(tmp_path)["worker-0"]["environment"]) == {
-        "TF_CONFIG", "TRAINER_METRICS_PORT", "TRAINER_CHECKPOINT_DIR"}
+        "TF_CONFIG", "TRAINER_METRICS_PORT", "TRAINER_METRICS_LINGER", "TRAINER_CHECKPOINT_DIR"}
 
 
 def test_only_the_chief_mounts_the_checkpoint_volume(tmp_path: Path) -> None:

@@ -98,3 +98,17 @@ def test_network_collector_reads_at_scrape():
 
 def test_step_timing_other():
     assert abs(StepTiming(step=0.02, input=0.001, compute=0.01, allreduce=0.008).other - 0.001) < 1e-12
+
+
+def test_busy_port_is_a_config_error():
+    import socket
+
+    import pytest
+
+    from trainer.errors import ConfigError
+
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        with pytest.raises(ConfigError, match="--metrics-port"):
+            metrics.Server(CollectorRegistry(), busy.getsockname()[1])

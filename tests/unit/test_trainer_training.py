@@ -125,3 +125,23 @@ def test_linear_lr_scaling_with_warmup():
     config = Config(learning_rate=0.01, lr_scaling="linear", warmup_steps=10)
     schedule = step.learning_rate(config, replicas=4)
     assert [round(float(schedule(s)), 4) for s in (0, 5, 10, 50)] == [0.01, 0.025, 0.04, 0.04]
+
+
+def test_input_delay_shows_as_input_wait(tmp_path):
+    rec, _ = _train(tmp_path, steps=12, steps_per_call=1, input_delay_ms=40)
+    waits = [s["timing"].input for s in rec.steps[2:]]
+    assert sum(waits) / len(waits) > 0.02  # the step waits for the slow input, and the metrics say so
+
+
+@pytest.mark.parametrize("num_files, policy", [(3, "FILE"), (2, "DATA")])
+def test_tfrecord_shards_are_disjoint(tmp_path, caplog, num_files, policy):
+    caplog.set_level(logging.INFO)
+    prob = tasks.problem("mlp", 0)
+    records.write(prob, str(tmp_path), num_files)
+    seen = []
+    for i in range(3):
+        ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=i, num_replicas_in_sync=3)
+        ds = records.dataset(str(tmp_path / "*.tfrecord"), prob, ctx, per_replica_batch=64)
+        seen.append({int(v) for _, _, ids in ds.take(20) for v in ids.numpy()})
+    assert f"auto-shard policy {policy}" in caplog.text
+    assert not (seen[0] & seen[1]) and not (seen[0] & seen[2]) and not (seen[1] & seen[2])
