@@ -8,6 +8,8 @@ OFFLINE ?= auto
 BIND_ADDR ?= 127.0.0.1
 MAX_RESTARTS ?= 3
 SECRETS_DIR ?= secrets
+# Compose project: a second stack on the same engine (the fault tests) needs its own name, RUN_DIR and BIND_ADDR.
+PROJECT ?= mwms
 # Left empty, these fall back to the trainer's own defaults (python -m trainer --help).
 STEPS ?=
 TASK ?=
@@ -20,7 +22,7 @@ DATA ?=
 # Extra arguments for every task: trainer flags (ARGS="--input-delay-ms 20") or your SCRIPT's own.
 ARGS ?=
 
-STACK_VARS = WORKERS GPUS GPUS_PER_WORKER OFFLINE BIND_ADDR MAX_RESTARTS SECRETS_DIR RUN_DIR PYTHON \
+STACK_VARS = PROJECT WORKERS GPUS GPUS_PER_WORKER OFFLINE BIND_ADDR MAX_RESTARTS SECRETS_DIR RUN_DIR PYTHON \
              STEPS TASK PER_REPLICA_BATCH STRATEGY SAVE_EVERY CLUSTER_TIMEOUT SCRIPT DATA ARGS
 # Every docker compose call sees the files and settings the last `make up` generated.
 DC = docker compose --project-directory $(CURDIR) --env-file $(RUN_DIR)/stack.env $$(cat $(RUN_DIR)/compose.args)
@@ -36,12 +38,12 @@ up: ## Start a chief + WORKERS workers (default 2) with Prometheus/Grafana; GPUS
 
 .PHONY: down
 down: ## Stop and remove the containers; keep volumes (the next `make up` resumes from the last checkpoint)
-	@if $(STACK_UP); then $(DC) down --remove-orphans; else docker compose -p mwms down --remove-orphans; fi
+	@if $(STACK_UP); then $(DC) down --remove-orphans; else docker compose -p $(PROJECT) down --remove-orphans; fi
 
 .PHONY: clean
 clean: ## Like down, and also remove the volumes (checkpoints, Prometheus history) and .run/
 	@if $(STACK_UP); then $(DC) down --volumes --remove-orphans; \
-	 else docker compose -p mwms down --volumes --remove-orphans; fi
+	 else docker compose -p $(PROJECT) down --volumes --remove-orphans; fi
 	rm -rf $(RUN_DIR)
 
 .PHONY: logs
@@ -55,7 +57,7 @@ status: ## Table per task: state, step, steps/s, step time, all-reduce and input
 
 .PHONY: wait
 wait: ## Block until the job is over (done, or failed for good across restarts); exit with the chief's code
-	@$(PYTHON) -m compose.wait mwms
+	@$(PYTHON) -m compose.wait $(PROJECT)
 
 .PHONY: config
 config: ## Validate the generated compose files of the last `make up` (docker compose config -q)

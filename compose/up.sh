@@ -44,7 +44,7 @@ fi
 
 # 5. What every later `docker compose` call (down, logs, status, wait) needs to see the same stack.
 cat >"$RUN_DIR/stack.env" <<EOF
-COMPOSE_PROJECT_NAME=mwms
+COMPOSE_PROJECT_NAME=${PROJECT:-mwms}
 COMPOSE_PROFILES=$profiles
 COMPOSE_BAKE=false
 PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE

@@ -29,6 +29,11 @@ class Checkpointer:
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
         self._manager = tf.train.CheckpointManager(self._checkpoint, self._dir, max_to_keep=MAX_TO_KEEP)
 
+    @property
+    def manager(self) -> tf.train.CheckpointManager:
+        """This task's manager (the chief's directory, or the private one): the preemption handler saves with it."""
+        return self._manager
+
     def restore(self) -> str | None:
         """Restore the chief's latest checkpoint if this task can read it; its path or None."""
         latest = tf.train.latest_checkpoint(self._shared) if os.path.isdir(self._shared) else None

@@ -62,6 +62,8 @@ class Config:
     """If set, each task writes `<task>.json` here at the end: step, weights checksum, example ids."""
     cluster_timeout: float = 300.0
     """Seconds to wait for every peer to accept a connection before exiting with code 3."""
+    heartbeat_timeout: float = 10.0
+    """Seconds without a heartbeat after which a task is declared dead and every collective aborts (exit 200)."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "per_replica_batch", "measure_every", "log_every"):
@@ -70,6 +72,7 @@ class Config:
             _check(getattr(self, name) >= 0, name, "must be 0 or more")
         _check(self.learning_rate > 0, "learning_rate", "must be positive")
         _check(self.cluster_timeout > 0, "cluster_timeout", "must be positive (seconds)")
+        _check(self.heartbeat_timeout >= 1, "heartbeat_timeout", "must be 1 or more (seconds)")
         _check(0 <= self.metrics_port < 65536, "metrics_port", "must be a port (0 disables metrics)")
         _check(self.strategy in STRATEGIES, "strategy", f"must be one of {', '.join(STRATEGIES)}")
         _check(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")

@@ -8,6 +8,8 @@
     128-255  retryable: restart every task and it resumes from the last checkpoint.
              200 = a peer died and the collective was aborted (TensorFlow's error is sticky inside
              the process, so the only recovery is a restart of every task).
+             201 = preempted (SIGTERM here or on a peer): every task saved the same step and exited,
+             so a restart of every task loses no step.
 """
 
 EXIT_OK = 0
@@ -15,6 +17,7 @@ EXIT_FAILED = 1
 EXIT_CONFIG = 2
 EXIT_MISSING_PEERS = 3
 EXIT_PEER_LOST = 200
+EXIT_PREEMPTED = 201
 
 
 class TrainerError(Exception):
@@ -33,3 +36,12 @@ class MissingPeersError(TrainerError):
 
 class PeerLostError(TrainerError):
     exit_code = EXIT_PEER_LOST
+
+
+class PreemptedError(TrainerError):
+    exit_code = EXIT_PREEMPTED
+
+
+def is_retryable(code: int) -> bool:
+    """What a supervisor should do with an exit code: restart every task (True) or give up."""
+    return 128 <= code <= 255

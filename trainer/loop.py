@@ -75,8 +75,10 @@ def auto_steps_per_call(step_seconds: float) -> int:
 
 def train(fns: StepFns, iterator, *, start_step: int, settings: LoopSettings, metrics,
           save: Callable[[int], None], clock: Callable[[], float] = time.time,
-          agree: Callable[[int], int] = lambda k: k) -> LoopResult:
-    """`agree` makes every task use the same auto steps per call (the cluster's maximum)."""
+          agree: Callable[[int], int] = lambda k: k,
+          after_call: Callable[[int], None] = lambda step: None) -> LoopResult:
+    """`agree` makes every task use the same auto steps per call (the cluster's maximum);
+    `after_call(step)` runs at every call boundary (where a preemption may save and exit)."""
     result = LoopResult(start_step=start_step, final_step=start_step)
     step, calls, traced = start_step, 0, set()
     per_call = settings.steps_per_call or 1  # 0 = auto: calibrated on the first timed call
@@ -119,6 +121,7 @@ def train(fns: StepFns, iterator, *, start_step: int, settings: LoopSettings, me
                                    now=clock(), global_batch=settings.global_batch, loss=result.loss,
                                    accuracy=result.accuracy))
             interval = progress.Interval(clock())
+        after_call(step)
         if settings.save_every and step % settings.save_every == 0 and step < settings.steps:
             save(step)
             t_prev = clock()

@@ -14,12 +14,14 @@ from trainer import agreement, loop, step, summary, tasks
 from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
-from trainer.errors import ConfigError, PeerLostError
+from trainer.errors import ConfigError, PeerLostError, PreemptedError
 
 log = logging.getLogger(__name__)
 # What a dead peer looks like from a survivor: the collective is aborted, sticky for the process.
 PEER_LOST = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
              tf.errors.DeadlineExceededError)
+# How long a finishing task waits at exit for the others to finish too (TF default: 10 min... of nothing).
+SHUTDOWN_BARRIER_S = 30
 
 
 def make_strategy(config: Config, spec: ClusterSpec | None) -> tf.distribute.Strategy:
@@ -33,7 +35,29 @@ def make_strategy(config: Config, spec: ClusterSpec | None) -> tf.distribute.Str
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             tf.train.ClusterSpec(spec.cluster_dict()), task_type=spec.task.type, task_id=spec.task.index,
             rpc_layer="grpc")
+        configure_coordination(config, resolver.cluster_spec())
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+
+
+def configure_coordination(config: Config, cluster: tf.train.ClusterSpec) -> None:
+    """The coordination service with our timeouts instead of TensorFlow's (wait forever to register).
+
+    MWMS configures it only if nobody did, so this must run before the strategy is built. Private
+    API: TF 2.21 has no public way to set these. heartbeat: a task silent this long (dead, hung,
+    partitioned) aborts every task's collectives (exit 200); register: a peer that accepts TCP but
+    never joins the cluster (an old incarnation, another job) ends start-up instead of hanging it.
+    """
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+
+    jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster.num_tasks(job))
+            for job in ("chief", "worker") if job in cluster.jobs]
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=multi_worker_util.coordination_leader(cluster),
+        coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(config.heartbeat_timeout * 1000),
+        cluster_register_timeout_in_ms=int(config.cluster_timeout * 1000),
+        shutdown_barrier_timeout_in_ms=int(SHUTDOWN_BARRIER_S * 1000))
 
 
 def run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics,
@@ -57,7 +81,8 @@ def _run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics) -> 
     _describe(config, strategy, metrics)
     task, optimizer, ckpt = _build(config, strategy, is_chief=spec.is_chief if spec else True)
     start = _resume(config, strategy, spec, task_id, task, optimizer, ckpt)
-    result = _train(config, strategy, task_id, task, optimizer, ckpt, metrics, start)
+    on_call = _preemption(config, strategy, spec, ckpt, metrics)
+    result = _train(config, strategy, task_id, task, optimizer, ckpt, metrics, start, on_call)
     if config.checkpoint_dir:
         metrics.state("checkpointing")
         if result.final_step > start:  # a run resumed at its last step has nothing new to save
@@ -102,7 +127,37 @@ def _resume(config: Config, strategy, spec, task_id: TaskId, task, optimizer, ck
     return start
 
 
-def _train(config: Config, strategy, task_id: TaskId, task, optimizer, ckpt, metrics, start: int):
+def _preemption(config: Config, strategy, spec, ckpt, metrics) -> Callable[[int], None]:
+    """SIGTERM on any task -> every task saves the same step, then exits 201 (restart, 0 steps lost).
+
+    TensorFlow's runtime swallows SIGTERM once MWMS is up; PreemptionCheckpointHandler installs its
+    own handler, tells every peer through the coordination service, and agrees on the call after
+    which all save (the save needs every task). Its call counter is part of the checkpoint, which
+    only the chief restores, so every task restarts it from 0 to keep the counters equal.
+    """
+    if spec is None or not config.checkpoint_dir:
+        return lambda at: None
+    saved = {"step": 0}
+
+    def exit_fn() -> None:
+        metrics.checkpointed(saved["step"])
+        raise PreemptedError(f"preempted (SIGTERM here or on a peer): every task saved step {saved['step']}; "
+                             "restart every task to resume with no step lost")
+
+    handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+        strategy.cluster_resolver, ckpt.manager,
+        termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn))
+    handler._run_counter = 0  # noqa: SLF001 (see the docstring)
+
+    def on_call(at: int) -> None:
+        saved["step"] = at
+        handler.save_checkpoint_if_preempted(checkpoint_number=at)
+
+    return on_call
+
+
+def _train(config: Config, strategy, task_id: TaskId, task, optimizer, ckpt, metrics, start: int,
+           on_call: Callable[[int], None]):
     global_batch = config.per_replica_batch * strategy.num_replicas_in_sync
     settings = loop.LoopSettings(
         task_name=task_id.name, steps=config.steps, steps_per_call=config.steps_per_call,
@@ -122,4 +177,5 @@ def _train(config: Config, strategy, task_id: TaskId, task, optimizer, ckpt, met
     iterator = iter(strategy.distribute_datasets_from_function(task.dataset_fn))
     fns = step.build(strategy, task, optimizer, global_batch)
     metrics.state("training")
-    return loop.train(fns, iterator, start_step=start, settings=settings, metrics=metrics, save=save, agree=agree)
+    return loop.train(fns, iterator, start_step=start, settings=settings, metrics=metrics, save=save, agree=agree,
+                      after_call=on_call)
