@@ -93,6 +93,9 @@ def _service(cfg: StackConfig, spec: ClusterSpec) -> dict:
         "environment": _environment(cfg, spec),
         "expose": [str(TF_PORT), str(METRICS_PORT)],
         "networks": ["cluster"],
+        # The cluster network is internal: a lookup of an outside name (TensorFlow probes the GCE
+        # metadata server) waits 10 s for Docker's DNS to give up; 1 s is plenty for peers' names.
+        "dns_opt": ["timeout:1", "attempts:1"],
         # tini as PID 1 forwards SIGTERM: `docker stop` takes 0.2 s instead of 10.
         "init": True,
         "restart": f"on-failure:{cfg.max_restarts}",

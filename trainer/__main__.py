@@ -1,7 +1,8 @@
 """`python -m trainer [flags]`: one task of a synchronous data-parallel training job.
 
 Flags and TRAINER_* variables (see --help), TF_CONFIG from the environment. Exit codes in
-trainer/errors.py: 0 done, 2 bad configuration, 3 missing peers, 200 peer lost (retryable).
+trainer/errors.py: 0 done, 2 bad configuration, 3 missing peers, 200 peer lost and 201 preempted
+(retryable: restart every task).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from trainer import config as config_lib
 from trainer.cluster import ClusterSpecError, parse_tf_config
-from trainer.errors import EXIT_CONFIG, EXIT_FAILED, ConfigError, TrainerError
+from trainer.errors import EXIT_CONFIG, EXIT_FAILED, ConfigError, TrainerError, is_retryable
 
 log = logging.getLogger("trainer")
 
@@ -44,5 +45,16 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
     return 0
 
 
+def exit_now(code: int) -> None:
+    """Exit with `code`. A retryable failure skips TensorFlow's teardown: its error is sticky and its
+    coordination-service shutdown would wait for the dead peer (measured: ~10 s) before the restart."""
+    if is_retryable(code):
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

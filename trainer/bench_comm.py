@@ -253,17 +253,14 @@ def tcp_throughput(server: Endpoint, client: Endpoint, seconds: int = 3, port: i
 
 # --- Containers of the compose stack (project mwms) ---
 
-PROJECT = "mwms"
-
-
 def _docker(*args: str) -> str:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def stack_containers() -> dict[str, tuple[str, str]]:
-    """Trainer task -> (container id, state) of the compose stack; {} when there is none (or no engine)."""
+def stack_containers(project: str) -> dict[str, tuple[str, str]]:
+    """Trainer task -> (container id, state) of the compose project; {} when there is none (or no engine)."""
     try:
-        out = _docker("ps", "-a", "--filter", f"label=com.docker.compose.project={PROJECT}", "--format",
+        out = _docker("ps", "-a", "--filter", f"label=com.docker.compose.project={project}", "--format",
                       '{{.ID}} {{.Label "com.docker.compose.service"}} {{.State}}')
     except (OSError, subprocess.CalledProcessError):
         return {}
@@ -280,10 +277,10 @@ def _endpoint(task: str, cid: str, network: str) -> Endpoint:
     return Endpoint(task, ip, ("docker", "exec", cid), int(_docker("inspect", "-f", "{{.State.Pid}}", cid)))
 
 
-def docker_endpoints() -> tuple[list[Endpoint], object]:
+def docker_endpoints(project: str) -> tuple[list[Endpoint], object]:
     """The stack's trainer containers if they all run (the bench then shares their CPUs with the
     training), else temporary containers from the same image on the same network; and a cleanup."""
-    containers = stack_containers()
+    containers = stack_containers(project)
     if not containers:
         raise SystemExit("bench-comm: no compose stack (make up), use --where local")
     first = next(iter(containers.values()))[0]
@@ -302,7 +299,7 @@ def docker_endpoints() -> tuple[list[Endpoint], object]:
 
     try:
         for task in containers:
-            started.append(_docker("run", "-d", "--rm", "--init", "--name", f"{PROJECT}-bench-{task}",
+            started.append(_docker("run", "-d", "--rm", "--init", "--name", f"{project}-bench-{task}",
                                    "--label", "org.mwms.bench=1", "--network", network, "--user", "1000:1000",
                                    "--entrypoint", "sleep", image, "infinity"))
         print(f"bench-comm: the trainers are not all running: temporary containers from {image} on {network}",
@@ -347,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer.bench_comm", description=__doc__.splitlines()[0])
     p.add_argument("--where", choices=("auto", "local", "docker"), default="auto",
                    help="auto: the compose stack's containers if it exists, else local processes")
+    p.add_argument("--project", default=os.environ.get("PROJECT", "mwms"), help="compose project (make up PROJECT=)")
     p.add_argument("--workers", type=int, default=1, help="local: workers besides the chief (default 1: 2 tasks)")
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
     p.add_argument("--variants", default=",".join(VARIANTS), help="IMPLEMENTATION/bytes_per_pack, comma-separated")
@@ -358,10 +356,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     where = args.where
     if where == "auto":
-        where = "docker" if stack_containers() else "local"
+        where = "docker" if stack_containers(args.project) else "local"
     cleanup = lambda: None  # noqa: E731
     if where == "docker":
-        endpoints, cleanup = docker_endpoints()
+        endpoints, cleanup = docker_endpoints(args.project)
     else:
         endpoints = local_endpoints(args.workers)
     try:

@@ -75,7 +75,7 @@ def test_stack_containers_is_empty_without_docker(monkeypatch):
     def missing(*args, **kwargs):
         raise FileNotFoundError("docker")
     monkeypatch.setattr(bc.subprocess, "run", missing)
-    assert bc.stack_containers() == {}
+    assert bc.stack_containers("mwms") == {}
 
 
 # --- scaling ---

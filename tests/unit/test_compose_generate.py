@@ -75,6 +75,16 @@ def test_nothing_published_and_locked_down(tmp_path: Path) -> None:
         assert service["user"] == "1000:1000" and service["restart"] == "on-failure:3"
 
 
+def test_fault_handling_settings(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "1", "--gpus", "0", "--max-restarts", "5")
+    for service in services(tmp_path).values():
+        # every task restarts on a retryable exit, a bounded number of times; SIGTERM reaches Python
+        # through tini and the preemption save has a minute; outside names fail in 1 s, not 10.
+        assert service["restart"] == "on-failure:5" and service["init"] is True
+        assert service["stop_grace_period"] == "60s"
+        assert service["dns_opt"] == ["timeout:1", "attempts:1"]
+
+
 def test_script_and_data_are_read_only_binds(tmp_path: Path) -> None:
     script, data = tmp_path / "user" / "train.py", tmp_path / "data"
     script.parent.mkdir()

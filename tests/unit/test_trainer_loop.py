@@ -118,3 +118,27 @@ def test_progress_line_fixed_fields():
 
 def test_format_eta():
     assert [progress.format_eta(s) for s in (5, 106, 7260)] == ["5s", "1m46s", "2h01m"]
+
+
+def test_after_call_runs_at_every_call_boundary_before_the_save():
+    clock, rec, events = FakeClock(), Recorder(), []
+    loop.train(_fns(clock), iter(()), start_step=3, settings=_settings(save_every=10), metrics=rec,
+               save=lambda s: events.append(("save", s)), clock=clock, after_call=lambda s: events.append(("call", s)))
+    assert events == [("call", 10), ("save", 10), ("call", 20), ("save", 20), ("call", 25)]
+
+
+def test_a_preemption_at_a_call_boundary_stops_the_loop_there():
+    class Preempted(Exception):
+        pass
+
+    def after_call(step):
+        if step >= 10:
+            raise Preempted(step)
+
+    clock, rec = FakeClock(), Recorder()
+    try:
+        loop.train(_fns(clock), iter(()), start_step=0, settings=_settings(), metrics=rec, save=lambda s: None,
+                   clock=clock, after_call=after_call)
+    except Preempted as stop:
+        assert stop.args == (10,)
+    assert [c["step"] for c in rec.calls][-1] == 10  # every step before the save was recorded, none after

@@ -1,0 +1,128 @@
+"""Security of the stack, read from the configuration Compose would actually run.
+
+`docker compose config --format json` over the generated files (CPU and GPU, every profile), then
+every property of issue 5 item 6 is checked for every service: published ports bound to BIND_ADDR
+only, TensorFlow gRPC and metrics never published, non-root users, `cap_drop: [ALL]`,
+`no-new-privileges`, read-only root filesystems with a tmpfs for scratch, no Docker socket, no
+privileged or host namespaces, no passwords in environment variables or images, secrets as files.
+Needs the Compose CLI only, not a running engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from compose.generate import METRICS_PORT, TF_PORT, StackConfig, write
+
+pytestmark = pytest.mark.docker
+ROOT = Path(__file__).resolve().parents[2]
+SECRET_WORDS = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|API_KEY", re.I)
+VARIANTS = {"cpu": None, "gpu": {"chief": ("0",), "worker-0": ("1",), "worker-1": ("2",)}}
+
+
+def compose_available() -> bool:
+    return subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+
+
+def render(tmp_path: Path, variant: str, bind_addr: str = "127.0.0.1") -> dict:
+    if not compose_available():
+        message = "no Compose v2 CLI (run `make engine`)"
+        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
+    out = tmp_path / variant
+    files = write(StackConfig(workers=2, gpu_ids=VARIANTS[variant]), out)
+    secrets = tmp_path / "secrets"
+    secrets.mkdir(exist_ok=True)
+    (secrets / "grafana_admin_password").write_text("not-a-default")
+    env = out / "stack.env"
+    # What compose/up.sh writes, with every profile enabled so Grafana is checked too.
+    env.write_text(f"COMPOSE_PROJECT_NAME=mwms-security\nCOMPOSE_PROFILES=grafana\nBIND_ADDR={bind_addr}\n"
+                   f"PROMETHEUS_IMAGE=mwms/prometheus:2.42.0-bookworm\nRUN_DIR={out}\nSECRETS_DIR={secrets}\n")
+    args = [a for f in files for a in ("-f", str(f))]
+    result = subprocess.run(["docker", "compose", "--project-directory", str(ROOT), "--env-file", str(env), *args,
+                             "config", "--format", "json"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def config(request, tmp_path_factory) -> dict:
+    return render(tmp_path_factory.mktemp("security"), request.param)
+
+
+def services(config: dict) -> dict[str, dict]:
+    found = config["services"]
+    assert {"prometheus", "grafana", "chief", "worker-0", "worker-1"} <= set(found), sorted(found)
+    return found
+
+
+def test_published_ports_bind_to_loopback_and_only_the_uis(config) -> None:
+    for name, service in services(config).items():
+        for port in service.get("ports", []):
+            assert port.get("host_ip") == "127.0.0.1", (name, port)
+            assert port["target"] not in (TF_PORT, METRICS_PORT), (name, port)
+        if name not in ("prometheus", "grafana"):
+            assert not service.get("ports"), f"{name} publishes {service['ports']}"
+
+
+def test_bind_addr_moves_every_published_port(tmp_path) -> None:
+    rendered = render(tmp_path, "cpu", bind_addr="127.0.0.5")
+    published = [(n, p["host_ip"]) for n, s in rendered["services"].items() for p in s.get("ports", [])]
+    assert published and all(ip == "127.0.0.5" for _, ip in published), published
+
+
+def test_every_service_runs_unprivileged(config) -> None:
+    for name, service in services(config).items():
+        user = str(service.get("user", ""))
+        assert user and user.split(":")[0] not in ("0", "root"), f"{name} runs as {user or 'the image default'}"
+        assert service.get("cap_drop") == ["ALL"], name
+        assert not service.get("cap_add"), name
+        assert "no-new-privileges:true" in service.get("security_opt", []), name
+        assert not service.get("privileged"), name
+        for mode in ("network_mode", "pid", "ipc", "userns_mode"):
+            assert service.get(mode) != "host", (name, mode)
+
+
+def test_every_root_filesystem_is_read_only_with_a_scratch_tmpfs(config) -> None:
+    for name, service in services(config).items():
+        assert service.get("read_only") is True, name
+        assert "/tmp" in service.get("tmpfs", []), name
+
+
+def test_no_docker_socket_anywhere(config) -> None:
+    for name, service in services(config).items():
+        for volume in service.get("volumes", []):
+            assert "docker.sock" not in f"{volume.get('source', '')} {volume.get('target', '')}", (name, volume)
+
+
+def test_no_secret_in_environment_only_file_secrets(config) -> None:
+    for name, service in services(config).items():
+        for key, value in (service.get("environment") or {}).items():
+            if SECRET_WORDS.search(key):
+                assert key.endswith("__FILE") and str(value).startswith("/run/secrets/"), (name, key)
+            assert not SECRET_WORDS.search(str(value) if not str(value).startswith("/run/secrets/") else ""), \
+                (name, key)
+    for name, secret in config.get("secrets", {}).items():
+        assert set(secret) <= {"name", "file"}, f"secret {name} is not a file: {secret}"
+    grafana = config["services"]["grafana"]
+    assert [s["source"] for s in grafana.get("secrets", [])] == ["grafana_admin_password"]
+    assert grafana["environment"].get("GF_AUTH_ANONYMOUS_ENABLED") == "false"
+
+
+def test_trainer_network_is_internal(config) -> None:
+    assert config["networks"]["cluster"].get("internal") is True
+    for name, service in services(config).items():
+        if name not in ("prometheus", "grafana"):
+            assert set(service["networks"]) == {"cluster"}, name
+
+
+def test_no_secret_baked_into_images() -> None:
+    for dockerfile in sorted((ROOT / "images").glob("*Dockerfile*")):
+        for line in dockerfile.read_text().splitlines():
+            if re.match(r"\s*(ENV|ARG)\s", line):
+                assert not SECRET_WORDS.search(line), f"{dockerfile.name}: {line}"
