@@ -68,7 +68,7 @@ def samples(results: dict[str, list[dict]]) -> list[verdict.TaskSample]:
                 fields[task]["world_size"] = int(float(s["value"][1]))
             elif name not in ("up", "allreduce_bytes"):
                 fields[task]["last_step_age" if name == "last_step_age" else name] = _number(s["value"][1])
-    order = lambda t: (not t.startswith("chief"), t)  # noqa: E731
+    order = lambda t: (not t.startswith("chief"), t)
     return [verdict.TaskSample(task=t, **fields[t]) for t in sorted(fields, key=order)]
 
 
@@ -103,16 +103,27 @@ def render(d: verdict.Diagnosis) -> str:
 
 
 def to_json(d: verdict.Diagnosis) -> dict:
-    return {"verdict": d.cluster.verdict, "code": d.cluster.code, "exit_code": d.exit_code,
-            "cluster": asdict(d.cluster), "tasks": {k: asdict(v) for k, v in d.tasks.items()}}
+    return {
+        "verdict": d.cluster.verdict,
+        "code": d.cluster.code,
+        "exit_code": d.exit_code,
+        "cluster": asdict(d.cluster),
+        "tasks": {k: asdict(v) for k, v in d.tasks.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m monitoring.diagnose", description=__doc__.splitlines()[0])
     p.add_argument("--prometheus", default=os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:9090"))
-    p.add_argument("--bench", type=Path, default=Path(os.environ.get("RUN_DIR", ".run")) / "bench-comm.json",
-                   help="`make bench-comm` result, to compare the all-reduce bandwidth with the network's")
-    p.add_argument("--json", action="store_true", help="print JSON (verdict, code, exit_code, cluster, tasks)")
+    p.add_argument(
+        "--bench",
+        type=Path,
+        default=Path(os.environ.get("RUN_DIR", ".run")) / "bench-comm.json",
+        help="`make bench-comm` result, to compare the all-reduce bandwidth with the network's",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print JSON (verdict, code, exit_code, cluster, tasks)"
+    )
     args = p.parse_args(argv)
     prom = Prometheus(url=args.prometheus, timeout=5.0)
     try:

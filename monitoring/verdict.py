@@ -28,16 +28,27 @@ STALL_SECONDS = 120.0
 
 HEALTHY, COMMUNICATION, INPUT, STRAGGLER, MISMATCH, STALLED, DOWN = range(7)
 NO_DATA, FINISHED = -1, -2
-NAMES = {HEALTHY: "healthy", COMMUNICATION: "communication-bound", INPUT: "input-bound", STRAGGLER: "straggler",
-         MISMATCH: "mismatch", STALLED: "stalled", DOWN: "down", NO_DATA: "no-data", FINISHED: "finished"}
+NAMES = {
+    HEALTHY: "healthy",
+    COMMUNICATION: "communication-bound",
+    INPUT: "input-bound",
+    STRAGGLER: "straggler",
+    MISMATCH: "mismatch",
+    STALLED: "stalled",
+    DOWN: "down",
+    NO_DATA: "no-data",
+    FINISHED: "finished",
+}
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_NO_DATA = 0, 1, 2
 
 ADVICE = {
-    HEALTHY: ["Compute dominates: the cluster does what it should. To go faster, add replicas or use a "
-              "faster device; check `make scaling` for where adding workers stops paying."],
+    HEALTHY: [
+        "Compute dominates: the cluster does what it should. To go faster, add replicas or use a "
+        "faster device; check `make scaling` for where adding workers stops paying."
+    ],
     COMMUNICATION: [
         "Amortise the all-reduce: a larger --per-replica-batch does more compute per byte exchanged.",
-        "Pack gradients: CommunicationOptions(bytes_per_pack=...) (see `make bench-comm` for the best value).",
+        "Pack gradients: CommunicationOptions(bytes_per_pack=...) (`make bench-comm` shows the best value).",
         "On GPUs use NCCL (CommunicationImplementation.NCCL / AUTO); on CPU, a faster network or fewer, "
         "larger workers.",
     ],
@@ -52,14 +63,22 @@ ADVICE = {
         "noisy neighbours, thermal throttling, a different device or driver, a larger data shard.",
         "Synchronous training runs at the pace of the slowest task: fix or replace it before adding workers.",
     ],
-    MISMATCH: ["Every task must run the same image, TensorFlow, trainer version, strategy, model and world "
-               "size: rebuild and restart the whole cluster from one image (`make up`)."],
-    STALLED: ["No step for minutes: a peer may hang inside a collective, or the input blocks. Read every "
-              "task's logs (`make logs`), then restart the whole cluster; it resumes from the checkpoint."],
-    DOWN: ["A task is not answering: read its logs (`make logs SERVICE=<task>`). MWMS cannot continue "
-           "without it; restart the whole cluster (it resumes from the last checkpoint)."],
-    NO_DATA: ["Nothing to judge yet: is the stack up (`make up`) and has it trained for a minute? "
-              "Check PROMETHEUS_URL and http://127.0.0.1:9090/targets."],
+    MISMATCH: [
+        "Every task must run the same image, TensorFlow, trainer version, strategy, model and world "
+        "size: rebuild and restart the whole cluster from one image (`make up`)."
+    ],
+    STALLED: [
+        "No step for minutes: a peer may hang inside a collective, or the input blocks. Read every "
+        "task's logs (`make logs`), then restart the whole cluster; it resumes from the checkpoint."
+    ],
+    DOWN: [
+        "A task is not answering: read its logs (`make logs SERVICE=<task>`). MWMS cannot continue "
+        "without it; restart the whole cluster (it resumes from the last checkpoint)."
+    ],
+    NO_DATA: [
+        "Nothing to judge yet: is the stack up (`make up`) and has it trained for a minute? "
+        "Check PROMETHEUS_URL and http://127.0.0.1:9090/targets."
+    ],
     FINISHED: ["The run is over; nothing to fix."],
 }
 
@@ -135,7 +154,9 @@ def odd_ones(samples: list[TaskSample]) -> dict[str, str]:
     for t in samples:
         if t.build is not None and groups[t.build] < largest:
             common = [b for b, n in groups.items() if n == largest]
-            odd[t.task] = f"build {t.build} differs from {len(common) == 1 and common[0] or common} on most tasks"
+            odd[t.task] = (
+                f"build {t.build} differs from {len(common) == 1 and common[0] or common} on most tasks"
+            )
         elif t.world_size is not None and t.world_size < world:
             odd[t.task] = f"world size {t.world_size}, others {world}"
     return odd
@@ -143,15 +164,21 @@ def odd_ones(samples: list[TaskSample]) -> dict[str, str]:
 
 def mismatched(samples: list[TaskSample]) -> bool:
     """More than one build or world size in the cluster (the cluster-level mismatch)."""
-    return len({t.build for t in samples if t.build is not None}) > 1 or \
-        len({t.world_size for t in samples if t.world_size is not None}) > 1
+    return (
+        len({t.build for t in samples if t.build is not None}) > 1
+        or len({t.world_size for t in samples if t.world_size is not None}) > 1
+    )
 
 
 def task_code(t: TaskSample, odd: dict[str, str]) -> int | None:
     """The task's verdict code, None when it has no figures yet."""
     if not t.up and not _done(t):
         return DOWN
-    if t.last_step_age is not None and t.last_step_age > STALL_SECONDS and t.state not in ("done", "checkpointing"):
+    if (
+        t.last_step_age is not None
+        and t.last_step_age > STALL_SECONDS
+        and t.state not in ("done", "checkpointing")
+    ):
         return STALLED
     if t.task in odd:
         return MISMATCH
@@ -174,30 +201,56 @@ def _task_evidence(t: TaskSample, code: int, odd: dict[str, str]) -> tuple[str, 
     if code == MISMATCH:
         return (f"{t.task}: {odd[t.task]}",)
     ratio = "?" if t.compute_ratio is None else f"{t.compute_ratio:.2f}x"
-    return (f"{t.task}: step {_ms(t.step)} = compute {_pct(t.compute_share)} + all-reduce "
-            f"{_pct(t.allreduce_share)} + input {_pct(t.input_share)}; compute {_ms(t.compute)} = {ratio} median",)
+    return (
+        f"{t.task}: step {_ms(t.step)} = compute {_pct(t.compute_share)} + all-reduce "
+        f"{_pct(t.allreduce_share)} + input {_pct(t.input_share)}; compute {_ms(t.compute)} = {ratio} median",
+    )
 
 
-def diagnose(samples: list[TaskSample], *, link_busbw: float | None = None, link_size: int | None = None) -> Diagnosis:
+def diagnose(
+    samples: list[TaskSample], *, link_busbw: float | None = None, link_size: int | None = None
+) -> Diagnosis:
     """The cluster's verdict and each task's. `link_busbw`: the bus bandwidth (bytes/s) `make bench-comm`
     measured on this network for all-reduces of `link_size` bytes (the size nearest the gradients'),
     to say how close the training's all-reduce runs to what TensorFlow can get out of the network."""
     if not samples:
-        return Diagnosis(Finding("no-data", NO_DATA, evidence=("no trainer targets in Prometheus",),
-                                 advice=tuple(ADVICE[NO_DATA])))
+        return Diagnosis(
+            Finding(
+                "no-data",
+                NO_DATA,
+                evidence=("no trainer targets in Prometheus",),
+                advice=tuple(ADVICE[NO_DATA]),
+            )
+        )
     if all(_done(t) for t in samples):
-        return Diagnosis(Finding("finished", FINISHED, evidence=(f"all {len(samples)} tasks are done",),
-                                 advice=tuple(ADVICE[FINISHED])))
+        return Diagnosis(
+            Finding(
+                "finished",
+                FINISHED,
+                evidence=(f"all {len(samples)} tasks are done",),
+                advice=tuple(ADVICE[FINISHED]),
+            )
+        )
     odd = odd_ones(samples)
     codes = {t.task: task_code(t, odd) for t in samples}
-    tasks = {t.task: Finding(NAMES[c], c, (t.task,), _task_evidence(t, c, odd))
-             for t in samples if (c := codes[t.task]) is not None}
+    tasks = {
+        t.task: Finding(NAMES[c], c, (t.task,), _task_evidence(t, c, odd))
+        for t in samples
+        if (c := codes[t.task]) is not None
+    }
     judged = [t for t in samples if codes[t.task] is not None]
     if not judged:
         states = ", ".join(sorted({t.state or "unknown" for t in samples}))
-        return Diagnosis(Finding("no-data", NO_DATA, evidence=(f"{len(samples)} tasks up but no timed steps "
-                                                               f"in the last minute (states: {states})",),
-                                 advice=tuple(ADVICE[NO_DATA])))
+        return Diagnosis(
+            Finding(
+                "no-data",
+                NO_DATA,
+                evidence=(
+                    f"{len(samples)} tasks up but no timed steps in the last minute (states: {states})",
+                ),
+                advice=tuple(ADVICE[NO_DATA]),
+            )
+        )
 
     worst = max(codes[t.task] for t in judged)
     if worst == COMMUNICATION and not all(codes[t.task] == COMMUNICATION for t in judged if not _done(t)):
@@ -211,23 +264,31 @@ def diagnose(samples: list[TaskSample], *, link_busbw: float | None = None, link
         others = [t for t in judged if t.task not in named and t.allreduce_share is not None]
         median = statistics.median(t.compute for t in judged if t.compute is not None)
         for t in (s for s in judged if s.task in named):
-            evidence.insert(0, f"{t.task} computes {t.compute_ratio:.1f}x the median task ({_ms(t.compute)} vs "
-                               f"{_ms(median)} per step)")
+            evidence.insert(
+                0,
+                f"{t.task} computes {t.compute_ratio:.1f}x the median task ({_ms(t.compute)} vs "
+                f"{_ms(median)} per step)",
+            )
         if others:
-            evidence.append("the others wait in all-reduce: " + ", ".join(
-                f"{t.task} {_pct(t.allreduce_share)}" for t in others))
+            evidence.append(
+                "the others wait in all-reduce: "
+                + ", ".join(f"{t.task} {_pct(t.allreduce_share)}" for t in others)
+            )
     if worst == COMMUNICATION:
-        evidence.insert(0, "every task spends more than "
-                           f"{_pct(ALLREDUCE_SHARE)} of its step in all-reduce")
+        evidence.insert(0, f"every task spends more than {_pct(ALLREDUCE_SHARE)} of its step in all-reduce")
         best = max((t.busbw for t in judged if t.busbw is not None), default=None)
         if best is not None and link_busbw:
             at = f" for {link_size / 1024:.0f} KiB" if link_size else ""
-            evidence.append(f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s = {100 * best / link_busbw:.0f}% of "
-                            f"the {link_busbw / 1e6:.0f} MB/s `make bench-comm` measured{at} on this network "
-                            "(near 100%: the all-reduce itself is the limit; far below: latency or waiting)")
+            evidence.append(
+                f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s = {100 * best / link_busbw:.0f}% of "
+                f"the {link_busbw / 1e6:.0f} MB/s `make bench-comm` measured{at} on this network "
+                "(near 100%: the all-reduce itself is the limit; far below: latency or waiting)"
+            )
         elif best is not None:
-            evidence.append(f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s (run `make bench-comm` to compare "
-                            "with what the network gives)")
+            evidence.append(
+                f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s (run `make bench-comm` to compare "
+                "with what the network gives)"
+            )
     if worst == INPUT:
         evidence.insert(0, f"input wait above {_pct(INPUT_SHARE)} of the step on {', '.join(named)}")
     return Diagnosis(Finding(NAMES[worst], worst, named, tuple(evidence), tuple(ADVICE[worst])), tasks)

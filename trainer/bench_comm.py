@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 KIB, MIB = 1024, 1024 * 1024
-SIZES = tuple(4 * KIB * 4 ** i for i in range(8))  # 4 KiB ... 64 MiB
+SIZES = tuple(4 * KIB * 4**i for i in range(8))  # 4 KiB ... 64 MiB
 VARIANTS = ("RING/0", "AUTO/0", "RING/1MiB", "RING/16MiB")
 """implementation/bytes_per_pack; 0 = one pack (everything concatenated into one collective)."""
 TENSORS = 8
@@ -97,15 +97,20 @@ def format_table(table: list[Row], tcp: float | None) -> str:
         cells = []
         for v in variants:
             r = next((r for r in table if (r.variant, r.size) == (v, size)), None)
-            cells.append("| {:>9.3f} {:>9.1f} {:>9.1f} ".format(r.seconds * 1e3, r.algbw / 1e6, r.busbw / 1e6)
-                         if r else "| " + " " * 30)
+            cells.append(
+                f"| {r.seconds * 1e3:>9.3f} {r.algbw / 1e6:>9.1f} {r.busbw / 1e6:>9.1f} "
+                if r
+                else "| " + " " * 30
+            )
         lines.append(f"{human(size):>9} " + "".join(cells))
     lines.append("bandwidths in MB/s (1e6 bytes/s); busbw = algbw x 2(n-1)/n (nccl-tests)")
     if tcp:
         b = best(table)
         lines.append(f"raw TCP (iperf3) between the first two tasks: {tcp / 1e6:.0f} MB/s")
-        lines.append(f"best at {human(b.size)}: {b.variant} busbw {b.busbw / 1e6:.1f} MB/s = "
-                     f"{100 * b.busbw / tcp:.1f}% of raw TCP")
+        lines.append(
+            f"best at {human(b.size)}: {b.variant} busbw {b.busbw / 1e6:.1f} MB/s = "
+            f"{100 * b.busbw / tcp:.1f}% of raw TCP"
+        )
     return "\n".join(lines)
 
 
@@ -115,6 +120,7 @@ def iperf_bytes_per_second(report: dict) -> float:
 
 
 # --- One task of the sweep (TensorFlow) ---
+
 
 def task_main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer.bench_comm task")
@@ -132,21 +138,35 @@ def task_main(argv: Sequence[str]) -> int:
     resolver = None
     if spec is not None:
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(spec.cluster_dict()), task_type=spec.task.type, task_id=spec.task.index,
-            rpc_layer="grpc")
+            tf.train.ClusterSpec(spec.cluster_dict()),
+            task_type=spec.task.type,
+            task_id=spec.task.index,
+            rpc_layer="grpc",
+        )
     strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     impl = tf.distribute.experimental.CommunicationImplementation
     timings = []
     for variant in args.variants.split(","):
         name, pack = variant.split("/")
         options = tf.distribute.experimental.CommunicationOptions(
-            implementation=getattr(impl, name), bytes_per_pack=parse_bytes(pack))
+            implementation=getattr(impl, name), bytes_per_pack=parse_bytes(pack)
+        )
         for size in map(int, args.sizes.split(",")):
             seconds = _time_all_reduce(tf, strategy, options, size, iterations(size), args.repeats)
             timings.append({"variant": variant, "size": size, "seconds": seconds})
             print(f"{variant:>11} {human(size):>9}: {seconds * 1e3:9.3f} ms", file=sys.stderr, flush=True)
-    print(RESULT + json.dumps({"task": spec.task.name if spec else "chief", "n": strategy.num_replicas_in_sync,
-                               "tf_version": tf.__version__, "timings": timings}), flush=True)
+    print(
+        RESULT
+        + json.dumps(
+            {
+                "task": spec.task.name if spec else "chief",
+                "n": strategy.num_replicas_in_sync,
+                "tf_version": tf.__version__,
+                "timings": timings,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 
@@ -163,6 +183,7 @@ def _time_all_reduce(tf, strategy, options, size: int, iters: int, repeats: int)
             for _ in range(iters):
                 values = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, values, options=options)
             return values[0][0]
+
         return strategy.run(replica_fn)
 
     float(chain())  # trace, build the collective groups, warm up
@@ -175,6 +196,7 @@ def _time_all_reduce(tf, strategy, options, size: int, iters: int, repeats: int)
 
 
 # --- The driver: where the tasks run, iperf3, table, JSON, PNG ---
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -204,17 +226,33 @@ def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> list[dict]:
         cmd = [sys.executable, "-m", "trainer.bench_comm", "task", *task_args]
         env = {**os.environ, "TF_CONFIG": tf_config, "PYTHONUNBUFFERED": "1"}
         if e.exec_prefix:  # the container's own Python and TF_CONFIG
-            cmd = [*e.exec_prefix[:2], "-e", f"TF_CONFIG={tf_config}", "-e", "PYTHONUNBUFFERED=1",
-                   *e.exec_prefix[2:], "python", *cmd[1:]]
-        procs.append((e.task, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True,
-                                               preexec_fn=_die_with_parent)))
+            cmd = [
+                *e.exec_prefix[:2],
+                "-e",
+                f"TF_CONFIG={tf_config}",
+                "-e",
+                "PYTHONUNBUFFERED=1",
+                *e.exec_prefix[2:],
+                "python",
+                *cmd[1:],
+            ]
+        procs.append(
+            (
+                e.task,
+                subprocess.Popen(
+                    cmd, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent
+                ),
+            )
+        )
     results = []
     try:
         for name, proc in procs:
             out, _ = proc.communicate()
             if proc.returncode != 0:
                 raise RuntimeError(f"bench task {name} exited with {proc.returncode}")
-            results.append(next(json.loads(line[len(RESULT):]) for line in out.splitlines() if line.startswith(RESULT)))
+            results.append(
+                next(json.loads(line[len(RESULT) :]) for line in out.splitlines() if line.startswith(RESULT))
+            )
     finally:
         stop(procs)
     return results
@@ -228,18 +266,24 @@ def _task_id(name: str):
 
 def tcp_throughput(server: Endpoint, client: Endpoint, seconds: int = 3, port: int = 5201) -> float | None:
     """iperf3 from client to server, bytes/s; None (with a hint) when iperf3 is missing."""
+
     def cmd(e: Endpoint, *args: str) -> list[str]:
         return (["nsenter", "-t", str(e.netns_pid), "-n"] if e.netns_pid else []) + ["iperf3", *args]
 
     if subprocess.run(["sh", "-c", "command -v iperf3"], capture_output=True).returncode != 0:
         print("bench-comm: iperf3 not found (apt-get install iperf3): no TCP reference", file=sys.stderr)
         return None
-    srv = subprocess.Popen(cmd(server, "-s", "-1", "-p", str(port)), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+    srv = subprocess.Popen(
+        cmd(server, "-s", "-1", "-p", str(port)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         for _ in range(50):  # the server is up within ~0.1 s; it accepts exactly one test (-1)
-            r = subprocess.run(cmd(client, "-c", server.address, "-p", str(port), "-t", str(seconds), "-J"),
-                               capture_output=True, text=True, timeout=seconds + 30)
+            r = subprocess.run(
+                cmd(client, "-c", server.address, "-p", str(port), "-t", str(seconds), "-J"),
+                capture_output=True,
+                text=True,
+                timeout=seconds + 30,
+            )
             report = json.loads(r.stdout or "{}")
             if r.returncode == 0 and "error" not in report:
                 return iperf_bytes_per_second(report)
@@ -253,6 +297,7 @@ def tcp_throughput(server: Endpoint, client: Endpoint, seconds: int = 3, port: i
 
 # --- Containers of the compose stack (project mwms) ---
 
+
 def _docker(*args: str) -> str:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=True).stdout.strip()
 
@@ -260,8 +305,14 @@ def _docker(*args: str) -> str:
 def stack_containers(project: str) -> dict[str, tuple[str, str]]:
     """Trainer task -> (container id, state) of the compose project; {} when there is none (or no engine)."""
     try:
-        out = _docker("ps", "-a", "--filter", f"label=com.docker.compose.project={project}", "--format",
-                      '{{.ID}} {{.Label "com.docker.compose.service"}} {{.State}}')
+        out = _docker(
+            "ps",
+            "-a",
+            "--filter",
+            f"label=com.docker.compose.project={project}",
+            "--format",
+            '{{.ID}} {{.Label "com.docker.compose.service"}} {{.State}}',
+        )
     except (OSError, subprocess.CalledProcessError):
         return {}
     tasks = {}
@@ -287,8 +338,10 @@ def docker_endpoints(project: str) -> tuple[list[Endpoint], object]:
     networks = json.loads(_docker("inspect", "-f", "{{json .NetworkSettings.Networks}}", first))
     network = next((n for n in networks if n.endswith("_cluster")), next(iter(networks)))
     if all(state == "running" for _, state in containers.values()):
-        print("bench-comm: running inside the live trainer containers (training, if any, competes for CPU)",
-              file=sys.stderr)
+        print(
+            "bench-comm: running inside the live trainer containers (training, if any, competes for CPU)",
+            file=sys.stderr,
+        )
         return [_endpoint(t, cid, network) for t, (cid, _) in containers.items()], lambda: None
     image = _docker("inspect", "-f", "{{.Config.Image}}", first)
     started = []
@@ -299,11 +352,30 @@ def docker_endpoints(project: str) -> tuple[list[Endpoint], object]:
 
     try:
         for task in containers:
-            started.append(_docker("run", "-d", "--rm", "--init", "--name", f"{project}-bench-{task}",
-                                   "--label", "org.mwms.bench=1", "--network", network, "--user", "1000:1000",
-                                   "--entrypoint", "sleep", image, "infinity"))
-        print(f"bench-comm: the trainers are not all running: temporary containers from {image} on {network}",
-              file=sys.stderr)
+            started.append(
+                _docker(
+                    "run",
+                    "-d",
+                    "--rm",
+                    "--init",
+                    "--name",
+                    f"{project}-bench-{task}",
+                    "--label",
+                    "org.mwms.bench=1",
+                    "--network",
+                    network,
+                    "--user",
+                    "1000:1000",
+                    "--entrypoint",
+                    "sleep",
+                    image,
+                    "infinity",
+                )
+            )
+        print(
+            f"bench-comm: the trainers are not all running: temporary containers from {image} on {network}",
+            file=sys.stderr,
+        )
         return [_endpoint(t, cid, network) for t, cid in zip(containers, started)], cleanup
     except BaseException:
         cleanup()
@@ -322,14 +394,27 @@ def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Pat
         ax_bw.plot([r.size for r in mine], [r.busbw / 1e6 for r in mine], marker="o", label=variant)
         ax_t.plot([r.size for r in mine], [r.seconds * 1e3 for r in mine], marker="o", label=variant)
     if tcp:
-        ax_bw.axhline(tcp / 1e6, color="black", linestyle="--", label=f"raw TCP (iperf3) {tcp / 1e6:.0f} MB/s")
-    ax_bw.set(xscale="log", yscale="log", xlabel="bytes per all-reduce", ylabel="busbw MB/s",
-              title=f"TensorFlow all-reduce bus bandwidth, {n} tasks ({where})")
-    ax_t.set(xscale="log", yscale="log", xlabel="bytes per all-reduce", ylabel="ms per all-reduce",
-             title="time per all-reduce")
+        ax_bw.axhline(
+            tcp / 1e6, color="black", linestyle="--", label=f"raw TCP (iperf3) {tcp / 1e6:.0f} MB/s"
+        )
+    ax_bw.set(
+        xscale="log",
+        yscale="log",
+        xlabel="bytes per all-reduce",
+        ylabel="busbw MB/s",
+        title=f"TensorFlow all-reduce bus bandwidth, {n} tasks ({where})",
+    )
+    ax_t.set(
+        xscale="log",
+        yscale="log",
+        xlabel="bytes per all-reduce",
+        ylabel="ms per all-reduce",
+        title="time per all-reduce",
+    )
     for ax in (ax_bw, ax_t):
-        ax.set_xticks(sorted({r.size for r in table}), [human(s) for s in sorted({r.size for r in table})],
-                      rotation=45)
+        ax.set_xticks(
+            sorted({r.size for r in table}), [human(s) for s in sorted({r.size for r in table})], rotation=45
+        )
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -342,29 +427,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["task"]:
         return task_main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m trainer.bench_comm", description=__doc__.splitlines()[0])
-    p.add_argument("--where", choices=("auto", "local", "docker"), default="auto",
-                   help="auto: the compose stack's containers if it exists, else local processes")
-    p.add_argument("--project", default=os.environ.get("PROJECT", "mwms"), help="compose project (make up PROJECT=)")
-    p.add_argument("--workers", type=int, default=1, help="local: workers besides the chief (default 1: 2 tasks)")
+    p.add_argument(
+        "--where",
+        choices=("auto", "local", "docker"),
+        default="auto",
+        help="auto: the compose stack's containers if it exists, else local processes",
+    )
+    p.add_argument(
+        "--project", default=os.environ.get("PROJECT", "mwms"), help="compose project (make up PROJECT=)"
+    )
+    p.add_argument(
+        "--workers", type=int, default=1, help="local: workers besides the chief (default 1: 2 tasks)"
+    )
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
-    p.add_argument("--variants", default=",".join(VARIANTS), help="IMPLEMENTATION/bytes_per_pack, comma-separated")
+    p.add_argument(
+        "--variants", default=",".join(VARIANTS), help="IMPLEMENTATION/bytes_per_pack, comma-separated"
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path(".run/bench-comm"), help="writes OUT.json and OUT.png")
     args = p.parse_args(argv)
     sizes = [parse_bytes(s) for s in args.sizes.split(",")]
-    task_args = ["--sizes", ",".join(map(str, sizes)), "--variants", args.variants, "--repeats", str(args.repeats)]
+    task_args = [
+        "--sizes",
+        ",".join(map(str, sizes)),
+        "--variants",
+        args.variants,
+        "--repeats",
+        str(args.repeats),
+    ]
 
     where = args.where
     if where == "auto":
         where = "docker" if stack_containers(args.project) else "local"
-    cleanup = lambda: None  # noqa: E731
+    cleanup = lambda: None
     if where == "docker":
         endpoints, cleanup = docker_endpoints(args.project)
     else:
         endpoints = local_endpoints(args.workers)
     try:
-        print(f"bench-comm: {len(endpoints)} tasks ({where}): " + ", ".join(f"{e.task}@{e.address}" for e in endpoints),
-              file=sys.stderr, flush=True)
+        print(
+            f"bench-comm: {len(endpoints)} tasks ({where}): "
+            + ", ".join(f"{e.task}@{e.address}" for e in endpoints),
+            file=sys.stderr,
+            flush=True,
+        )
         tcp = tcp_throughput(endpoints[0], endpoints[1]) if len(endpoints) > 1 else None
         results = _run_sweep(endpoints, task_args)
     finally:
@@ -374,12 +480,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_table(table, tcp))
     b = best(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {"where": where, "n": n, "tf_version": results[0]["tf_version"], "tcp": tcp,
-              "rows": [asdict(r) for r in table],
-              "best": {**asdict(b), "ratio_to_tcp": b.busbw / tcp if tcp else None}}
+    report = {
+        "where": where,
+        "n": n,
+        "tf_version": results[0]["tf_version"],
+        "tcp": tcp,
+        "rows": [asdict(r) for r in table],
+        "best": {**asdict(b), "ratio_to_tcp": b.busbw / tcp if tcp else None},
+    }
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     write_png(table, tcp, n, where, args.out.with_suffix(".png"))
-    print(f"bench-comm: wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}", file=sys.stderr)
+    print(
+        f"bench-comm: wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -25,8 +25,12 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 PARTS = ("compute", "allreduce", "input")
-HISTOGRAMS = {"step": "trainer_step_duration_seconds", "compute": "trainer_compute_duration_seconds",
-              "allreduce": "trainer_allreduce_duration_seconds", "input": "trainer_input_wait_seconds"}
+HISTOGRAMS = {
+    "step": "trainer_step_duration_seconds",
+    "compute": "trainer_compute_duration_seconds",
+    "allreduce": "trainer_allreduce_duration_seconds",
+    "input": "trainer_input_wait_seconds",
+}
 
 
 @dataclass(frozen=True)
@@ -53,13 +57,17 @@ class Point:
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    wanted = {"trainer_steps_total", "trainer_examples_total"} | {f"{h}_{s}" for h in HISTOGRAMS.values()
-                                                                   for s in ("sum", "count")}
-    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name in wanted}
+    wanted = {"trainer_steps_total", "trainer_examples_total"} | {
+        f"{h}_{s}" for h in HISTOGRAMS.values() for s in ("sum", "count")
+    }
+    return {
+        s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name in wanted
+    }
 
 
 def point(tasks: int, first: list[Snapshot], last: list[Snapshot]) -> Point:
     """Cluster throughput and mean breakdown between two readings of every task. Pure."""
+
     def delta(i: int, name: str) -> float:
         return last[i].values.get(name, 0.0) - first[i].values.get(name, 0.0)
 
@@ -67,8 +75,11 @@ def point(tasks: int, first: list[Snapshot], last: list[Snapshot]) -> Point:
     steps = sum(delta(i, "trainer_steps_total") / (last[i].at - first[i].at) for i in range(tasks)) / tasks
     means = {}
     for part, hist in HISTOGRAMS.items():
-        per_task = [delta(i, f"{hist}_sum") / delta(i, f"{hist}_count") for i in range(tasks)
-                    if delta(i, f"{hist}_count") > 0]
+        per_task = [
+            delta(i, f"{hist}_sum") / delta(i, f"{hist}_count")
+            for i in range(tasks)
+            if delta(i, f"{hist}_count") > 0
+        ]
         means[part] = 1000 * sum(per_task) / len(per_task) if per_task else float("nan")
     return Point(tasks, examples, steps, means["step"], means["compute"], means["allreduce"], means["input"])
 
@@ -150,7 +161,9 @@ def write_png(points: list[Point], path: Path) -> None:
     a.plot(x, [points[0].examples_per_s * n / points[0].tasks for n in x], "k--", label="linear")
     a.set(xlabel="tasks (replicas)", ylabel="examples/s (cluster)", title="Throughput")
     b.plot(x, [100 * p.efficiency for p in points], marker="o")
-    b.set(xlabel="tasks (replicas)", ylabel="%", title="Scaling efficiency thr_N / (N x thr_1)", ylim=(0, 110))
+    b.set(
+        xlabel="tasks (replicas)", ylabel="%", title="Scaling efficiency thr_N / (N x thr_1)", ylim=(0, 110)
+    )
     bottom = [0.0] * len(points)
     for part in (*PARTS, "other"):
         values = [getattr(p, f"{part}_ms") for p in points]
@@ -168,21 +181,30 @@ def write_png(points: list[Point], path: Path) -> None:
 
 
 def format_table(points: list[Point]) -> str:
-    lines = [f"{'tasks':>5} {'examples/s':>11} {'steps/s':>8} {'efficiency':>10} {'step ms':>8} = "
-             f"{'compute':>8} + {'allreduce':>9} + {'input':>6} + {'other':>6}"]
+    lines = [
+        f"{'tasks':>5} {'examples/s':>11} {'steps/s':>8} {'efficiency':>10} {'step ms':>8} = "
+        f"{'compute':>8} + {'allreduce':>9} + {'input':>6} + {'other':>6}"
+    ]
     for p in points:
-        lines.append(f"{p.tasks:>5} {p.examples_per_s:>11.0f} {p.steps_per_s:>8.1f} {100 * p.efficiency:>9.0f}% "
-                     f"{p.step_ms:>8.1f} = {p.compute_ms:>8.1f} + {p.allreduce_ms:>9.1f} + {p.input_ms:>6.1f} + "
-                     f"{p.other_ms:>6.1f}")
+        lines.append(
+            f"{p.tasks:>5} {p.examples_per_s:>11.0f} {p.steps_per_s:>8.1f} {100 * p.efficiency:>9.0f}% "
+            f"{p.step_ms:>8.1f} = {p.compute_ms:>8.1f} + {p.allreduce_ms:>9.1f} + {p.input_ms:>6.1f} + "
+            f"{p.other_ms:>6.1f}"
+        )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.scaling", description=__doc__.splitlines()[0],
-                                epilog="Other flags go to every trainer task (python -m trainer --help).")
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.scaling",
+        description=__doc__.splitlines()[0],
+        epilog="Other flags go to every trainer task (python -m trainer --help).",
+    )
     p.add_argument("--max-workers", type=int, default=2, help="largest WORKERS (a chief plus that many)")
     p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per size, after the warm-up")
-    p.add_argument("--warmup", type=float, default=5.0, help="seconds from a task's first step before measuring")
+    p.add_argument(
+        "--warmup", type=float, default=5.0, help="seconds from a task's first step before measuring"
+    )
     p.add_argument("--out", type=Path, default=Path(".run/scaling"))
     args, trainer_args = p.parse_known_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -190,16 +212,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.write_text("")
     points = []
     for workers in range(args.max_workers + 1):
-        print(f"scaling: chief + {workers} workers, {args.seconds:g} s past a {args.warmup:g} s warm-up (log {log})",
-              file=sys.stderr, flush=True)
+        print(
+            f"scaling: chief + {workers} workers, {args.seconds:g} s past a {args.warmup:g} s warm-up "
+            f"(log {log})",
+            file=sys.stderr,
+            flush=True,
+        )
         points.append(run_size(workers, args.seconds, args.warmup, trainer_args, log))
     points = with_efficiency(points)
     print(format_table(points))
-    args.out.with_suffix(".json").write_text(json.dumps(
-        {"seconds": args.seconds, "warmup": args.warmup, "trainer_args": trainer_args,
-         "points": [{**asdict(q), "other_ms": q.other_ms} for q in points]}, indent=2) + "\n")
+    args.out.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "seconds": args.seconds,
+                "warmup": args.warmup,
+                "trainer_args": trainer_args,
+                "points": [{**asdict(q), "other_ms": q.other_ms} for q in points],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     write_png(points, args.out.with_suffix(".png"))
-    print(f"scaling: wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}", file=sys.stderr)
+    print(
+        f"scaling: wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}", file=sys.stderr
+    )
     return 0
 
 

@@ -2,9 +2,18 @@
 
 import itertools
 
-from .panels import GREEN, JOB, TASK_LEGEND, graph, labels_table, new_dashboard, row, single, task_variable
+from monitoring import verdict
+
+from .panels import (GREEN, JOB, TASK_LEGEND, graph, labels_table, new_dashboard, row, single, task_variable,
+                     value_names)
 
 UID = "trainer-overview"
+
+# The codes of monitoring/verdict.py, which monitoring/prometheus/rules/verdict.yml records.
+VERDICT_COLOURS = {verdict.HEALTHY: "green", verdict.COMMUNICATION: "orange", verdict.INPUT: "orange",
+                   verdict.STRAGGLER: "orange", verdict.MISMATCH: "red", verdict.STALLED: "red",
+                   verdict.DOWN: "red"}
+VERDICTS = {code: (verdict.NAMES[code], colour) for code, colour in VERDICT_COLOURS.items()}
 
 
 # The graphs use Grafana's rate interval (follows zoom, reacts within 20 s); the stats above them
@@ -25,6 +34,20 @@ def build():
         "time goes (compute, all-reduce, input wait). Numbers come from the Prometheus recording rules "
         "that the alerts and `make diagnose` also use.",
     ).with_variable(task_variable(multi=True))
+
+    d = d.with_row(row(ids, "Verdict"))
+    d = d.with_panel(single(
+        ids, "Verdict", "Why training is slow, the same verdict as `make diagnose`: healthy, "
+        "communication-bound (all-reduce > 50% of every task's step: larger per-replica batch, "
+        "gradient packing, faster network), input-bound (input wait > 20%: prefetch, parallel map, "
+        "cache, more files), straggler (one task's compute > 1.5x the median: check that task's host), "
+        "mismatch (tasks run different versions: rebuild), stalled or down. Run `make diagnose` for "
+        "the evidence and advice.",
+        "none", f"cluster:trainer_verdict:code{{{JOB}}}", legend="cluster", w=8,
+        limits=(GREEN, (verdict.COMMUNICATION, "orange"), (verdict.MISMATCH, "red"))).mappings(value_names(VERDICTS)))
+    d = d.with_panel(labels_table(
+        ids, "Verdict per task", "The verdict of every task: the task named input-bound or straggler "
+        "is where to look first.", f"task:trainer_verdict:named{{{JOB}}}", hide=("instance",), w=16, h=4))
 
     d = d.with_row(row(ids, "Cluster"))
     d = d.with_panel(single(

@@ -73,6 +73,13 @@ def single(ids: itertools.count, title: str, description: str, unit: str, expr: 
     )
 
 
+def value_names(names: dict[int, tuple[str, str]]):
+    """Value mappings: a numeric code shown as text in a colour ({code: (text, colour)})."""
+    options = {str(code): dashboard.ValueMappingResult(text=text, color=color, index=i)
+               for i, (code, (text, color)) in enumerate(names.items())}
+    return [dashboard.ValueMap(options=options)]
+
+
 def labels_table(ids: itertools.count, title: str, description: str, expr: str, *,
                  hide: tuple[str, ...] = (), w: int = 12, h: int = 7):
     """An instant query shown as a table of label values, one row per series."""

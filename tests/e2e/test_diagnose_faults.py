@@ -51,13 +51,20 @@ TRAINERS = ("chief", "worker-0", "worker-1")
 def sh(*cmd: str, timeout: float = 120, check: bool = True) -> str:
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} -> {result.returncode}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} -> {result.returncode}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
+        )
     return result.stdout.strip()
 
 
 def make(*args: str, timeout: float = 900) -> None:
-    result = subprocess.run(["make", "--no-print-directory", *args, *STACK], cwd=ROOT, capture_output=True,
-                            text=True, timeout=timeout)
+    result = subprocess.run(
+        ["make", "--no-print-directory", *args, *STACK],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert result.returncode == 0, f"make {' '.join(args)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
 
 
@@ -80,14 +87,29 @@ def start_job(make_args: list[str]) -> None:
 
 def diagnose() -> tuple[int, dict]:
     """What `make diagnose JSON=1` runs (this interpreter, so no venv needs building here)."""
-    result = subprocess.run([sys.executable, "-m", "monitoring.diagnose", "--json", "--prometheus", PROM,
-                             "--bench", str(RUN_DIR / "bench-comm.json")], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "monitoring.diagnose",
+            "--json",
+            "--prometheus",
+            PROM,
+            "--bench",
+            str(RUN_DIR / "bench-comm.json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return result.returncode, json.loads(result.stdout)
 
 
 def prom(expr: str) -> list[dict]:
-    with urllib.request.urlopen(f"{PROM}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=5) as r:
+    with urllib.request.urlopen(
+        f"{PROM}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=5
+    ) as r:
         return json.load(r)["data"]["result"]
 
 
@@ -113,12 +135,22 @@ def wait_for(verdict: str, *, timeout: float, tasks: tuple[str, ...] | None = No
         rule_agreed = rule_agreed or dashboard_verdict() == verdict
         seen.append(f"{time.monotonic() - start:.0f}s {report['verdict']} {report['cluster']['tasks']}")
         named_ok = tasks is None or tuple(report["cluster"]["tasks"]) == tasks
-        if report["verdict"] == verdict and named_ok and rule_agreed and len(report["tasks"]) == len(TRAINERS):
-            print(f"{verdict} after {time.monotonic() - start:.0f} s: " + "; ".join(report["cluster"]["evidence"]))
+        if (
+            report["verdict"] == verdict
+            and named_ok
+            and rule_agreed
+            and len(report["tasks"]) == len(TRAINERS)
+        ):
+            print(
+                f"{verdict} after {time.monotonic() - start:.0f} s: "
+                + "; ".join(report["cluster"]["evidence"])
+            )
             return {"exit_code": code, **report}
         if time.monotonic() > deadline:
-            raise AssertionError(f"no {verdict} {tasks or ''} within {timeout:.0f} s (rule agreed: {rule_agreed}); "
-                                 f"diagnose said: {seen[-12:]}\nlast report: {json.dumps(report)[:3000]}")
+            raise AssertionError(
+                f"no {verdict} {tasks or ''} within {timeout:.0f} s (rule agreed: {rule_agreed}); "
+                f"diagnose said: {seen[-12:]}\nlast report: {json.dumps(report)[:3000]}"
+            )
         time.sleep(5)
 
 
@@ -140,7 +172,10 @@ def test_healthy_run_exits_0(long_job):
 def test_slow_network_is_communication_bound(long_job):
     """tc in worker-1's network namespace: netem delay, or a tbf rate limit where netem is missing."""
     pid = sh("docker", "inspect", "-f", "{{.State.Pid}}", container("worker-1"))
-    links = [line.split(": ")[1].split("@")[0] for line in sh("nsenter", "-t", pid, "-n", "ip", "-o", "link").splitlines()]
+    links = [
+        line.split(": ")[1].split("@")[0]
+        for line in sh("nsenter", "-t", pid, "-n", "ip", "-o", "link").splitlines()
+    ]
     devices = [d for d in links if d != "lo"]
     tc = ("nsenter", "-t", pid, "-n", "tc", "qdisc")
     try:

@@ -145,7 +145,8 @@ def finish(fault_at: float) -> Outcome:
     lines = logs()
     resumed = [(stamp(m[1]), int(m[2])) for m in map(RESUMED.match, lines) if m]
     steps = chief_steps()
-    assert resumed, "the chief never resumed from a checkpoint:\n" + "\n".join(lines[-40:])
+    state = inspect("chief", "{{json .State}} restarts={{.RestartCount}}")
+    assert resumed, f"the chief never resumed (wait: {code}; {state}):\n" + "\n".join(lines[-15:])
     resumed_at, resumed_step = resumed[-1]
     before = max((s for t, s in steps if t < resumed_at), default=0)  # the old incarnation's last step
     first_after = min((t for t, s in steps if t > resumed_at and s > resumed_step), default=float("nan"))

@@ -10,8 +10,9 @@ from trainer import bench_comm as bc
 from trainer import scaling
 
 
-@pytest.mark.parametrize("text, want", [("0", 0), ("4096", 4096), ("256KiB", 256 * 1024), ("16MiB", 16 << 20),
-                                        ("1gib", 1 << 30)])
+@pytest.mark.parametrize(
+    "text, want", [("0", 0), ("4096", 4096), ("256KiB", 256 * 1024), ("16MiB", 16 << 20), ("1gib", 1 << 30)]
+)
 def test_parse_bytes(text, want):
     assert bc.parse_bytes(text) == want
 
@@ -39,9 +40,11 @@ def test_iterations_amortise_small_sizes_and_stay_at_least_two():
 
 def test_rows_take_the_slowest_task_and_best_picks_the_largest_size():
     timings = [
-        {"variant": "RING/0", "size": 1 << 20, "seconds": 0.010}, {"variant": "RING/0", "size": 1 << 20, "seconds": 0.020},
+        {"variant": "RING/0", "size": 1 << 20, "seconds": 0.010},
+        {"variant": "RING/0", "size": 1 << 20, "seconds": 0.020},
         {"variant": "RING/0", "size": 4 << 20, "seconds": 0.050},
-        {"variant": "RING/1MiB", "size": 1 << 20, "seconds": 0.005}, {"variant": "RING/1MiB", "size": 4 << 20, "seconds": 0.040},
+        {"variant": "RING/1MiB", "size": 1 << 20, "seconds": 0.005},
+        {"variant": "RING/1MiB", "size": 4 << 20, "seconds": 0.040},
     ]
     table = bc.rows(timings, n=3)
     first = table[0]
@@ -65,8 +68,14 @@ def test_iperf3_json_receiver_throughput():
 
 
 def test_png_is_written(tmp_path):
-    table = bc.rows([{"variant": v, "size": s, "seconds": s / 1e8} for v in ("RING/0", "AUTO/0")
-                     for s in (4096, 1 << 20)], n=2)
+    table = bc.rows(
+        [
+            {"variant": v, "size": s, "seconds": s / 1e8}
+            for v in ("RING/0", "AUTO/0")
+            for s in (4096, 1 << 20)
+        ],
+        n=2,
+    )
     bc.write_png(table, 2e9, 2, "local", tmp_path / "b.png")
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -74,6 +83,7 @@ def test_png_is_written(tmp_path):
 def test_stack_containers_is_empty_without_docker(monkeypatch):
     def missing(*args, **kwargs):
         raise FileNotFoundError("docker")
+
     monkeypatch.setattr(bc.subprocess, "run", missing)
     assert bc.stack_containers("mwms") == {}
 
@@ -93,8 +103,12 @@ trainer_step_duration_seconds_count{task_type="chief",task_index="0"} %(steps)s
 
 def test_parse_metrics_keeps_the_counters_and_histogram_sums():
     values = scaling.parse_metrics(METRICS % dict(steps=10, examples=320, step_sum=0.5))
-    assert values == {"trainer_steps_total": 10, "trainer_examples_total": 320,
-                      "trainer_step_duration_seconds_sum": 0.5, "trainer_step_duration_seconds_count": 10}
+    assert values == {
+        "trainer_steps_total": 10,
+        "trainer_examples_total": 320,
+        "trainer_step_duration_seconds_sum": 0.5,
+        "trainer_step_duration_seconds_count": 10,
+    }
 
 
 def snap(at, steps, examples, **sums):
@@ -106,13 +120,19 @@ def snap(at, steps, examples, **sums):
 
 
 def test_point_and_efficiency():
-    one = scaling.point(1, [snap(0, 100, 3200, step=1.0, compute=0.8, allreduce=0.0, input=0.1)],
-                        [snap(10, 1100, 35200, step=11.0, compute=8.8, allreduce=0.0, input=1.1)])
+    one = scaling.point(
+        1,
+        [snap(0, 100, 3200, step=1.0, compute=0.8, allreduce=0.0, input=0.1)],
+        [snap(10, 1100, 35200, step=11.0, compute=8.8, allreduce=0.0, input=1.1)],
+    )
     assert one.examples_per_s == pytest.approx(3200) and one.steps_per_s == pytest.approx(100)
     assert (one.step_ms, one.compute_ms, one.input_ms) == pytest.approx((10, 8, 1))
     assert one.other_ms == pytest.approx(1)
-    two = scaling.point(2, [snap(0, 0, 0, step=0, compute=0, allreduce=0, input=0)] * 2,
-                        [snap(10, 500, 16000, step=10, compute=4, allreduce=5, input=0.5)] * 2)
+    two = scaling.point(
+        2,
+        [snap(0, 0, 0, step=0, compute=0, allreduce=0, input=0)] * 2,
+        [snap(10, 500, 16000, step=10, compute=4, allreduce=5, input=0.5)] * 2,
+    )
     assert two.examples_per_s == pytest.approx(3200)
     points = scaling.with_efficiency([one, two])
     assert [p.efficiency for p in points] == pytest.approx([1.0, 0.5])

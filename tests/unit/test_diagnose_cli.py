@@ -20,14 +20,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def vec(name: str, value: float | str, /, **labels: str) -> dict:
     task_type, index = name.rsplit("-", 1)
-    return {"metric": {"job": "trainer", "task_type": task_type, "task_index": index, **labels},
-            "value": [1000.0, str(value)]}
+    return {
+        "metric": {"job": "trainer", "task_type": task_type, "task_index": index, **labels},
+        "value": [1000.0, str(value)],
+    }
 
 
 def healthy(tasks=("chief-0", "worker-0", "worker-1"), **override) -> dict[str, list[dict]]:
-    build = dict(tf_version="2.21.0", trainer_version="0.1.0", strategy="mwms", communication="AUTO", task="mlp")
-    figures = {"up": 1, "last_step_age": 1.5, "step": 0.1, "compute": 0.07, "compute_share": 0.7,
-               "allreduce_share": 0.2, "input_share": 0.05, "compute_ratio": 1.0, "busbw": 4e7, "world_size": 3}
+    build = dict(
+        tf_version="2.21.0", trainer_version="0.1.0", strategy="mwms", communication="AUTO", task="mlp"
+    )
+    figures = {
+        "up": 1,
+        "last_step_age": 1.5,
+        "step": 0.1,
+        "compute": 0.07,
+        "compute_share": 0.7,
+        "allreduce_share": 0.2,
+        "input_share": 0.05,
+        "compute_ratio": 1.0,
+        "busbw": 4e7,
+        "world_size": 3,
+    }
     out = {name: [vec(t, value) for t in tasks] for name, value in figures.items()}
     out["state"] = [vec(t, 1, trainer_state="training") for t in tasks]
     out["build"] = [vec(t, 1, **build) for t in tasks]
@@ -55,11 +69,12 @@ def test_series_of_tasks_no_longer_scraped_are_ignored():
 class FakePrometheus(BaseHTTPRequestHandler):
     answers: dict[str, list[dict]] = {}
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         expr = parse_qs(urlparse(self.path).query)["query"][0]
         name = next(n for n, e in diagnose.QUERIES.items() if e == expr)
-        body = json.dumps({"status": "success", "data": {"resultType": "vector",
-                                                        "result": self.answers.get(name, [])}}).encode()
+        body = json.dumps(
+            {"status": "success", "data": {"resultType": "vector", "result": self.answers.get(name, [])}}
+        ).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.end_headers()
@@ -97,9 +112,18 @@ def test_healthy_json_exit_0(prometheus, capsys, tmp_path):
 
 def test_bench_comm_result_is_the_reference(prometheus, capsys, tmp_path):
     bench = tmp_path / "bench-comm.json"
-    bench.write_text(json.dumps({"best": {"busbw": 5e8, "size": 64 << 20}, "rows": [
-        {"variant": "RING/0", "size": 256 << 10, "busbw": 7e7}, {"variant": "RING/1MiB", "size": 256 << 10, "busbw": 8e7},
-        {"variant": "RING/0", "size": 64 << 20, "busbw": 5e8}]}))
+    bench.write_text(
+        json.dumps(
+            {
+                "best": {"busbw": 5e8, "size": 64 << 20},
+                "rows": [
+                    {"variant": "RING/0", "size": 256 << 10, "busbw": 7e7},
+                    {"variant": "RING/1MiB", "size": 256 << 10, "busbw": 8e7},
+                    {"variant": "RING/0", "size": 64 << 20, "busbw": 5e8},
+                ],
+            }
+        )
+    )
     FakePrometheus.answers = healthy(allreduce_share={t: 0.7 for t in ("chief-0", "worker-0", "worker-1")})
     FakePrometheus.answers["allreduce_bytes"] = [vec(t, 300_000) for t in ("chief-0", "worker-0", "worker-1")]
     assert diagnose.main(["--prometheus", prometheus, "--bench", str(bench)]) == 1
@@ -128,6 +152,11 @@ def test_promtool_verdict_rules():
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool not on PATH (apt-get install prometheus)")
-    result = subprocess.run([promtool, "test", "rules", "monitoring/prometheus/tests/verdict_test.yml"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [promtool, "test", "rules", "monitoring/prometheus/tests/verdict_test.yml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

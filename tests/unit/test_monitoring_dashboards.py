@@ -92,7 +92,16 @@ def test_overview_has_the_panels_the_issue_asks_for():
     titles = {p["title"] for p in panels(COMMITTED["training-overview.json"])}
     assert {"Throughput", "Steps per second", "Loss", "Step time p50 / p95 per task", "Step breakdown: $task",
             "Straggler ratio", "All-reduce bus bandwidth", "Network traffic per task", "Build info per task",
-            "Firing alerts"} <= titles
+            "Firing alerts", "Verdict", "Verdict per task"} <= titles
+
+
+def test_verdict_panel_names_every_code_of_make_diagnose():
+    from monitoring import verdict
+
+    stat = next(p for p in panels(COMMITTED["training-overview.json"]) if p["title"] == "Verdict")
+    shown = stat["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    assert {int(code): m["text"] for code, m in shown.items()} == {
+        code: name for code, name in verdict.NAMES.items() if code >= 0}
 
 
 def test_task_detail_has_a_task_variable():
