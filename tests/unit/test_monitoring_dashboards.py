@@ -98,7 +98,7 @@ def test_overview_has_the_panels_the_issue_asks_for():
 def test_verdict_panel_names_every_code_of_make_diagnose():
     from monitoring import verdict
 
-    stat = next(p for p in panels(COMMITTED["training-overview.json"]) if p["title"] == "Verdict")
+    stat = next(p for p in panels(COMMITTED["training-overview.json"]) if p["title"] == "Verdict" and p["type"] == "stat")
     shown = stat["fieldConfig"]["defaults"]["mappings"][0]["options"]
     assert {int(code): m["text"] for code, m in shown.items()} == {
         code: name for code, name in verdict.NAMES.items() if code >= 0}
