@@ -36,7 +36,7 @@ include monitoring/diagnose.mk
 
 .PHONY: test
 test: $(VENV)/.stamp ## Run every test: unit, local clusters, promtool, and the Docker end-to-end suite
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit tests/cluster tests/e2e $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: $(VENV)/.stamp ## Run only the fast unit tests (no TensorFlow cluster, no Docker)
