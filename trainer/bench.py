@@ -36,14 +36,14 @@ def _untimed(fns, iterator, steps: int, per_call: int) -> None:
         fns.plain(iterator, min(per_call, steps - done))[1].numpy()
 
 
-def _instrumented(fns, iterator, steps: int, per_call: int, metrics, timings: list) -> None:
+def _instrumented(fns, iterator, steps: int, per_call: int, metrics, timings: list, measure_every: int = 1) -> None:
     class Keep:  # records what the loop reports, and forwards it to real metrics (their cost counts)
         def record_step(self, **kw):
             metrics.record_step(**kw)
             if kw["timing"] is not None:
                 timings.append(kw["timing"])
 
-    settings = loop.LoopSettings(task_name="bench", steps=steps, steps_per_call=per_call, measure_every=1,
+    settings = loop.LoopSettings(task_name="bench", steps=steps, steps_per_call=per_call, measure_every=measure_every,
                                  log_every=steps, save_every=0, global_batch=1, local_examples=1,
                                  classify=False, record_ids=False)
     logging.disable(logging.INFO)
@@ -82,6 +82,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer.bench")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--bench-steps", type=int, default=400, help="steps per mode per round")
+    p.add_argument("--sample-every", type=int, default=4,
+                   help="also bench timing one call in this many (the --measure-every trade-off)")
     args, rest = p.parse_known_args(argv)
     config = config_lib.from_args(rest, os.environ)
     spec = parse_tf_config(os.environ.get("TF_CONFIG"))
@@ -105,6 +107,10 @@ def main(argv=None) -> int:
     modes = {  # name -> run(steps)
         f"untimed fused step, {k} per call": lambda m: _untimed(fns, iterator, m, k),
         f"instrumented loop, {k} per call": lambda m: _instrumented(fns, iterator, m, k, metrics, timings),
+        f"instrumented loop, {k} per call, 1 call in {args.sample_every} timed":
+            lambda m: _instrumented(fns, iterator, m, k, metrics, [], args.sample_every),
+        f"host loop only, {k} per call, no call timed":
+            lambda m: _instrumented(fns, iterator, m, k, metrics, [], 10**9),
         "untimed fused step, 1 per call": lambda m: _untimed(fns, iterator, m, 1),
         "instrumented loop, 1 per call": lambda m: _instrumented(fns, iterator, m, 1, metrics, []),
         "tutorial custom loop, 1 per call": lambda m: [classic(iterator) for _ in range(m)],
@@ -130,7 +136,7 @@ def main(argv=None) -> int:
 
 
 def _report(config, replicas, args, rate, timings, k) -> None:
-    untimed_k, timed_k, untimed_1, timed_1, _, fit = rate.values()
+    untimed_k, timed_k, sampled_k, loop_only_k, untimed_1, timed_1, _, fit = rate.values()
     step_s = sum(t.step for t in timings)
     gap = abs(step_s - sum(t.input + t.compute + t.allreduce for t in timings)) / step_s
     lines = [(f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "
@@ -139,6 +145,8 @@ def _report(config, replicas, args, rate, timings, k) -> None:
     lines += [
         (f"(a) instrumented / untimed fused step: {timed_k / untimed_k:.3f} at {k} steps per call, "
          f"{timed_1 / untimed_1:.3f} at 1 (target >= 0.98)"),
+        (f"    timing 1 call in {args.sample_every}: {sampled_k / untimed_k:.3f}; host loop with no call timed: "
+         f"{loop_only_k / untimed_k:.3f} (what the timestamps themselves cost is the difference)"),
         (f"(b) our loop / tf-keras model.fit:     {timed_k / fit:.2f} "
          f"(at 1 step per call: {timed_1 / fit:.2f}) (target >= 1.0)"),
         (f"(c) |compute + allreduce + input - step| / step: {gap:.1%} "

@@ -14,7 +14,7 @@ from trainer import agreement, loop, step, summary, tasks
 from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
-from trainer.errors import ConfigError, PeerLostError, PreemptedError
+from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
 
 log = logging.getLogger(__name__)
 # What a dead peer looks like from a survivor: the collective is aborted, sticky for the process.
@@ -58,20 +58,32 @@ def configure_coordination(config: Config, cluster: tf.train.ClusterSpec) -> Non
         coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(config.heartbeat_timeout * 1000),
         cluster_register_timeout_in_ms=int(config.cluster_timeout * 1000),
         shutdown_barrier_timeout_in_ms=int(SHUTDOWN_BARRIER_S * 1000))
+    # Without the barrier a task that registered goes on and waits in its first collective forever
+    # for one that never joins (measured: a worker with a wrong port in its TF_CONFIG).
+    context.context().coordination_service.cluster_register_with_barrier = True
 
 
 def run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics,
         release_port: Callable[[], None]) -> None:
     release_port()
     try:
-        _run(config, spec, task_id, metrics)
+        strategy = make_strategy(config, spec)  # first: nothing may touch the TF context before it
     except PEER_LOST as err:
-        raise PeerLostError(f"a peer was lost, the collective is aborted ({type(err).__name__}: "
-                            f"{str(err).splitlines()[0][:200]}); restart every task to resume") from None
+        raise MissingPeersError(f"the cluster did not form within {config.cluster_timeout:g}s (--cluster-timeout): "
+                                f"a peer accepts connections but never joined ({_first_line(err)}); check that "
+                                "every task runs with the same TF_CONFIG cluster") from None
+    try:
+        _run(config, spec, task_id, metrics, strategy)
+    except PEER_LOST as err:
+        raise PeerLostError(f"a peer was lost, the collective is aborted ("
+                            f"{_first_line(err)}); restart every task to resume") from None
 
 
-def _run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics) -> None:
-    strategy = make_strategy(config, spec)  # first: nothing may touch the TF context before it
+def _first_line(err: Exception) -> str:
+    return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
+
+
+def _run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics, strategy) -> None:
     if tf.keras.__name__.split(".")[0] != "tf_keras":
         raise ConfigError("tf.keras is Keras 3, which cannot train under MWMS: install tf-keras "
                           "and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported")
