@@ -4,7 +4,8 @@
     1        a permanent failure not covered below (a bug, a broken plugin task, bad data)
     2        bad configuration: a flag, an environment variable, TF_CONFIG, or tasks that disagree
              on the cluster spec, the TensorFlow version or the trainer version
-    3        missing peers: the preflight did not reach every peer within --cluster-timeout
+    3        missing peers: the preflight did not reach every peer, or the cluster did not form
+             (a peer never registered), within --cluster-timeout
     128-255  retryable: restart every task and it resumes from the last checkpoint.
              200 = a peer died and the collective was aborted (TensorFlow's error is sticky inside
              the process, so the only recovery is a restart of every task).
