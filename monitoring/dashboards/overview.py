@@ -4,8 +4,8 @@ import itertools
 
 from monitoring import verdict
 
-from .panels import (GREEN, JOB, TASK_LEGEND, graph, labels_table, new_dashboard, row, single, task_variable,
-                     value_names)
+from .panels import (GREEN, JOB, TASK_LEGEND, graph, labels_table, new_dashboard, row, single, step_quantile,
+                     task_variable, value_names)
 
 UID = "trainer-overview"
 
@@ -19,11 +19,6 @@ VERDICTS = {code: (verdict.NAMES[code], colour) for code, colour in VERDICT_COLO
 # The graphs use Grafana's rate interval (follows zoom, reacts within 20 s); the stats above them
 # show the 1 min recording rules that alerts and `make diagnose` use.
 EXAMPLES_RATE = f"rate(trainer_examples_total{{{JOB}}}[$__rate_interval])"
-
-
-def step_quantile(q: float) -> str:
-    return (f"histogram_quantile({q}, sum by (job, instance, task_type, task_index, le) "
-            f"(rate(trainer_step_duration_seconds_bucket{{{JOB}}}[$__rate_interval])))")
 
 
 def build():
@@ -96,7 +91,7 @@ def build():
         "percentile. All tasks show nearly the same time in synchronous training; a wide p95 "
         "against p50 means jitter (a noisy neighbour, garbage collection, checkpointing).",
         "s",
-        [(step_quantile(0.5), TASK_LEGEND + " p50"), (step_quantile(0.95), TASK_LEGEND + " p95")]))
+        [(step_quantile(0.5, JOB), TASK_LEGEND + " p50"), (step_quantile(0.95, JOB), TASK_LEGEND + " p95")]))
     d = d.with_panel(graph(
         ids, "Steps per second", "Synchronous steps per second. A drop to 0 while tasks are up is a stall.",
         "suffix: steps/s",

@@ -15,6 +15,12 @@ JOB = 'job="trainer"'
 TAG = "mwms"
 
 
+def step_quantile(q: float, selector: str) -> str:
+    """The q-quantile of each task's step time over Grafana's rate interval."""
+    return (f"histogram_quantile({q}, sum by (job, instance, task_type, task_index, le) "
+            f"(rate(trainer_step_duration_seconds_bucket{{{selector}}}[$__rate_interval])))")
+
+
 def query(expr: str, legend: str = "", *, ref_id: str = "A", instant: bool = False):
     """One PromQL target. ref_id is set explicitly: the SDK would otherwise emit it empty."""
     q = prometheus.Dataquery().expr(expr).ref_id(ref_id).datasource(DATASOURCE)

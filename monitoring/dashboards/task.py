@@ -4,7 +4,8 @@ import itertools
 
 from grafana_foundation_sdk.models import common
 
-from .panels import GREEN, TASK_LEGEND, graph, labels_table, new_dashboard, row, single, task_variable
+from .panels import (GREEN, TASK_LEGEND, graph, labels_table, new_dashboard, row, single, step_quantile,
+                     task_variable)
 
 UID = "trainer-task"
 SEL = 'job="trainer", instance="$task"'
@@ -14,11 +15,6 @@ def mean(part: str) -> str:
     """Mean seconds per step of one histogram, over Grafana's rate interval."""
     return (f"sum by (job, instance, task_type, task_index) (rate({part}_sum{{{SEL}}}[$__rate_interval])) / "
             f"sum by (job, instance, task_type, task_index) (rate({part}_count{{{SEL}}}[$__rate_interval]))")
-
-
-def quantile(q: float) -> str:
-    return (f"histogram_quantile({q}, sum by (job, instance, task_type, task_index, le) "
-            f"(rate(trainer_step_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))")
 
 
 def build():
@@ -55,7 +51,7 @@ def build():
     d = d.with_panel(graph(
         ids, "Step time quantiles", "Wall time of a whole step: median, 95th and 99th percentile. A "
         "p99 far above p50 means occasional long steps (checkpoints, GC, a noisy neighbour).",
-        "s", [(quantile(0.5), "p50"), (quantile(0.95), "p95"), (quantile(0.99), "p99")]))
+        "s", [(step_quantile(q, SEL), f"p{round(q * 100)}") for q in (0.5, 0.95, 0.99)]))
     d = d.with_panel(graph(
         ids, "Step breakdown", "Mean seconds per step, stacked: compute, all-reduce (includes waiting "
         "for the slowest task), input wait and other (dispatch overhead the parts do not cover), so "
