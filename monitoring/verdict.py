@@ -48,7 +48,8 @@ ADVICE = {
     ],
     COMMUNICATION: [
         "Amortise the all-reduce: a larger --per-replica-batch does more compute per byte exchanged.",
-        "Pack gradients: CommunicationOptions(bytes_per_pack=...) (`make bench-comm` shows the best value).",
+        "Pack gradients: --bytes-per-pack (TRAINER_BYTES_PER_PACK; with make up, "
+        "ARGS=\"--bytes-per-pack 1048576\"); `make bench-comm` shows the best value.",
         "On GPUs use NCCL (CommunicationImplementation.NCCL / AUTO); on CPU, a faster network or fewer, "
         "larger workers.",
     ],

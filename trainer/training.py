@@ -27,9 +27,11 @@ SHUTDOWN_BARRIER_S = 30
 def make_strategy(config: Config, spec: ClusterSpec | None) -> tf.distribute.Strategy:
     if config.strategy == "mirrored":
         return tf.distribute.MirroredStrategy()
-    # AUTO: NCCL between GPUs, RING on CPU.
+    # AUTO: NCCL between GPUs, RING on CPU. These are the strategy's defaults, which the step's explicit
+    # replica-context all-reduce inherits (batch_reduce_to merges them).
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
+        implementation=tf.distribute.experimental.CommunicationImplementation.AUTO,
+        bytes_per_pack=config.bytes_per_pack)
     resolver = None
     if spec is not None:  # from our validated spec, not from os.environ (one source of truth)
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(

@@ -13,7 +13,7 @@ CONTRACT_ENV = {
     "TRAINER_STEPS", "TRAINER_PER_REPLICA_BATCH", "TRAINER_TASK", "TRAINER_STRATEGY", "TRAINER_METRICS_PORT",
     "TRAINER_CHECKPOINT_DIR", "TRAINER_SAVE_EVERY", "TRAINER_LOG_EVERY", "TRAINER_CLUSTER_TIMEOUT",
     "TRAINER_DATA", "TRAINER_INPUT_DELAY_MS", "TRAINER_SEED", "TRAINER_OUTPUT_DIR",
-    "TRAINER_HEARTBEAT_TIMEOUT",
+    "TRAINER_HEARTBEAT_TIMEOUT", "TRAINER_BYTES_PER_PACK",
 }
 
 
@@ -49,6 +49,7 @@ def test_empty_env_means_default():
     (["--heartbeat-timeout", "0.5"], {}, "--heartbeat-timeout"),
     (["--warmup-steps", "5"], {}, "--warmup-steps"),
     (["--save-every", "-1"], {}, "--save-every"),
+    ([], {"TRAINER_BYTES_PER_PACK": "-1"}, "TRAINER_BYTES_PER_PACK"),
     ([], {"TRAINER_INPUT_DELAY_MS": "x"}, "TRAINER_INPUT_DELAY_MS"),
 ])
 def test_bad_values_name_the_field(argv, env, names):
