@@ -4,8 +4,6 @@ Prometheus HTTP API on loopback; and the promtool tests of verdict.yml."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -148,15 +146,4 @@ def test_unreachable_prometheus_exit_2(capsys):
     assert "cannot query Prometheus" in capsys.readouterr().err
 
 
-def test_promtool_verdict_rules():
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not on PATH (apt-get install prometheus)")
-    result = subprocess.run(
-        [promtool, "test", "rules", "monitoring/prometheus/tests/verdict_test.yml"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+# The verdict rules' promtool unit tests run with every other rule test in test_monitoring_rules.py.

@@ -11,7 +11,7 @@ import pytest
 
 import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf  # noqa: E402 (after trainer: Keras 2 under MWMS)
 
 from trainer import records, step, tasks, training
 from trainer.cluster import TaskId
