@@ -10,6 +10,8 @@ MAX_RESTARTS ?= 3
 SECRETS_DIR ?= secrets
 # Compose project: a second stack on the same engine (the fault tests) needs its own name, RUN_DIR and BIND_ADDR.
 PROJECT ?= mwms
+# Trainer image repository (tag <version>-cpu|gpu): stacks built from different checkouts need their own.
+IMAGE_REPO ?= mwms/trainer
 # Left empty, these fall back to the trainer's own defaults (python -m trainer --help).
 STEPS ?=
 TASK ?=
@@ -22,7 +24,7 @@ DATA ?=
 # Extra arguments for every task: trainer flags (ARGS="--input-delay-ms 20") or your SCRIPT's own.
 ARGS ?=
 
-STACK_VARS = PROJECT WORKERS GPUS GPUS_PER_WORKER OFFLINE BIND_ADDR MAX_RESTARTS SECRETS_DIR RUN_DIR PYTHON \
+STACK_VARS = PROJECT IMAGE_REPO WORKERS GPUS GPUS_PER_WORKER OFFLINE BIND_ADDR MAX_RESTARTS SECRETS_DIR RUN_DIR PYTHON \
              STEPS TASK PER_REPLICA_BATCH STRATEGY SAVE_EVERY CLUSTER_TIMEOUT SCRIPT DATA ARGS
 # Every docker compose call sees the files and settings the last `make up` generated.
 DC = docker compose --project-directory $(CURDIR) --env-file $(RUN_DIR)/stack.env $$(cat $(RUN_DIR)/compose.args)

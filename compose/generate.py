@@ -41,6 +41,8 @@ class StackConfig:
     """Workers besides the chief: WORKERS=2 is three tasks."""
     base_image: str = "mwms/python:3.11-bookworm"
     """The image the trainer image is built on (pulled online, or built by images/images.sh)."""
+    image_repo: str = "mwms/trainer"
+    """Repository of the trainer image; tagged `<version>-<variant>` (IMAGE_REPO=)."""
     gpu_ids: dict[str, tuple[str, ...]] | None = None
     """Task name -> GPU indices; None for a CPU run."""
     steps: int | None = None
@@ -71,7 +73,7 @@ class StackConfig:
         return "gpu" if self.gpu_ids else "cpu"
 
     def image(self, variant: str) -> str:
-        return f"mwms/trainer:{__version__}-{variant}"
+        return f"{self.image_repo}:{__version__}-{variant}"
 
 
 def tasks_file(cfg: StackConfig) -> dict:
@@ -189,6 +191,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--workers", type=int, required=True, help="workers besides the chief")
     p.add_argument("--out", type=Path, default=Path(".run"))
     p.add_argument("--base-image", default=StackConfig.base_image)
+    p.add_argument("--image-repo", default=StackConfig.image_repo)
     p.add_argument("--gpus", default="auto", help="auto, 0 (CPU), a count, or indices like 0,2,3")
     p.add_argument("--gpus-per-worker", type=int, default=1)
     for flag in ("steps", "per-replica-batch", "save-every", "cluster-timeout"):
@@ -204,7 +207,7 @@ def config_from_args(ns: argparse.Namespace, runner: gpus.Runner = gpus.run) -> 
     ids = gpus.parse(ns.gpus, runner)
     tasks = [t.name for t in for_hosts(ns.workers).tasks]
     return StackConfig(
-        workers=ns.workers, base_image=ns.base_image,
+        workers=ns.workers, base_image=ns.base_image, image_repo=ns.image_repo,
         gpu_ids=gpus.assign(tasks, ids, ns.gpus_per_worker) if ids else None,
         steps=ns.steps, task=ns.task, per_replica_batch=ns.per_replica_batch, strategy=ns.strategy,
         save_every=ns.save_every, cluster_timeout=ns.cluster_timeout, max_restarts=ns.max_restarts,

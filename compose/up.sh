@@ -20,7 +20,8 @@ fi
 
 # 2. Compose files and Prometheus targets for a chief plus $WORKERS workers.
 args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE"
-      --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-3}")
+      --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-3}"
+      --image-repo "${IMAGE_REPO:-mwms/trainer}")
 for var in STEPS TASK PER_REPLICA_BATCH STRATEGY SAVE_EVERY CLUSTER_TIMEOUT SCRIPT DATA ARGS; do
   [ -n "${!var:-}" ] && args+=("--$(tr 'A-Z_' 'a-z-' <<<"$var")" "${!var}")
 done
@@ -57,7 +58,7 @@ dc() { docker compose --project-directory . --env-file "$RUN_DIR/stack.env" $(ca
 
 # 6. Build once, on the chief. Then free what rebuilds leave behind (our superseded images, the
 #    ~340 MB copy of the build context): layers stay cached, so warm builds are still instant.
-say "building mwms/trainer ($variant) on the chief service (cold: ~1 min; warm: cached)"
+say "building ${IMAGE_REPO:-mwms/trainer} ($variant) on the chief service (cold: ~1 min; warm: cached)"
 COMPOSE_BAKE=false dc build --quiet chief
 docker image prune -f --filter label=org.mwms.image=trainer >/dev/null
 docker builder prune -f --filter type=source.local >/dev/null 2>&1

@@ -1,0 +1,98 @@
+"""The telemetry contract: every metric, label, port and task name, written once.
+
+Standard library only: the trainer (in the container), the compose generator and the monitoring
+tools on the host all import it, and tests freeze it. Exporter, recording rules, alerts, dashboards,
+`make status`, `make diagnose` and `make report` read names from here; nothing else spells them.
+
+Names follow Prometheus conventions (one prefix, base units, `_total` on counters), and each is
+built by one function from its parts, as prometheus_client's `_build_full_name` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NAMESPACE = "trainer"
+LABELS = ("task_type", "task_index")
+"""Every trainer series carries exactly these two labels (and Prometheus adds job and instance)."""
+TASK_TYPE, TASK_INDEX = LABELS
+JOB = "trainer"
+"""Prometheus scrape job of the trainers (monitoring/prometheus/prometheus.yml)."""
+
+METRICS_PORT = 8000
+"""Every task's /metrics port inside the cluster network (never published)."""
+TF_PORT = 2222
+"""Every task's TensorFlow gRPC port (the TFJob convention)."""
+DEFAULT_PROJECT = "mwms"
+"""Compose project name when PROJECT is not given."""
+PROMETHEUS_PORT = 9090
+GRAFANA_PORT = 3000
+
+CHIEF, WORKER = "chief", "worker"
+STATES = ("starting", "waiting_for_peers", "training", "checkpointing", "done", "failed")
+"""Values of the `trainer_state` enum."""
+
+COUNTER, GAUGE, HISTOGRAM, INFO, ENUM = "counter", "gauge", "histogram", "info", "enum"
+
+
+def task_name(task_type: str, task_index: int | str) -> str:
+    """A task's one name in logs, compose services, DNS, status, diagnose and reports:
+    `chief`, `worker-0`, `worker-1`, ..."""
+    return CHIEF if task_type == CHIEF else f"{task_type}-{int(task_index)}"
+
+
+def task_order(name: str) -> tuple[int, int]:
+    """Sort key: the chief first, then workers by index (worker-10 after worker-9)."""
+    if name == CHIEF:
+        return (0, 0)
+    _, _, index = name.rpartition("-")
+    return (1, int(index)) if index.isdigit() else (2, 0)
+
+
+def full_name(name: str, *, unit: str = "", kind: str = GAUGE) -> str:
+    """`trainer_<name>[_<unit>][_total]`, the name as Prometheus stores it (counters end in _total)."""
+    parts = [NAMESPACE, name] + ([unit] if unit and not name.endswith(unit) else [])
+    base = "_".join(parts)
+    return f"{base}_total" if kind == COUNTER else base
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    """The full name Prometheus stores (for histograms, the family: add _bucket, _sum, _count)."""
+    kind: str
+    help: str
+
+
+def _metric(name: str, kind: str, help_text: str, unit: str = "") -> Metric:
+    return Metric(full_name(name, unit=unit, kind=kind), kind, help_text)
+
+
+STEP = _metric("step_duration", HISTOGRAM, "Whole training step, host wall clock", "seconds")
+INPUT_WAIT = _metric("input_wait", HISTOGRAM, "Waiting for the next distributed batch", "seconds")
+COMPUTE = _metric("compute_duration", HISTOGRAM,
+                  "Forward, backward and optimizer update on the local replica", "seconds")
+ALLREDUCE = _metric("allreduce_duration", HISTOGRAM,
+                    "Cross-replica gradient all-reduce, including waiting for the slowest task", "seconds")
+STEPS = _metric("steps", COUNTER, "Training steps completed by this task")
+EXAMPLES = _metric("examples", COUNTER, "Examples processed by this task's replicas")
+ALLREDUCE_BYTES = _metric("allreduce", COUNTER, "Gradient bytes all-reduced by this task", "bytes")
+NET_TRANSMIT = _metric("network_transmit", COUNTER, "Bytes sent on the task's network interfaces", "bytes")
+NET_RECEIVE = _metric("network_receive", COUNTER, "Bytes received on the task's network interfaces", "bytes")
+LOSS = _metric("loss", GAUGE, "Global mean training loss of the last step")
+GLOBAL_STEP = _metric("global_step", GAUGE, "Optimizer step (continues after a resume)")
+WORLD_SIZE = _metric("world_size", GAUGE, "Replicas in sync")
+LAST_STEP_TIME = _metric("last_step_timestamp", GAUGE, "Unix time the last step finished", "seconds")
+LAST_CHECKPOINT = _metric("last_checkpoint_step", GAUGE, "Step of the last checkpoint saved")
+BUILD_INFO = _metric("build", INFO, "Versions and setup of this task")
+STATE = _metric("state", ENUM, "Lifecycle state of this task")
+
+STEP_PARTS = (INPUT_WAIT, COMPUTE, ALLREDUCE)
+"""The histograms a step splits into; the step minus their sum is dispatch and host time."""
+ALL = (STEP, INPUT_WAIT, COMPUTE, ALLREDUCE, STEPS, EXAMPLES, ALLREDUCE_BYTES, NET_TRANSMIT, NET_RECEIVE,
+       LOSS, GLOBAL_STEP, WORLD_SIZE, LAST_STEP_TIME, LAST_CHECKPOINT, BUILD_INFO, STATE)
+
+
+def exposed_name(metric: Metric) -> str:
+    """What an exposition shows for an Info (`_info`) metric; other names are shown as stored."""
+    return f"{metric.name}_info" if metric.kind == INFO else metric.name
