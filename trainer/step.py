@@ -41,7 +41,6 @@ import tensorflow as tf
 from trainer.loop import StepFns
 from trainer.tasks import Task
 
-
 # The step's last timestamp (named so that tests can find it in the traced graph).
 END_MARK = "step_end"
 
@@ -115,7 +114,7 @@ def functions(strategy, task: Task, optimizer, global_batch: int, options: StepO
         variable writes are not ancestors of apply_gradients' return value (`iterations.assign_add`),
         nor are batch normalisation's moving averages of the loss, so the end mark waits for them."""
         applied = optimizer.apply_gradients(zip(reduced, variables), skip_gradients_aggregation=True)
-        made = [op for op in _ops()[since:] if op._is_stateful]  # noqa: SLF001
+        made = [op for op in _ops()[since:] if op._is_stateful]
         with tf.control_dependencies(made):
             # On GPU the end mark settles on the updated values, read after their writes.
             return [tf.identity(applied)] + ([tf.reshape(v.value(), [-1])[:1] for v in variables] if on_gpu else [])

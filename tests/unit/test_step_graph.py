@@ -6,13 +6,11 @@ and its time lands in the next step.
 """
 
 import pytest
+import tensorflow as tf
 
 import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
-
-import tensorflow as tf  # noqa: E402 (after trainer: Keras 2 under MWMS)
-
-from trainer import step, tasks  # noqa: E402
-from trainer.config import Config  # noqa: E402
+from trainer import step, tasks
+from trainer.config import Config
 
 # Ops that write a variable: the model's, the optimizer's (Adam's moments, the iteration count) and
 # batch normalisation's moving averages.

@@ -12,6 +12,7 @@ that. Serial mode only: with overlap the marks measure the exposed part, the tra
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 from dataclasses import dataclass
 
@@ -60,7 +61,7 @@ def from_trace(events, marks: np.ndarray) -> Spans:
     offset = stamps[0] - marks[0, 0]  # the trace's Timestamp ops ran at the marks' values
     bounds = [*(marks[:, 1] + offset), float("inf")]
     total = Spans(0.0, 0.0)
-    for begin, end in zip(bounds, bounds[1:]):
+    for begin, end in itertools.pairwise(bounds):
         one = _step(events, begin, end)
         total = Spans(total.compute + one.compute, total.allreduce + one.allreduce)
     return total
@@ -118,18 +119,18 @@ def describe(ours: Spans, theirs: Spans, steps: int) -> str:
 def main(argv=None) -> int:
     """In every task of a local cluster; the chief traces one timed call and prints the comparison.
 
-        python -m trainer.launch --workers 1 --metrics-port 0 --module trainer.tracecheck --task cnn
+        python -m trainer.host.launch --workers 1 --metrics-port 0 --module trainer.host.tracecheck --task cnn
     """
     import argparse
     import json
     import tempfile
 
     import trainer  # noqa: F401 (tf-keras before TensorFlow)
-    from trainer import step, tasks, training
     from trainer import config as config_lib
+    from trainer import step, tasks, training
     from trainer.cluster import parse_tf_config
 
-    p = argparse.ArgumentParser(prog="python -m trainer.tracecheck")
+    p = argparse.ArgumentParser(prog="python -m trainer.host.tracecheck")
     p.add_argument("--trace-steps", type=int, default=20)
     args, rest = p.parse_known_args(argv)
     config = config_lib.from_args(rest, os.environ)
