@@ -202,6 +202,17 @@ def learning_rate(config, replicas: int):
     return config.learning_rate
 
 
+def describe_lr(config, replicas: int) -> str:
+    """The start-up line saying what batch and rate the job trains with, e.g.
+    `global batch 128 = 4 x 32, lr 0.04 = 4 x 0.01, warm-up 100 steps`."""
+    batch, base = f"global batch {config.per_replica_batch * replicas} = {replicas} x {config.per_replica_batch}", \
+        config.learning_rate
+    if config.lr_scaling == "linear" and replicas > 1:
+        warmup = f"warm-up {config.warmup_steps} steps" if config.warmup_steps else "no warm-up"
+        return f"{batch}, lr {base * replicas:g} = {replicas} x {base:g} (--lr-scaling linear), {warmup}"
+    return f"{batch}, lr {base:g} ({'--lr-scaling none' if replicas > 1 else 'one replica: nothing to scale'})"
+
+
 def optimizer(config, replicas: int):
     return tf.keras.optimizers.Adam(learning_rate(config, replicas))
 
