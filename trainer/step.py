@@ -51,10 +51,12 @@ class StepOptions:
     """serial: the all-reduce starts after every gradient (t1); overlap: each pack starts when ready."""
     dtype: str = "float32"
     """What the gradients are cast to for the all-reduce (cast back to float32 before the update)."""
+    bytes_per_pack: int = 0
+    """Packs of the all-reduce (CommunicationOptions.bytes_per_pack); 0 = one pack."""
 
     @classmethod
     def of(cls, config) -> StepOptions:
-        return cls(mode=config.allreduce_mode, dtype=config.allreduce_dtype)
+        return cls(mode=config.allreduce_mode, dtype=config.allreduce_dtype, bytes_per_pack=config.bytes_per_pack)
 
 
 def build(strategy: tf.distribute.Strategy, task: Task, optimizer, global_batch: int,
@@ -85,6 +87,7 @@ def functions(strategy, task: Task, optimizer, global_batch: int, options: StepO
     variables = task.model.trainable_variables
     on_gpu = bool(tf.config.list_logical_devices("GPU"))
     wire = tf.as_dtype(options.dtype)
+    packing = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=options.bytes_per_pack)
 
     def first(value):
         return strategy.experimental_local_results(value)[0]
@@ -102,12 +105,12 @@ def functions(strategy, task: Task, optimizer, global_batch: int, options: StepO
         with tf.control_dependencies(barrier):
             # tf.identity: all_reduce needs tensors produced in this replica function
             sent = [tf.identity(tf.cast(g, wire)) for g in grads]
-            ctx = tf.distribute.get_replica_context()
+            ctx, total = tf.distribute.get_replica_context(), tf.distribute.ReduceOp.SUM
             if wire == tf.float32:  # loss and accuracy ride in the gradients' collective
-                reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, sent + [tf.identity(stats)])
+                reduced = ctx.all_reduce(total, [*sent, tf.identity(stats)], options=packing)
                 return reduced[:-1], reduced[-1]
-            reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, sent)
-            return [tf.cast(r, g.dtype) for r, g in zip(reduced, grads)], ctx.all_reduce("sum", stats)
+            reduced = ctx.all_reduce(total, sent, options=packing)
+            return [tf.cast(r, g.dtype) for r, g in zip(reduced, grads)], ctx.all_reduce(total, stats)
 
     def apply(reduced, since: int):
         """The update, waiting for every stateful op the step made since op number `since`: the
