@@ -1,6 +1,6 @@
 """Write the per-run compose files and Prometheus targets for a chief plus N workers.
 
-    python -m compose.generate --workers 2 --out .run [--gpus auto] [--steps 200] ...
+    STEPS=200 python -m compose.generate --workers 2 --out .run [--gpus auto] ...
 
 Writes, under --out (never edit them; rerun the generator):
   compose.tasks.yaml   one service per task (`chief`, `worker-0`, ...), each with its TF_CONFIG
@@ -9,18 +9,21 @@ Writes, under --out (never edit them; rerun the generator):
   targets/trainers.json  Prometheus file_sd: one `<service>:8000` target per task
 The static services (Prometheus, Grafana, networks, volumes) live in compose/base.yaml.
 Everything comes from trainer.cluster.ClusterSpec, the model the trainer parses TF_CONFIG with.
+Trainer knobs (STEPS=, TASK=, any trainer flag upper-cased) come from the environment: compose/knobs.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from compose import gpus, yamltext
+from compose import gpus, knobs, mounts, yamltext
 from trainer import __version__
 from trainer.cluster import ClusterSpec, for_hosts
 
@@ -45,12 +48,8 @@ class StackConfig:
     """Repository of the trainer image; tagged `<version>-<variant>` (IMAGE_REPO=)."""
     gpu_ids: dict[str, tuple[str, ...]] | None = None
     """Task name -> GPU indices; None for a CPU run."""
-    steps: int | None = None
-    task: str | None = None
-    per_replica_batch: int | None = None
-    strategy: str | None = None
-    save_every: int | None = None
-    cluster_timeout: int | None = None
+    trainer_env: dict[str, str] = field(default_factory=dict)
+    """`TRAINER_*` variables for every task (compose.knobs.from_environ); unset ones keep the trainer's defaults."""
     max_restarts: int = 3
     """Automatic restarts per container before the run fails for good (compose on-failure:N)."""
     script: str | None = None
@@ -125,11 +124,9 @@ def _environment(cfg: StackConfig, spec: ClusterSpec) -> dict[str, str]:
     env = {"TF_CONFIG": spec.to_tf_config(), "TRAINER_METRICS_PORT": str(METRICS_PORT),
            "TRAINER_METRICS_LINGER": str(METRICS_LINGER_SECONDS),
            "TRAINER_CHECKPOINT_DIR": CHECKPOINT_DIR}
-    knobs = {"TRAINER_STEPS": cfg.steps, "TRAINER_TASK": cfg.task,
-             "TRAINER_PER_REPLICA_BATCH": cfg.per_replica_batch, "TRAINER_STRATEGY": cfg.strategy,
-             "TRAINER_SAVE_EVERY": cfg.save_every, "TRAINER_CLUSTER_TIMEOUT": cfg.cluster_timeout,
-             "TRAINER_DATA": "/data" if cfg.data else None}
-    env.update({k: str(v) for k, v in knobs.items() if v is not None})
+    env.update(cfg.trainer_env)
+    if cfg.data:
+        env["TRAINER_DATA"] = "/data"
     return env
 
 
@@ -194,23 +191,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--image-repo", default=StackConfig.image_repo)
     p.add_argument("--gpus", default="auto", help="auto, 0 (CPU), a count, or indices like 0,2,3")
     p.add_argument("--gpus-per-worker", type=int, default=1)
-    for flag in ("steps", "per-replica-batch", "save-every", "cluster-timeout"):
-        p.add_argument(f"--{flag}", type=int)
-    for flag in ("task", "strategy", "script", "data"):
-        p.add_argument(f"--{flag}")
+    p.add_argument("--script", help="host path of your MWMS script, run in every task")
+    p.add_argument("--data", help="host folder mounted read-only at /data")
     p.add_argument("--args", default="", help="extra arguments for every task's command (shell-quoted)")
     p.add_argument("--max-restarts", type=int, default=StackConfig.max_restarts)
     return p.parse_args(argv)
 
 
-def config_from_args(ns: argparse.Namespace, runner: gpus.Runner = gpus.run) -> StackConfig:
+def config_from_args(ns: argparse.Namespace, runner: gpus.Runner = gpus.run,
+                     environ: Mapping[str, str] | None = None) -> StackConfig:
+    """`environ` carries the trainer knobs (compose.knobs): main passes the process environment."""
     ids = gpus.parse(ns.gpus, runner)
     tasks = [t.name for t in for_hosts(ns.workers).tasks]
     return StackConfig(
         workers=ns.workers, base_image=ns.base_image, image_repo=ns.image_repo,
         gpu_ids=gpus.assign(tasks, ids, ns.gpus_per_worker) if ids else None,
-        steps=ns.steps, task=ns.task, per_replica_batch=ns.per_replica_batch, strategy=ns.strategy,
-        save_every=ns.save_every, cluster_timeout=ns.cluster_timeout, max_restarts=ns.max_restarts,
+        trainer_env=knobs.from_environ(environ or {}), max_restarts=ns.max_restarts,
         script=ns.script, data=ns.data, extra_args=tuple(shlex.split(ns.args)))
 
 
@@ -218,18 +214,20 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ns = parse_args(argv)
     try:
-        cfg = config_from_args(ns)
-    except ValueError as err:  # ClusterSpecError, GpuError: one line, no traceback
+        cfg = config_from_args(ns, environ=os.environ)
+    except ValueError as err:  # ClusterSpecError, GpuError, a bad knob: one line, no traceback
         print(f"compose.generate: {err}", file=sys.stderr)
         return 2
-    for path in (cfg.script, cfg.data):
-        if path and not Path(path).exists():
-            print(f"compose.generate: {path} does not exist", file=sys.stderr)
+    for variable, path, is_dir in (("SCRIPT", cfg.script, False), ("DATA", cfg.data, True)):
+        if path and (problem := mounts.problem(variable, path, is_dir=is_dir)):
+            print(f"compose.generate: {problem}", file=sys.stderr)
             return 2
     write(cfg, ns.out)
     devices = ", ".join(f"{t}: GPU {','.join(i)}" for t, i in (cfg.gpu_ids or {}).items())
     print(f"compose.generate: chief + {cfg.workers} workers, {devices or 'CPU only'} -> {ns.out}/",
           file=sys.stderr)
+    if not cfg.script:
+        print(f"compose.generate: {knobs.describe(cfg.trainer_env)}", file=sys.stderr)
     return 0
 
 

@@ -14,6 +14,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 
+from trainer.contract import DEFAULT_PROJECT
+
 Query = Callable[[str], dict[tuple[str, str], float]]
 WINDOW = "1m"
 COLUMNS = ("task", "state", "step", "steps/s", "step time", "all-reduce", "input wait", "checkpoint")
@@ -90,9 +92,10 @@ def render(rows: list[tuple[str, ...]]) -> str:
 
 def main(argv: list[str]) -> int:
     url = argv[0] if argv else "http://127.0.0.1:9090"
-    states = containers("mwms")
+    project = argv[1] if len(argv) > 1 else DEFAULT_PROJECT
+    states = containers(project)
     if not states:
-        print("status: no containers in project mwms: run `make up` first", file=sys.stderr)
+        print(f"status: no containers in project {project}: run `make up` first", file=sys.stderr)
         return 1
     try:
         rows = table(states, prometheus(url))
