@@ -1,13 +1,10 @@
 """Prometheus config, recording rules and alerts: promtool's own checks and unit tests, plus the
 conventions promtool cannot see (rule names, alert annotations, a test per alert)."""
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "prometheus"
@@ -16,15 +13,7 @@ TEST_FILES = sorted((PROM_DIR / "tests").glob("*.yml"))
 ALERTS = {"TrainerDown", "TrainingStalled", "Straggler", "InputBound", "CommunicationBound", "LossNotFinite"}
 
 
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    """promtool from PATH (Debian's prometheus package; `make engine` installs it in CI)."""
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("promtool not on PATH in CI: `make engine` installs it (apt-get install prometheus)")
-        pytest.skip("promtool not on PATH (apt-get install prometheus)")
-    return path
+# `promtool`: the fixture in tests/conftest.py (fails in CI, skips elsewhere when it is missing).
 
 
 def run(promtool: str, *args: str) -> subprocess.CompletedProcess:
