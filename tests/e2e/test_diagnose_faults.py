@@ -38,7 +38,7 @@ PROM = f"http://{BIND}:9090"
 STACK = [f"PROJECT={PROJECT}", f"RUN_DIR={RUN_DIR}", f"BIND_ADDR={BIND}", "OFFLINE=1", "GPUS=0"]
 
 VERDICT_TIMEOUT_S = 120
-"""The issue's promise: each verdict within 2 minutes of the fault starting."""
+"""What we promise users: each verdict within 2 minutes of the fault starting."""
 FIRST_DATA_TIMEOUT_S = 240
 # The cnn task with a large batch: compute dominates a healthy step, even with other load on the 2 cores
 # (at batch 32 its ~64 KiB all-reduce, latency-bound, already takes ~30% of the step).

@@ -14,7 +14,7 @@ from monitoring.promql import DASHBOARD_DIR, load_dashboards, panel_queries, sub
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((ROOT / "monitoring" / "prometheus" / "rules").glob("*.yml"))
 
-# The trainer's metric names (issue 2, item 7): the dashboards may use these and nothing else.
+# The trainer's metric names: the dashboards may use these and nothing else.
 CONTRACT = {
     "trainer_step_duration_seconds", "trainer_input_wait_seconds", "trainer_compute_duration_seconds",
     "trainer_allreduce_duration_seconds", "trainer_steps_total", "trainer_examples_total",
@@ -88,7 +88,7 @@ def test_queries_use_only_contract_metrics_and_recorded_rules():
                 assert name in CONTRACT | HISTOGRAM_SERIES, (q.panel, name)
 
 
-def test_overview_has_the_panels_the_issue_asks_for():
+def test_overview_has_the_panels_users_asked_for():
     titles = {p["title"] for p in panels(COMMITTED["training-overview.json"])}
     assert {"Throughput", "Steps per second", "Loss", "Step time p50 / p95 per task", "Step breakdown: $task",
             "Straggler ratio", "All-reduce bus bandwidth", "Network traffic per task", "Build info per task",
