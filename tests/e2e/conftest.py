@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, need
+from trainer.contract import STEPS as STEPS_METRIC
 
 WORKERS = 2
 # Long enough that Prometheus (5 s scrapes) sees every task running: ~25 ms per step here.
@@ -90,7 +91,7 @@ def stack(docker_engine) -> Iterator[Stack]:
         while time.monotonic() < deadline and (first_step is None or seen_up != want):
             try:
                 seen_up |= {k for k, health in trainer_targets(url).items() if health == "up"}
-                if first_step is None and query(url, "trainer_steps_total > 0"):
+                if first_step is None and query(url, f"{STEPS_METRIC.name} > 0"):
                     first_step = time.monotonic() - start
             except OSError:
                 pass  # Prometheus still starting

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.e2e.conftest import ROOT, engine_ready
-from trainer.contract import ALLREDUCE_BYTES, COMPUTE, STEP, STEPS
+from trainer.contract import ALLREDUCE_BYTES, COMPUTE, LAST_STEP_TIME, STEP, STEPS
 
 pytestmark = pytest.mark.docker
 
@@ -114,7 +114,7 @@ def start_job(make_args: list[str]) -> None:
     make("up", *make_args)
     # The killed job's last steps are older than this (make up takes longer): a step of the new job.
     deadline = time.monotonic() + FIRST_DATA_TIMEOUT_S
-    while not _safe_prom("time() - max(trainer_last_step_timestamp_seconds) < 8"):
+    while not _safe_prom(f"time() - max({LAST_STEP_TIME.name}) < 8"):
         assert time.monotonic() < deadline, f"no step of the new job within {FIRST_DATA_TIMEOUT_S} s"
         time.sleep(1)
 

@@ -7,6 +7,8 @@ import subprocess
 
 import pytest
 
+from trainer.contract import STEPS
+
 pytestmark = pytest.mark.docker
 
 
@@ -26,7 +28,7 @@ def test_first_step_seen_quickly(stack) -> None:
 def test_training_completes_and_wait_returns_zero(stack) -> None:
     result = stack.make("wait", timeout=600)
     assert result.returncode == 0, result.stderr
-    steps = stack.query("max by (task_type, task_index) (max_over_time(trainer_steps_total[30m]))")
+    steps = stack.query(f"max by (task_type, task_index) (max_over_time({STEPS.name}[30m]))")
     assert set(steps) == set(stack.tasks), steps
     assert all(v >= stack.steps for v in steps.values()), f"steps seen in Prometheus: {steps}"
 
