@@ -41,6 +41,14 @@ def task_name(task_type: str, task_index: int | str) -> str:
     return CHIEF if task_type == CHIEF else f"{task_type}-{task_index}"
 
 
+def task_labels(name: str) -> tuple[str, str]:
+    """(task_type, task_index) of a task name: the inverse of task_name."""
+    if name == CHIEF:
+        return CHIEF, "0"
+    task_type, _, index = name.rpartition("-")
+    return task_type, index
+
+
 def task_order(name: str) -> tuple[int, int]:
     """Sort key: the chief first, then workers by index (worker-10 after worker-9)."""
     if name == CHIEF:
