@@ -2,9 +2,10 @@
 
     make up STEPS=500 INPUT_DELAY_MS=20 LEARNING_RATE=0.05
 
-The one path a knob takes: make exports its command-line variables (and the shell's) to compose/up.sh,
-compose.generate reads them here from its environment, and every task gets `TRAINER_<NAME>`, which
-trainer/config.py reads. The names are trainer.config.Config's fields, so a new trainer flag is a new
+The one path a knob takes: make exports its command-line variables (and the shell's) to compose/up.sh
+(and compose/swarm/stack-up.sh), the emitter (compose.generate, compose.stack) reads them here from its
+environment into the Deployment's `knobs` (compose/deployment.py), and every task gets `TRAINER_<NAME>`,
+which trainer/config.py reads. The names are trainer.config.Config's fields, so a new trainer flag is a new
 knob with no edit here, in the Makefile or in up.sh. Values are checked by trainer.config before any
 container starts.
 """
@@ -39,9 +40,9 @@ def names() -> list[str]:
     return [f.name.upper() for f in dataclasses.fields(Config) if f.name not in STACK_OWNED]
 
 
-def from_environ(environ: Mapping[str, str]) -> dict[str, str]:
-    """The `TRAINER_*` environment of every task: knobs set (non-empty) in `environ`, else make up's
-    defaults; checked as the trainer will check them. Raises ValueError with a one-line message."""
+def from_environ(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """(Config field, value) for every knob set (non-empty) in `environ`, else make up's defaults,
+    checked as the trainer will check them. Raises ValueError with a one-line message."""
     for name, why in STACK_OWNED.items():
         if name != "data" and environ.get(name.upper()):
             raise ValueError(f"{name.upper()} is set by the stack ({why}): unset it")
@@ -53,7 +54,7 @@ def from_environ(environ: Mapping[str, str]) -> dict[str, str]:
         from_args([], env)
     except ConfigError as err:
         raise ValueError(f"{_as_typed(str(err), env)}: {err}") from None
-    return env
+    return tuple((name, value) for name, value in values.items() if value)
 
 
 def _as_typed(message: str, env: Mapping[str, str]) -> str:
@@ -62,9 +63,9 @@ def _as_typed(message: str, env: Mapping[str, str]) -> str:
     return f"{found.group().removeprefix(ENV_PREFIX)}={env.get(found.group(), '')}" if found else "knob"
 
 
-def describe(trainer_env: Mapping[str, str]) -> str:
+def describe(knobs: tuple[tuple[str, str], ...]) -> str:
     """One line for `make up`: how long the job trains and how to change it."""
-    steps = int(trainer_env.get(ENV_PREFIX + "STEPS", Config.steps))
+    steps = int(dict(knobs).get("steps", Config.steps))
     seconds = steps / MEASURED_STEPS_PER_SECOND
     took = f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
     return (f"training {steps} steps, ~{took} at {MEASURED_STEPS_PER_SECOND:.0f} steps/s (measured: WORKERS=3, "
