@@ -90,4 +90,7 @@ Grafana:    skipped - image $GRAFANA_IMAGE is not present and cannot be pulled (
             make publish-dashboards GRAFANA_URL=https://grafana.example GRAFANA_TOKEN=...
 EOF
 fi
-echo "Follow:     make status (per-task table) | make logs | make wait (blocks, returns the chief's exit code)"
+# Another project's commands need its name: they find its RUN_DIR and Prometheus from it.
+p=""; [ "${PROJECT:-mwms}" = mwms ] || p=" PROJECT=$PROJECT"
+echo "Follow:     make status$p (per-task table) | make logs$p | make wait$p (blocks, returns the chief's exit code)"
+echo "Stop:       make down$p (keeps checkpoints and history) | make clean$p (removes them)"
