@@ -1,5 +1,6 @@
-"""Prometheus config, recording rules and alerts: promtool's own checks and unit tests, plus the
-conventions promtool cannot see (rule names, alert annotations, a test per alert)."""
+"""Prometheus config, the generated rules, alerts and promtool tests: they equal what `make rules`
+writes, pass promtool's checks and unit tests, and keep the conventions promtool cannot see (rule
+names, alert annotations, a firing and a non-firing case per alert)."""
 
 import os
 import re
@@ -10,10 +11,22 @@ from pathlib import Path
 import pytest
 import yaml
 
+from monitoring import alerts as alert_defs
+from monitoring import rules as generator
+
 PROM_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "prometheus"
 RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))
 TEST_FILES = sorted((PROM_DIR / "tests").glob("*.yml"))
 ALERTS = {"TrainerDown", "TrainingStalled", "Straggler", "InputBound", "CommunicationBound", "LossNotFinite"}
+
+
+def test_committed_files_are_what_the_generator_writes():
+    assert generator.main(["--check"]) == 0, "run `make rules`"
+    assert set(generator.files()) == set(RULE_FILES) | set(TEST_FILES), "a rule or test file nobody generates"
+
+
+def test_every_alert_is_generated():
+    assert {a.name for a in alert_defs.ALERTS} == ALERTS
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +77,7 @@ def test_every_alert_has_for_severity_and_names_the_task():
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
         for key in ("summary", "description"):
             text = rule["annotations"][key]
-            assert "$labels.task_type" in text and "$labels.task_index" in text, (name, key)
+            assert alert_defs.TASK in text, (name, key)  # the task as contract.task_name names it
 
 
 def test_every_alert_has_a_firing_and_a_non_firing_case():
