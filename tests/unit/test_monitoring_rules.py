@@ -13,6 +13,7 @@ import yaml
 
 from monitoring import alerts as alert_defs
 from monitoring import rules as generator
+from trainer import contract
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "prometheus"
 RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))
@@ -93,7 +94,9 @@ def test_every_alert_has_a_firing_and_a_non_firing_case():
 def test_scrape_config_matches_the_deployment_contract():
     config = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
     assert config["global"]["scrape_interval"] == "5s"
-    (trainer,) = [job for job in config["scrape_configs"] if job["job_name"] == "trainer"]
+    (trainer,) = [job for job in config["scrape_configs"] if job["job_name"] == contract.JOB]
+    (own,) = [job for job in config["scrape_configs"] if job["job_name"] == "prometheus"]
+    assert own["static_configs"][0]["targets"] == [f"localhost:{contract.PROMETHEUS_PORT}"]
     assert trainer["honor_labels"] is True
     # Relative to the config file: /etc/prometheus/targets in the container.
     assert trainer["file_sd_configs"][0]["files"] == ["targets/*.json"]
