@@ -96,7 +96,7 @@ class TaskSample:
     """`chief`, `worker-0`, ... (trainer.contract.task_name)."""
     up: bool = True
     state: str | None = None
-    """trainer_state: starting, waiting_for_peers, training, checkpointing, done, failed."""
+    """The task's last state, one of trainer.contract.STATES."""
     last_step_age: float | None = None
     """Seconds since the task's last step; None before its first step."""
     step: float | None = None
@@ -109,7 +109,7 @@ class TaskSample:
     busbw: float | None = None
     """All-reduce bus bandwidth, bytes/s."""
     build: tuple[str, ...] | None = None
-    """(tf_version, trainer_version, strategy, communication, task) from trainer_build_info."""
+    """The values of trainer.contract.BUILD_LABELS from the build info."""
     world_size: int | None = None
 
 
