@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 
-from monitoring import alerts, rules as r, verdict as v
+from monitoring import alerts
+from monitoring import rules as r
+from monitoring import verdict as v
 from monitoring.verdict_cases import CASES, Case, Task, sample
 from trainer import contract as c
 
@@ -129,9 +131,9 @@ def verdict_tests() -> dict:
 
 # --- Steps per second ---
 
-SHORT = dict(steps=100, seconds=1.25)
+SHORT = {"steps": 100, "seconds": 1.25}
 """100 steps in 1.25 s of step time (80 steps/s), finished before Prometheus' second scrape."""
-LONG = dict(steps_per_interval=50, allreduce=0.05, bytes_per_step=3000, examples_per_step=16, world=4)
+LONG = {"steps_per_interval": 50, "allreduce": 0.05, "bytes_per_step": 3000, "examples_per_step": 16, "world": 4}
 """10 steps/s for minutes; 0.05 s and 3000 bytes per all-reduce, world size 4: algbw 60000 B/s,
 busbw 60000 * 2*3/4 = 90000 B/s; 16 examples per step: 160 examples/s."""
 

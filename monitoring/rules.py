@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from monitoring import verdict as v
+from monitoring.generated import write_or_check
 from trainer import contract as c
 
 PROM_DIR = Path(__file__).resolve().parent / "prometheus"
@@ -272,18 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m monitoring.rules", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if a committed file differs; write nothing")
     args = parser.parse_args(argv)
-    stale = []
-    for path, text in files().items():
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(str(path))
-        else:
-            path.write_text(text)
-            print(f"wrote {path}")
-    if stale:
-        print("out of date (run `make rules`): " + ", ".join(stale), file=sys.stderr)
-        return 1
-    return 0
+    return write_or_check(files(), check=args.check, command="make rules")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from monitoring import dashboards
-from trainer import contract
 from monitoring.promql import DASHBOARD_DIR, load_dashboards, panel_queries, substitute
+from trainer import contract
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((ROOT / "monitoring" / "prometheus" / "rules").glob("*.yml"))

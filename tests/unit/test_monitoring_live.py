@@ -14,7 +14,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
