@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib.util
 import inspect
 import itertools
 from collections.abc import Mapping, Sequence
@@ -85,7 +86,20 @@ class Config:
         _check(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")
         _check(self.warmup_steps == 0 or self.lr_scaling == "linear", "warmup_steps",
                "only applies with --lr-scaling linear")
-        _check(bool(self.task.strip()), "task", "must name a built-in task or package.module:function")
+        _check(_task_found(self.task), "task",
+               f"{self.task!r} is neither a built-in ({', '.join(BUILTIN_TASKS)}) nor an importable "
+               "package.module:function")
+
+
+def _task_found(task: str) -> bool:
+    """A built-in, or `package.module:function` whose top-level package is on the path. Finding the
+    package runs none of its code, so TensorFlow is not imported; loading the function comes later."""
+    if task in BUILTIN_TASKS:
+        return True
+    module, sep, function = task.partition(":")
+    if not sep or not function.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
+        return False
+    return importlib.util.find_spec(module.split(".")[0]) is not None
 
 
 def _check(ok: bool, name: str, problem: str) -> None:
