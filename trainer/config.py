@@ -20,6 +20,8 @@ from trainer.errors import ConfigError
 ENV_PREFIX = "TRAINER_"
 STRATEGIES = ("mwms", "mirrored")
 LR_SCALINGS = ("none", "linear")
+BUILTIN_TASKS = ("mlp", "cnn")
+"""Names of trainer/tasks.py's built-in tasks, here so that a wrong --task fails before TensorFlow loads."""
 
 
 @dataclass(frozen=True, kw_only=True)

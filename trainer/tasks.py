@@ -21,6 +21,8 @@ from functools import partial
 import tensorflow as tf
 
 from trainer import data, records
+from trainer.config import BUILTIN_TASKS
+from trainer.data import problem
 
 
 @dataclass(frozen=True)
@@ -30,12 +32,6 @@ class Task:
     dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset]
     classify: bool = False
     """Logits over classes and integer labels: the loop then also reports accuracy."""
-
-
-def problem(name: str, seed: int) -> data.Synthetic:
-    if name == "mlp":
-        return data.Synthetic(input_shape=(32,), num_classes=4, num_examples=16384, seed=seed)
-    return data.Synthetic(input_shape=(16, 16, 3), num_classes=4, num_examples=4096, seed=seed, pool=8)
 
 
 def _sparse_ce(labels, logits):
@@ -92,6 +88,7 @@ def cnn(*, per_replica_batch: int, seed: int, data: str = "", input_delay_ms: fl
 
 
 BUILTIN = {"mlp": mlp, "cnn": cnn}
+assert tuple(BUILTIN) == BUILTIN_TASKS, "config.BUILTIN_TASKS names the built-ins before TensorFlow loads"
 
 
 def load(name: str) -> Callable[..., Task | tuple]:

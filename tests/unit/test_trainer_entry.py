@@ -67,6 +67,6 @@ def test_mirrored_with_tf_config_is_a_config_error():
 
 
 def test_config_path_does_not_import_tensorflow():
-    code = ("import sys; from trainer import config, cluster, preflight, metrics, launch, errors, "
+    code = ("import sys; from trainer import config, cluster, preflight, metrics, errors, "
             "progress, agreement; assert 'tensorflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)

@@ -8,7 +8,7 @@ Modes alternate within each round (A B C A B C ...) on the same model, data and 
 drifts of a shared machine hit them alike; each mode first runs a few settling steps; the median
 round counts. Not a test: on 2 shared cores the numbers move by 10% from run to run.
 
-    python -m trainer.launch --workers 2 --metrics-port 0 --module trainer.bench [--rounds 3] [--bench-steps 400]
+    python -m trainer.host.launch --workers 2 --metrics-port 0 --module trainer.host.bench [--rounds 3] [--bench-steps 400]
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _auto_steps_per_call(strategy, fns, iterator) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.bench")
+    p = argparse.ArgumentParser(prog="python -m trainer.host.bench")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--bench-steps", type=int, default=400, help="steps per mode per round")
     p.add_argument("--sample-every", type=int, default=4,
