@@ -72,7 +72,7 @@ class Deployment:
             raise ValueError(f"MAX_RESTARTS={self.max_restarts}: must be 0 or more")
         for name, _ in self.knobs:
             if name not in KNOB_FIELDS:
-                raise ValueError(f"trainer knob {name!r} is not a trainer setting; see python -m trainer --help")
+                raise ValueError(f"trainer knob {name!r} is not a trainer setting (python -m trainer --help)")
         counts = {len(ids) for ids in (self.gpu_ids or {}).values()}
         if len(counts) > 1:
             raise ValueError(f"GPU ids {dict(self.gpu_ids)}: every task needs the same number of GPUs")
@@ -113,7 +113,9 @@ class Change:
 
 def report(target: str, changes: Sequence[Change]) -> str:
     """The translation report an emitter prints: one line per change, or a line saying there were none."""
-    head = f"{target}: {len(changes)} setting(s) dropped or rewritten" if changes else f"{target}: nothing dropped"
+    if not changes:
+        return f"{target}: nothing dropped"
+    head = f"{target}: {len(changes)} setting(s) dropped or rewritten"
     return "\n".join([head, *(c.line() for c in changes)])
 
 
@@ -137,8 +139,10 @@ def fake_gpu_ids(workers: int, per_task: int) -> dict[str, tuple[str, ...]] | No
     """GPU ids for a target that only needs the count per task (its scheduler picks the devices)."""
     if per_task < 0:
         raise ValueError(f"GPUS_PER_WORKER={per_task}: must be 0 (CPU) or more")
+    if not per_task:
+        return None
     names = [t.name for t in from_template(workers, COMPOSE_ADDRESS).tasks]
-    return {n: tuple(str(k * per_task + j) for j in range(per_task)) for k, n in enumerate(names)} if per_task else None
+    return {n: tuple(str(k * per_task + j) for j in range(per_task)) for k, n in enumerate(names)}
 
 
 # The trainer knobs every emitter's command line takes (flag -> Config field), in the order they are passed.
@@ -152,15 +156,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-image", default=Deployment.base_image)
     p.add_argument("--image-repo", default=Deployment.image_repo)
     for flag, kind in KNOB_FLAGS.items():
-        p.add_argument(f"--{flag}", type=kind, help=f"trainer --{flag} (TRAINER_{flag.upper().replace('-', '_')})")
+        p.add_argument(f"--{flag}", type=kind, help=f"trainer --{flag}")
     for flag in ("script", "data"):
         p.add_argument(f"--{flag}")
     p.add_argument("--args", default="", help="extra arguments for every task's command (shell-quoted)")
     p.add_argument("--max-restarts", type=int, default=Deployment.max_restarts)
 
 
-def from_args(ns: argparse.Namespace, gpu_ids: Mapping[str, tuple[str, ...]] | None, **more: object) -> Deployment:
-    """The Deployment the shared flags describe (`more`: target-specific fields such as checkpoint_storage)."""
+def from_args(ns: argparse.Namespace, gpu_ids: Mapping[str, tuple[str, ...]] | None,
+              **more: object) -> Deployment:
+    """The Deployment the shared flags describe; `more`: target-specific fields (checkpoint_storage)."""
     values = vars(ns)
     knobs = tuple((f.replace("-", "_"), str(values[f.replace("-", "_")])) for f in KNOB_FLAGS
                   if values[f.replace("-", "_")] is not None)
