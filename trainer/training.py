@@ -189,7 +189,7 @@ def _train(config: Config, strategy, task_id: TaskId, task, optimizer, ckpt, met
         return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
 
     iterator = iter(strategy.distribute_datasets_from_function(task.dataset_fn))
-    fns = step.build(strategy, task, optimizer, global_batch)
+    fns = step.build(strategy, task, optimizer, global_batch, step.StepOptions.of(config))
     metrics.state("training")
     return loop.train(fns, iterator, start_step=start, settings=settings, metrics=metrics, save=save, agree=agree,
                       after_call=on_call)
