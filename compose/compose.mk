@@ -81,8 +81,8 @@ prune: ## Reclaim disk: Docker build cache and dangling images
 	docker image prune -f
 
 .PHONY: golden
-golden: $(VENV)/.stamp ## Regenerate tests/golden/ (compose files for WORKERS=1 and 3, CPU and GPU) after an intended change
-	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_compose_golden.py
+golden: $(VENV)/.stamp ## Regenerate tests/golden/ (compose files for WORKERS=1 and 3, CPU and GPU; the swarm stack bundle) after an intended change
+	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_compose_golden.py tests/unit/test_compose_stack.py
 
 .PHONY: lock
 lock: ## Regenerate the hash locks: requirements.lock (host .venv) and images/requirements-{cpu,gpu}.lock
