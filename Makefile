@@ -31,6 +31,7 @@ include trainer/trainer.mk
 include compose/compose.mk
 include compose/k8s.mk
 include compose/swarm.mk
+include images/images.mk
 include monitoring/monitoring.mk
 include monitoring/diagnose.mk
 

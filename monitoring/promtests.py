@@ -129,7 +129,7 @@ def verdict_tests() -> dict:
 
 # --- Steps per second ---
 
-SHORT = dict(steps=100, seconds=1.25, first=1001.0)
+SHORT = dict(steps=100, seconds=1.25)
 """100 steps in 1.25 s of step time (80 steps/s), finished before Prometheus' second scrape."""
 LONG = dict(steps_per_interval=50, allreduce=0.05, bytes_per_step=3000, examples_per_step=16, world=4)
 """10 steps/s for minutes; 0.05 s and 3000 bytes per all-reduce, world size 4: algbw 60000 B/s,
@@ -139,21 +139,19 @@ busbw 60000 * 2*3/4 = 90000 B/s; 16 examples per step: 160 examples/s."""
 def short_run_series(task: str = c.CHIEF) -> list[dict]:
     """A run over between two scrapes: 0 at t=0, all its steps at t=5s, then unchanged."""
     n, seconds = SHORT["steps"], SHORT["seconds"]
-    last = SHORT["first"] + (n - 1) * seconds / n
-    values = {c.STEP.count: n, c.STEP.sum: seconds, c.STEPS.name: n, c.FIRST_STEP_TIME.name: SHORT["first"],
-              c.LAST_STEP_TIME.name: last}
+    values = {c.STEP.count: n, c.STEP.sum: seconds, c.STEPS.name: n, c.LAST_STEP_TIME.name: 1000 + seconds}
     return [{"series": f"{name}{labels(task)}", "values": f"0 {_num(x)}x{POINTS - 1}"} for name, x in values.items()]
 
 
 def long_run_series(task: str = "worker-0") -> list[dict]:
-    """Steps end every 0.1 s from t=0 (the first at 0.1 s), each 0.1 s long."""
+    """A step ends every 0.1 s, each 0.1 s long."""
     n = LONG["steps_per_interval"]
     values = {c.STEP.count: _grow(n), c.STEP.sum: _grow(INTERVAL), c.STEPS.name: _grow(n),
               c.ALLREDUCE.count: _grow(n), c.ALLREDUCE.sum: _grow(n * LONG["allreduce"]),
               c.ALLREDUCE_BYTES.name: _grow(n * LONG["bytes_per_step"]),
               c.EXAMPLES.name: _grow(n * LONG["examples_per_step"]),
               c.WORLD_SIZE.name: _flat(LONG["world"]),
-              c.FIRST_STEP_TIME.name: _flat(INTERVAL / n), c.LAST_STEP_TIME.name: f"0+{INTERVAL}x{POINTS}"}
+              c.LAST_STEP_TIME.name: f"0+{INTERVAL}x{POINTS}"}
     return [{"series": f"{name}{labels(task)}", "values": val} for name, val in values.items()]
 
 

@@ -92,11 +92,12 @@ def steps_per_second(window: str = WINDOW) -> str:
 
 
 def steps_per_second_run(lookback: str = RUN_LOOKBACK) -> str:
-    """Steps per second over this process's whole run, also after it finished: the steps between the
-    first and the last step's end / the time between them."""
-    def last(m: c.Metric) -> str:
-        return f"max by ({BY_TASK}) (last_over_time({m.name}{JOB_SELECTOR}[{lookback}]))"
-    return f"({last(c.STEPS)} - 1) / ({last(c.LAST_STEP_TIME)} - {last(c.FIRST_STEP_TIME)} > 0)"
+    """Steps per second of step time over this process's whole run, also after it finished: the
+    step histogram's count over its sum (cumulative). Not steps / (last - first step's end): every
+    step of a call shares the call's end time, so a run of two calls would count double."""
+    def last(series: str) -> str:
+        return f"max by ({BY_TASK}) (last_over_time({series}{JOB_SELECTOR}[{lookback}]))"
+    return f"{last(c.STEP.count)} / ({last(c.STEP.sum)} > 0)"
 
 
 def last_value(m: c.Metric, lookback: str = RUN_LOOKBACK) -> str:
