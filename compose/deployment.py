@@ -51,6 +51,9 @@ class Deployment:
     """The image the trainer image is built on (Compose builds it; other targets pull a pushed image)."""
     image_repo: str = "mwms/trainer"
     """Repository of the trainer image; tagged `<version>-<variant>` (IMAGE_REPO=)."""
+    image_ref: str = ""
+    """A pinned reference (`registry:5000/mwms/trainer@sha256:...`, what `make push` prints) that targets
+    which pull use instead of the tag; empty: `<image_repo>:<version>-<variant>`."""
     gpu_ids: Mapping[str, tuple[str, ...]] | None = None
     """Task name -> GPU indices on the host (compose/gpus.py assigns them); None for a CPU run.
     Targets with a scheduler keep only the count per task."""
@@ -95,6 +98,11 @@ class Deployment:
 
     def image(self, variant: str | None = None) -> str:
         return f"{self.image_repo}:{__version__}-{variant or self.variant}"
+
+    @property
+    def pulled_image(self) -> str:
+        """What a node pulls: the pinned reference when one is given."""
+        return self.image_ref or self.image()
 
 
 @dataclass(frozen=True)
