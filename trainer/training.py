@@ -142,9 +142,9 @@ def _resume(config: Config, strategy, spec, task_id: TaskId, task, optimizer, ck
     if spec is not None:
         broadcast_from_chief(strategy, task.model.variables + optimizer.variables)
     start = int(optimizer.iterations.numpy())
-    log.info("%s: %s, %d replicas in sync, global batch %d", task_id.name,
+    log.info("%s: %s, %d replicas in sync, %s", task_id.name,
              f"resumed at step {start} from {restored}" if restored else f"starting at step {start}",
-             strategy.num_replicas_in_sync, config.per_replica_batch * strategy.num_replicas_in_sync)
+             strategy.num_replicas_in_sync, step.describe_lr(config, strategy.num_replicas_in_sync))
     return start
 
 
