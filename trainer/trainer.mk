@@ -8,11 +8,11 @@ TRAIN_ARGS ?= --steps 300 --log-every 50
 
 .PHONY: train-local
 train-local: $(VENV)/.stamp ## Train a chief + WORKERS local processes (no Docker); TRAIN_ARGS=... passes trainer flags
-	$(PY) -m trainer.launch --workers $(WORKERS) $(TRAIN_ARGS)
+	$(PY) -m trainer.host.launch --workers $(WORKERS) $(TRAIN_ARGS)
 
 .PHONY: bench
 bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: prints ratios (a) timing overhead, (b) vs model.fit, (c) breakdown gap
-	$(PY) -m trainer.launch --workers $(WORKERS) --metrics-port 0 --module trainer.bench $(BENCH_ARGS)
+	$(PY) -m trainer.host.launch --workers $(WORKERS) --metrics-port 0 --module trainer.host.bench $(BENCH_ARGS)
 
 .PHONY: test-trainer
 test-trainer: $(VENV)/.stamp ## Run the trainer's unit tests and local-cluster tests (real TensorFlow processes)

@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from trainer import agreement, launch, summary
+from trainer import agreement, summary
+from trainer.host import launch
 from trainer.cluster import TaskId, on_ports
 from trainer.config import Config
 from trainer.errors import ConfigError

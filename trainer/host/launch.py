@@ -1,4 +1,4 @@
-"""`python -m trainer.launch --workers N [trainer flags]`: a chief and N workers as local processes.
+"""`python -m trainer.host.launch --workers N [trainer flags]`: a chief and N workers as local processes.
 
 Each task gets a free 127.0.0.1 port in a generated TF_CONFIG and its own metrics port, its output
 is prefixed with its name, and if any task fails the others are stopped and the launcher exits with
@@ -100,7 +100,7 @@ def stop(procs: list[tuple[str, subprocess.Popen]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.launch", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python -m trainer.host.launch", description=__doc__.splitlines()[0],
                                 epilog="Other flags go to every task (see python -m trainer --help).")
     p.add_argument("--workers", type=int, default=2, help="workers besides the chief (default 2)")
     p.add_argument("--metrics-port", type=int, default=None,

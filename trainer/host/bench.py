@@ -8,7 +8,7 @@ Modes alternate within each round (A B C A B C ...) on the same model, data and 
 drifts of a shared machine hit them alike; each mode first runs a few settling steps; the median
 round counts. Not a test: on 2 shared cores the numbers move by 10% from run to run.
 
-    python -m trainer.launch --workers 2 --metrics-port 0 --module trainer.bench [--rounds 3] [--bench-steps 400]
+    python -m trainer.host.launch --workers 2 --metrics-port 0 --module trainer.host.bench [--rounds 3] [--bench-steps 400]
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _auto_steps_per_call(strategy, fns, iterator) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.bench")
+    p = argparse.ArgumentParser(prog="python -m trainer.host.bench")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--bench-steps", type=int, default=400, help="steps per mode per round")
     p.add_argument("--sample-every", type=int, default=4,
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
                           loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     iterator = iter(strategy.distribute_datasets_from_function(task.dataset_fn))
     fit_data = strategy.distribute_datasets_from_function(lambda ctx: task.dataset_fn(ctx).map(lambda x, y, i: (x, y)))
-    fns = step.build(strategy, task, optimizer, global_batch)
+    fns = step.build(strategy, task, optimizer, global_batch, step.StepOptions.of(config))
     classic = _one_step_per_call(strategy, task, optimizer, global_batch)
     metrics = Metrics(CollectorRegistry(), spec.task if spec else TaskId(CHIEF, 0))
     k = config.steps_per_call or _auto_steps_per_call(strategy, fns, iterator)
