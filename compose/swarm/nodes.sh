@@ -137,8 +137,8 @@ registry() {
   docker network inspect "$NAME" >/dev/null 2>&1 || net
   docker run -d --name "$NAME-registry" --label org.mwms.swarm="$NAME" --network "$NAME" --ip "$SUBNET.10" \
     -p "$BIND_ADDR:$REGISTRY_PORT:5000" -v "$dir:/opt/registry:ro" -v "$NAME-registry:/var/lib/docker-registry" \
-    -e REGISTRY_HTTP_ADDR=:5000 --entrypoint /opt/registry/usr/bin/docker-registry \
-    "$(build_image)" serve /opt/registry/etc/docker/registry/config.yml >/dev/null
+    -v "$HERE/registry.yml:/etc/registry.yml:ro" --entrypoint /opt/registry/usr/bin/docker-registry \
+    "$(build_image)" serve /etc/registry.yml >/dev/null
   say "registry: $BIND_ADDR:$REGISTRY_PORT from the host, $(registry_addr) from the nodes"
 }
 
