@@ -14,7 +14,10 @@ import pytest
 
 pytestmark = pytest.mark.cluster
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOLERANCE = 0.10  # relative; float32 runs of different seeds differ by more than this at these steps
+# Relative. Measured (load average 30): mlp bfloat16 +4.7 %, float16 +0.6 %; cnn bfloat16 +8.4 %, its
+# loss still falling fast at 120 steps (each run pays ~1 min of start-up, so the runs stay short).
+TOLERANCE = 0.15
+FLOAT32: dict[str, float] = {}  # per task: the reference run is shared by the parameter sets
 LOSS = re.compile(r"\[chief\] .* chief \| step \d+/\d+ .*\| loss ([0-9.]+)")
 
 
@@ -32,6 +35,8 @@ def _late_loss(task: str, steps: int, dtype: str) -> float:
 @pytest.mark.parametrize(("task", "steps", "dtype"), [("mlp", 200, "bfloat16"), ("mlp", 200, "float16"),
                                                       ("cnn", 120, "bfloat16")])
 def test_compressed_all_reduce_converges_like_float32(task, steps, dtype):
-    full, compressed = _late_loss(task, steps, "float32"), _late_loss(task, steps, dtype)
+    if task not in FLOAT32:
+        FLOAT32[task] = _late_loss(task, steps, "float32")
+    full, compressed = FLOAT32[task], _late_loss(task, steps, dtype)
     print(f"{task}: mean loss of the last 50 steps {full:.4f} in float32, {compressed:.4f} in {dtype}")
     assert compressed <= full * (1 + TOLERANCE), f"{task}: loss {compressed:.4f} in {dtype} vs {full:.4f} in float32"
