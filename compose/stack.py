@@ -90,11 +90,12 @@ def tmpfs_volume(target: str, size: int | None = None) -> dict:
 def trainer_services(cfg: Deployment, swarm: SwarmConfig, report: Report) -> dict:
     tasks = generate.tasks_file(cfg)["services"]
     overlay = generate.gpu_overlay(cfg)["services"]
-    return {name: _translate(name, pos, {**service, **overlay.get(name, {})}, swarm, report)
+    return {name: _translate(name, pos, {**service, **overlay.get(name, {})}, swarm, report, cfg.max_restarts)
             for pos, (name, service) in enumerate(tasks.items())}
 
 
-def _translate(name: str, position: int, compose: dict, swarm: SwarmConfig, report: Report) -> dict:
+def _translate(name: str, position: int, compose: dict, swarm: SwarmConfig, report: Report,
+               max_restarts: int) -> dict:
     service: dict = {"image": swarm.image}
     deploy: dict = {"replicas": 1, "endpoint_mode": "dnsrr", "placement": placement(position, swarm.nodes)}
     volumes: list = []
@@ -116,14 +117,19 @@ def _translate(name: str, position: int, compose: dict, swarm: SwarmConfig, repo
                           "workers never read it: they resume from the state the chief broadcasts at start"))
     if volumes:
         service["volumes"] = volumes
+    # Bounded whatever Compose said: a permanent failure must not restart forever.
+    deploy.setdefault("restart_policy", {"condition": "on-failure", "delay": RESTART_DELAY})
+    deploy["restart_policy"].setdefault("max_attempts", max_restarts)
     service["deploy"] = deploy
     return service
 
 
 def _restart(value: str, service: dict, deploy: dict, volumes: list) -> None:
     condition, _, attempts = value.partition(":")
-    policy: dict = {"condition": condition.replace("unless-stopped", "any").replace("always", "any"),
-                    "delay": RESTART_DELAY}
+    # "no" (a supervisor inside the container restarts the trainer by exit code) still needs swarm
+    # to restart on failure: a task lost with its node comes back only through the orchestrator.
+    swarm_condition = {"no": "on-failure", "unless-stopped": "any", "always": "any"}.get(condition, condition)
+    policy: dict = {"condition": swarm_condition, "delay": RESTART_DELAY}
     if attempts:
         policy["max_attempts"] = int(attempts)
     deploy["restart_policy"] = policy

@@ -139,6 +139,11 @@ registry() {
     -p "$BIND_ADDR:$REGISTRY_PORT:5000" -v "$dir:/opt/registry:ro" -v "$NAME-registry:/var/lib/docker-registry" \
     -v "$HERE/registry.yml:/etc/registry.yml:ro" --entrypoint /opt/registry/usr/bin/docker-registry \
     "$(build_image)" serve /etc/registry.yml >/dev/null
+  # docker-proxy accepts connections before the registry listens (and resets them): wait for an HTTP answer.
+  local url="http://$BIND_ADDR:$REGISTRY_PORT/v2/"
+  for _ in $(seq 150); do
+    python3 -c "import urllib.request as u; u.urlopen('$url', timeout=2)" 2>/dev/null && break; sleep 0.2
+  done
   say "registry: $BIND_ADDR:$REGISTRY_PORT from the host, $(registry_addr) from the nodes"
 }
 

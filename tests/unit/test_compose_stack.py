@@ -110,6 +110,18 @@ def test_an_unknown_compose_key_fails_the_translation(monkeypatch: pytest.Monkey
         emit(tmp_path)
 
 
+def test_compose_without_docker_restarts_still_gets_a_bounded_swarm_restart(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    # With an in-container supervisor Compose says restart "no"; a task lost with its node still
+    # needs the orchestrator, within the restart budget.
+    real = generate.tasks_file
+    monkeypatch.setattr(generate, "tasks_file", lambda cfg: {"services": {
+        n: {**s, "restart": "no"} for n, s in real(cfg)["services"].items()}})
+    doc, _ = emit(tmp_path, "--max-restarts", "5")
+    for service in trainers(doc).values():
+        assert service["deploy"]["restart_policy"] == {"condition": "on-failure", "delay": "5s", "max_attempts": 5}
+
+
 def test_bad_node_count_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert stack.main(["--workers", "2", "--image", IMAGE, "--out", str(tmp_path), "--nodes", "0"]) == 2
     assert capsys.readouterr().err.strip().endswith("NODES=0: a swarm needs at least one node")
