@@ -4,7 +4,7 @@ monitoring/verdict.py; `make rules` turns each into promtool series and expected
 checked against the same cases.
 
 A case gives each task's steady figures (mean seconds per step and of each part, state, build);
-`sample` makes the TaskSample diagnose reads and monitoring/rules.py the series Prometheus would
+`sample` makes the TaskSample diagnose reads and monitoring/promtests.py the series Prometheus would
 scrape every 5 s, linear so that every 1 minute rate is exact.
 """
 

@@ -63,6 +63,6 @@ def test_project_comes_from_the_arguments(monkeypatch, capsys) -> None:
     monkeypatch.setattr(status, "containers", lambda project: asked.append(project) or {})
     assert status.main(["--project", "mwms-x"]) == 1
     assert asked == ["mwms-x"]
-    assert "no containers in project mwms-x" in capsys.readouterr().err
+    assert "no trainer tasks in project mwms-x" in capsys.readouterr().err
     status.main([])
     assert asked[-1] == contract.DEFAULT_PROJECT

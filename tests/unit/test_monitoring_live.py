@@ -128,6 +128,13 @@ def test_rules_and_verdict_reach_every_task(prom):
     assert codes == dict.fromkeys((t.name for t in TASKS), 0.0)
 
 
+def test_status_without_docker_lists_the_tasks_prometheus_sees(prom, capsys):
+    poll(prom, status.QUERIES["step time"], tasks=len(TASKS))
+    assert status.main(["--no-docker", "--prometheus", prom.url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines[1:]] == [[t.name, "training"] for t in TASKS]
+
+
 def test_status_table_from_the_live_prometheus(prom):
     poll(prom, status.QUERIES["step time"], tasks=len(TASKS))
     rows = status.table({t.name: "running" for t in TASKS}, prom.by_task)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from monitoring import alerts as alert_defs
-from monitoring import rules as generator
+from monitoring import rulegen as generator
 from trainer import contract
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "prometheus"
