@@ -52,6 +52,9 @@ class Deployment:
     """The image the trainer image is built on (Compose builds it; other targets pull a pushed image)."""
     image_repo: str = "mwms/trainer"
     """Repository of the trainer image; tagged `<version>-<variant>` (IMAGE_REPO=)."""
+    image_ref: str = ""
+    """A pinned reference (`registry:5000/mwms/trainer@sha256:...`, what `make push` prints) that targets
+    which pull use instead of the tag; empty: `<image_repo>:<version>-<variant>`."""
     gpu_ids: Mapping[str, tuple[str, ...]] | None = None
     """Task name -> GPU indices on the host (compose/gpus.py assigns them); None for a CPU run.
     Targets with a scheduler keep only the count per task."""
@@ -74,7 +77,7 @@ class Deployment:
             raise ValueError(f"MAX_RESTARTS={self.max_restarts}: must be 0 or more")
         for name, _ in self.knobs:
             if name not in KNOB_FIELDS:
-                raise ValueError(f"trainer knob {name!r} is not a trainer setting; see python -m trainer --help")
+                raise ValueError(f"trainer knob {name!r} is not a trainer setting (python -m trainer --help)")
         counts = {len(ids) for ids in (self.gpu_ids or {}).values()}
         if len(counts) > 1:
             raise ValueError(f"GPU ids {dict(self.gpu_ids)}: every task needs the same number of GPUs")
@@ -98,6 +101,11 @@ class Deployment:
     def image(self, variant: str | None = None) -> str:
         return f"{self.image_repo}:{__version__}-{variant or self.variant}"
 
+    @property
+    def pulled_image(self) -> str:
+        """What a node pulls: the pinned reference when one is given."""
+        return self.image_ref or self.image()
+
 
 @dataclass(frozen=True)
 class Change:
@@ -115,7 +123,9 @@ class Change:
 
 def report(target: str, changes: Sequence[Change]) -> str:
     """The translation report an emitter prints: one line per change, or a line saying there were none."""
-    head = f"{target}: {len(changes)} setting(s) dropped or rewritten" if changes else f"{target}: nothing dropped"
+    if not changes:
+        return f"{target}: nothing dropped"
+    head = f"{target}: {len(changes)} setting(s) dropped or rewritten"
     return "\n".join([head, *(c.line() for c in changes)])
 
 
@@ -139,8 +149,10 @@ def fake_gpu_ids(workers: int, per_task: int) -> dict[str, tuple[str, ...]] | No
     """GPU ids for a target that only needs the count per task (its scheduler picks the devices)."""
     if per_task < 0:
         raise ValueError(f"GPUS_PER_WORKER={per_task}: must be 0 (CPU) or more")
+    if not per_task:
+        return None
     names = [t.name for t in from_template(workers, COMPOSE_ADDRESS).tasks]
-    return {n: tuple(str(k * per_task + j) for j in range(per_task)) for k, n in enumerate(names)} if per_task else None
+    return {n: tuple(str(k * per_task + j) for j in range(per_task)) for k, n in enumerate(names)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -3,6 +3,8 @@
 # knobs such as STEPS= reach compose.stack through the environment, compose/knobs.py).
 
 SWARM_NAME ?= mwms-swarm
+# The nodes' /24 on this host (node-N is .1N, the registry .10): another swarm on the same host needs its own.
+SWARM_SUBNET ?= 10.210.0
 NODES ?= 3
 STACK ?= mwms
 # How the images reach the nodes: registry (push once, nodes pull by digest) or load (docker save | load).
@@ -12,7 +14,7 @@ REGISTRY ?= $(BIND_ADDR):5000
 NODE_REGISTRY ?= $(REGISTRY)
 GRAFANA_IMAGE ?=
 SWARM_DIR = $(RUN_DIR)/swarm
-SWARM_ENV = SWARM_NAME='$(SWARM_NAME)' NODES='$(NODES)' BIND_ADDR='$(BIND_ADDR)'
+SWARM_ENV = SWARM_NAME='$(SWARM_NAME)' SWARM_SUBNET='$(SWARM_SUBNET)' NODES='$(NODES)' BIND_ADDR='$(BIND_ADDR)'
 NODES_SH = $(SWARM_ENV) compose/swarm/nodes.sh
 MANAGER = docker exec $(SWARM_NAME)-node-1 docker
 TRAINER_IMAGE = $(IMAGE_REPO):$$($(PYTHON) -c 'import trainer; print(trainer.__version__)')-cpu
@@ -34,7 +36,7 @@ push: ## Push the trainer image to REGISTRY=host:port; prints the digest referen
 
 .PHONY: stack-up
 stack-up: ## Deploy the run as swarm stack STACK on the nodes (nodes-up, images, push or load, deploy; TRANSPORT=registry|load)
-	@$(foreach v,$(STACK_VARS) SWARM_NAME NODES STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE,$(v)='$($(v))') \
+	@$(foreach v,$(STACK_VARS) SWARM_NAME SWARM_SUBNET NODES STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE,$(v)='$($(v))') \
 	  SWARM_DIR='$(SWARM_DIR)' compose/swarm/stack-up.sh
 
 .PHONY: stack-down
@@ -44,4 +46,4 @@ stack-down: ## Remove stack STACK from the swarm (the chief's checkpoint volume 
 .PHONY: stack-status
 stack-status: ## Where every task of STACK runs and its state, then the per-task training table from its Prometheus
 	@$(MANAGER) stack ps $(STACK) --format 'table {{.Name}}\t{{.Node}}\t{{.CurrentState}}\t{{.Error}}'
-	@$(PYTHON) -m compose.status --prometheus http://$$($(NODES_SH) ip 1):9090
+	@$(PYTHON) -m compose.status --no-docker --prometheus http://$$($(NODES_SH) ip 1):9090

@@ -30,7 +30,7 @@ GRAFANA_PORT = 3000
 
 CHIEF, WORKER = "chief", "worker"
 STATES = ("starting", "waiting_for_peers", "training", "checkpointing", "done", "failed")
-"""Values of the `trainer_state` enum."""
+"""Values of the STATE enum."""
 
 COUNTER, GAUGE, HISTOGRAM, INFO, ENUM = "counter", "gauge", "histogram", "info", "enum"
 
@@ -113,8 +113,6 @@ LOSS = _metric("loss", GAUGE, "Global mean training loss of the last step")
 GLOBAL_STEP = _metric("global_step", GAUGE, "Optimizer step (continues after a resume)")
 WORLD_SIZE = _metric("world_size", GAUGE, "Replicas in sync")
 LAST_STEP_TIME = _metric("last_step_timestamp", GAUGE, "Unix time the last step finished", "seconds")
-FIRST_STEP_TIME = _metric("first_step_timestamp", GAUGE,
-                          "Unix time this process's first step finished (steps/s of a finished run)", "seconds")
 LAST_CHECKPOINT = _metric("last_checkpoint_step", GAUGE, "Step of the last checkpoint saved")
 BUILD_INFO = _metric("build", INFO, "Versions and setup of this task")
 STATE = _metric("state", ENUM, "Lifecycle state of this task")
@@ -122,9 +120,9 @@ STATE = _metric("state", ENUM, "Lifecycle state of this task")
 STEP_PARTS = (INPUT_WAIT, COMPUTE, ALLREDUCE)
 """The histograms a step splits into; the step minus their sum is dispatch and host time."""
 ALL = (STEP, INPUT_WAIT, COMPUTE, ALLREDUCE, STEPS, EXAMPLES, ALLREDUCE_BYTES, NET_TRANSMIT, NET_RECEIVE,
-       LOSS, GLOBAL_STEP, WORLD_SIZE, LAST_STEP_TIME, FIRST_STEP_TIME, LAST_CHECKPOINT, BUILD_INFO, STATE)
+       LOSS, GLOBAL_STEP, WORLD_SIZE, LAST_STEP_TIME, LAST_CHECKPOINT, BUILD_INFO, STATE)
 BUILD_LABELS = ("tf_version", "trainer_version", "strategy", "communication", "task")
-"""The labels of trainer_build_info: tasks whose values differ cannot train together."""
+"""The labels of BUILD_INFO: tasks whose values differ cannot train together."""
 TASK_BY = ("job", "instance", *LABELS)
 """Labels of one task's series in PromQL `by (...)` clauses (Prometheus adds job and instance)."""
 

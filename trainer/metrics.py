@@ -94,10 +94,8 @@ class Metrics:
         self.global_step = make(c.GLOBAL_STEP, Gauge)
         self.world_size = make(c.WORLD_SIZE, Gauge)
         self.last_step = make(c.LAST_STEP_TIME, Gauge)
-        self.first_step = make(c.FIRST_STEP_TIME, Gauge)
         self.last_checkpoint = make(c.LAST_CHECKPOINT, Gauge)
         self._task = TaskMetrics(registry, task)
-        self._stepped = False
 
     def build_info(self, **info: str) -> None:
         self._task.build_info(**info)
@@ -113,9 +111,6 @@ class Metrics:
         self.loss.set(loss)
         self.global_step.set(step)
         self.last_step.set(now)
-        if not self._stepped:  # this process's first step: with the last, a finished run's steps/s
-            self.first_step.set(now)
-            self._stepped = True
         if timing is not None:
             self.step.observe(timing.step)
             self.input.observe(timing.input)

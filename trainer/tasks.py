@@ -23,6 +23,7 @@ import tensorflow as tf
 from trainer import data, records
 from trainer.config import BUILTIN_TASKS
 from trainer.data import problem
+from trainer.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -97,11 +98,11 @@ def load(name: str) -> Callable[..., Task | tuple]:
         return BUILTIN[name]
     module_name, sep, attr = name.partition(":")
     if not sep:
-        raise ValueError(f"--task {name!r}: not a built-in ({', '.join(BUILTIN)}) nor package.module:function")
+        raise ConfigError(f"--task {name!r}: not a built-in ({', '.join(BUILTIN)}) nor package.module:function")
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
-        raise ValueError(f"--task {name!r}: cannot load it ({err})") from None
+        raise ConfigError(f"--task {name!r}: cannot load it ({err})") from None
 
 
 def build(fn: Callable[..., Task | tuple], **kwargs) -> Task:

@@ -5,12 +5,13 @@ valid and the peers answer, because importing TensorFlow takes seconds.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 import tensorflow as tf
 
 import trainer
-from trainer import agreement, loop, step, summary, tasks
+from trainer import agreement, device, loop, step, summary, tasks
 from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
@@ -93,6 +94,7 @@ def _run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics, str
         mine = agreement.fingerprints(spec, config, tf.__version__, trainer.__version__)
         agreement.check([t.name for t in spec.tasks], agreement.gather(strategy, mine))
     _describe(config, strategy, metrics)
+    log.info("%s: %s", task_id.name, device.describe(_gpu_names(), tf.sysconfig.get_build_info(), os.environ))
     task, optimizer, ckpt = _build(config, strategy, is_chief=spec.is_chief if spec else True)
     start = _resume(config, strategy, spec, task_id, task, optimizer, ckpt)
     on_call = _preemption(config, strategy, spec, ckpt, metrics)
@@ -118,6 +120,11 @@ def _describe(config: Config, strategy, metrics) -> None:
                        timing="every step" if config.measure_every == 1 else f"1 call in {config.measure_every}")
 
 
+def _gpu_names() -> list[str]:
+    gpus = tf.config.list_physical_devices("GPU")
+    return [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus]
+
+
 def _build(config: Config, strategy, *, is_chief: bool):
     with strategy.scope():
         task = tasks.build(tasks.load(config.task), per_replica_batch=config.per_replica_batch,
@@ -135,9 +142,9 @@ def _resume(config: Config, strategy, spec, task_id: TaskId, task, optimizer, ck
     if spec is not None:
         broadcast_from_chief(strategy, task.model.variables + optimizer.variables)
     start = int(optimizer.iterations.numpy())
-    log.info("%s: %s, %d replicas in sync, global batch %d", task_id.name,
+    log.info("%s: %s, %d replicas in sync, %s", task_id.name,
              f"resumed at step {start} from {restored}" if restored else f"starting at step {start}",
-             strategy.num_replicas_in_sync, config.per_replica_batch * strategy.num_replicas_in_sync)
+             strategy.num_replicas_in_sync, step.describe_lr(config, strategy.num_replicas_in_sync))
     return start
 
 
@@ -189,7 +196,7 @@ def _train(config: Config, strategy, task_id: TaskId, task, optimizer, ckpt, met
         return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
 
     iterator = iter(strategy.distribute_datasets_from_function(task.dataset_fn))
-    fns = step.build(strategy, task, optimizer, global_batch)
+    fns = step.build(strategy, task, optimizer, global_batch, step.StepOptions.of(config))
     metrics.state("training")
     return loop.train(fns, iterator, start_step=start, settings=settings, metrics=metrics, save=save, agree=agree,
                       after_call=on_call)

@@ -137,8 +137,13 @@ registry() {
   docker network inspect "$NAME" >/dev/null 2>&1 || net
   docker run -d --name "$NAME-registry" --label org.mwms.swarm="$NAME" --network "$NAME" --ip "$SUBNET.10" \
     -p "$BIND_ADDR:$REGISTRY_PORT:5000" -v "$dir:/opt/registry:ro" -v "$NAME-registry:/var/lib/docker-registry" \
-    -e REGISTRY_HTTP_ADDR=:5000 --entrypoint /opt/registry/usr/bin/docker-registry \
-    "$(build_image)" serve /opt/registry/etc/docker/registry/config.yml >/dev/null
+    -v "$HERE/registry.yml:/etc/registry.yml:ro" --entrypoint /opt/registry/usr/bin/docker-registry \
+    "$(build_image)" serve /etc/registry.yml >/dev/null
+  # docker-proxy accepts connections before the registry listens (and resets them): wait for an HTTP answer.
+  local url="http://$BIND_ADDR:$REGISTRY_PORT/v2/"
+  for _ in $(seq 150); do
+    python3 -c "import urllib.request as u; u.urlopen('$url', timeout=2)" 2>/dev/null && break; sleep 0.2
+  done
   say "registry: $BIND_ADDR:$REGISTRY_PORT from the host, $(registry_addr) from the nodes"
 }
 

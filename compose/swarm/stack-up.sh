@@ -9,7 +9,7 @@ STACK=${STACK:-mwms}
 SWARM_DIR=${SWARM_DIR:-.run/swarm}
 NODES_SH=compose/swarm/nodes.sh
 say() { echo "stack-up: $*" >&2; }
-export SWARM_NAME NODES BIND_ADDR
+export SWARM_NAME SWARM_SUBNET NODES BIND_ADDR
 
 "$NODES_SH" up
 # The trainer and Prometheus images, built offline exactly as `make up` builds them.

@@ -57,7 +57,7 @@ def test_every_trainer_is_one_dnsrr_replica_pinned_to_its_own_node(tmp_path: Pat
 
 
 def test_keys_a_stack_drops_are_translated_not_passed_through(tmp_path: Path) -> None:
-    doc, report = emit(tmp_path, "--gpus", "0,1,2")
+    doc, report = emit(tmp_path, "--gpus-per-worker", "1")
     for name, service in trainers(doc).items():
         for key in ("restart", "tmpfs", "shm_size", "security_opt", "dns_opt", "build", "pull_policy", "expose"):
             assert key not in service, f"{name} still has {key}"
@@ -65,7 +65,7 @@ def test_keys_a_stack_drops_are_translated_not_passed_through(tmp_path: Path) ->
         assert tmpfs["/tmp"] is None and tmpfs["/dev/shm"] == {"size": 2 * 1024**3}
         assert service["deploy"]["resources"] == stack.gpu_resources(1)
     for key in ("restart", "tmpfs", "shm_size", "security_opt", "dns_opt", "deploy"):
-        assert f" {key}: " in report, f"the report does not mention {key}"
+        assert f"rewrote {key} -> " in report or f"dropped {key}: " in report, f"the report does not mention {key}"
 
 
 def test_workers_never_mount_the_checkpoint_volume(tmp_path: Path) -> None:
@@ -93,8 +93,8 @@ def test_grafana_secret_gets_a_new_name_with_a_new_password(tmp_path: Path) -> N
         secrets.mkdir(exist_ok=True)
         (secrets / "grafana_admin_password").write_text(password)
         cfg, swarm = stack.configs_from_args(stack.parse_args(
-            ["--workers", "1", "--image", IMAGE, "--grafana-image", "grafana/grafana:11.6.0"]))
-        swarm = stack.SwarmConfig(image=swarm.image, grafana_image=swarm.grafana_image, secrets_dir=secrets)
+            ["--workers", "1", "--image", IMAGE, "--grafana-image", "grafana/grafana:11.6.0",
+             "--secrets-dir", str(secrets)]))
         stack.write(cfg, swarm, tmp_path / "out")
         names.append(yaml.safe_load((tmp_path / "out/stack.yaml").read_text())["secrets"]["grafana_admin_password"]["name"])
     assert names[0] != names[1]
@@ -108,19 +108,30 @@ def test_an_unknown_compose_key_fails_the_translation(monkeypatch: pytest.Monkey
         emit(tmp_path)
 
 
+def test_compose_without_docker_restarts_still_gets_a_bounded_swarm_restart(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    # With an in-container supervisor Compose says restart "no"; a task lost with its node still
+    # needs the orchestrator, within the restart budget.
+    real = generate.tasks_file
+    monkeypatch.setattr(generate, "tasks_file", lambda cfg: {"services": {
+        n: {**s, "restart": "no"} for n, s in real(cfg)["services"].items()}})
+    doc, _ = emit(tmp_path, "--max-restarts", "5")
+    for service in trainers(doc).values():
+        assert service["deploy"]["restart_policy"] == {"condition": "on-failure", "delay": "5s", "max_attempts": 5}
+
+
 def test_bad_node_count_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert stack.main(["--workers", "2", "--image", IMAGE, "--out", str(tmp_path), "--nodes", "0"]) == 2
     assert capsys.readouterr().err.strip().endswith("NODES=0: a swarm needs at least one node")
 
 
-@pytest.mark.parametrize("extra", [(), ("--gpus", "0,1,2"), ("--grafana-image", "grafana/grafana:11.6.0")])
-def test_docker_stack_config_accepts_the_bundle(tmp_path: Path, extra: tuple[str, ...],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("extra", [(), ("--gpus-per-worker", "1"), ("--grafana-image", "grafana/grafana:11.6.0")])
+def test_docker_stack_config_accepts_the_bundle(tmp_path: Path, extra: tuple[str, ...]) -> None:
     need("docker stack config")
     if "--grafana-image" in extra:
         (tmp_path / "secrets").mkdir()
         (tmp_path / "secrets/grafana_admin_password").write_text("x")
-        monkeypatch.chdir(tmp_path)  # the secret is read from ./secrets
+        extra = (*extra, "--secrets-dir", str(tmp_path / "secrets"))
     emit(tmp_path / "bundle", *extra)
     done = subprocess.run([DOCKER_CLI, "stack", "config", "-c", "stack.yaml"], cwd=tmp_path / "bundle",
                           capture_output=True, text=True, timeout=60)

@@ -38,7 +38,8 @@ def test_template_missing_a_name_says_which() -> None:
 def test_trainer_env_is_the_same_for_every_target() -> None:
     d = Deployment(workers=1, knobs=(("steps", "7"), ("save_every", "5")), data="/somewhere")
     assert deployment.trainer_env(d) == {
-        "TRAINER_METRICS_PORT": "8000", "TRAINER_METRICS_LINGER": "12", "TRAINER_CHECKPOINT_DIR": "/checkpoints",
+        "TRAINER_METRICS_PORT": "8000", "TRAINER_METRICS_LINGER": "12",
+        "TRAINER_CHECKPOINT_DIR": "/checkpoints",
         "TRAINER_STEPS": "7", "TRAINER_SAVE_EVERY": "5", "TRAINER_DATA": "/data"}
 
 

@@ -70,3 +70,19 @@ def test_config_path_does_not_import_tensorflow():
     code = ("import sys; from trainer import config, cluster, preflight, metrics, errors, "
             "progress, agreement; assert 'tensorflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+
+
+@pytest.mark.parametrize("task", ["nope", "no_such_package.module:fn", "pkg.module:", "a b:c"])
+def test_unknown_task_exits_2_with_one_line_before_tensorflow(task):
+    code = ("import sys; from trainer.__main__ import main; code = main(['--task', %r], {}); "
+            "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'; sys.exit(code)" % task)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "--task" in lines[0] and "TRAINER_TASK" in lines[0], lines[0]
+
+
+def test_unknown_task_from_the_environment_exits_2():
+    proc, _ = _run({"TRAINER_TASK": "nope"})
+    assert proc.returncode == 2 and "TRAINER_TASK" in proc.stderr, proc.stderr

@@ -14,7 +14,7 @@ CONTRACT = {
     "trainer_steps_total": "counter", "trainer_examples_total": "counter", "trainer_allreduce_bytes_total": "counter",
     "trainer_network_transmit_bytes_total": "counter", "trainer_network_receive_bytes_total": "counter",
     "trainer_loss": "gauge", "trainer_global_step": "gauge", "trainer_world_size": "gauge",
-    "trainer_last_step_timestamp_seconds": "gauge", "trainer_first_step_timestamp_seconds": "gauge",
+    "trainer_last_step_timestamp_seconds": "gauge",
     "trainer_last_checkpoint_step": "gauge", "trainer_build": "info", "trainer_state": "enum",
 }
 # How the text format exposes each kind: families of counters lose _total, infos and enums are gauges.
@@ -55,16 +55,6 @@ def test_every_contract_metric_is_exported_under_its_name():
     for m in contract.ALL:
         name = m.count if m.kind == contract.HISTOGRAM else contract.exposed_name(m)
         assert series.get(name) == EXPOSED[m.kind], (m.name, series.get(name))
-
-
-def test_first_step_time_stays_at_the_first_step():
-    registry = CollectorRegistry()
-    m = Metrics(registry, TaskId("chief", 0))
-    for now in (100.0, 101.5, 103.0):
-        m.record_step(step=1, loss=0.1, examples=1, allreduce_bytes=1, now=now, timing=None)
-    fams = _families(registry)
-    assert fams["trainer_first_step_timestamp_seconds"].samples[0].value == 100.0
-    assert fams["trainer_last_step_timestamp_seconds"].samples[0].value == 103.0
 
 
 def test_every_series_has_task_labels():

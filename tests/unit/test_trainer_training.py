@@ -16,6 +16,7 @@ import tensorflow as tf  # noqa: E402 (after trainer: Keras 2 under MWMS)
 from trainer import data, records, step, tasks, training
 from trainer.cluster import TaskId
 from trainer.config import Config
+from trainer.errors import ConfigError
 
 
 class Recorder:
@@ -92,9 +93,9 @@ def test_plugin_task(tmp_path):
 
 
 def test_unknown_task_names_the_flag():
-    with pytest.raises(ValueError, match="--task 'nope'"):
+    with pytest.raises(ConfigError, match="--task 'nope'"):
         tasks.load("nope")
-    with pytest.raises(ValueError, match="cannot load"):
+    with pytest.raises(ConfigError, match="cannot load"):
         tasks.load("no_such_module:fn")
 
 
