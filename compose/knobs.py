@@ -46,8 +46,11 @@ def from_environ(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     for name, why in STACK_OWNED.items():
         if name != "data" and environ.get(name.upper()):
             raise ValueError(f"{name.upper()} is set by the stack ({why}): unset it")
-    values = {f.name: environ.get(f.name.upper(), "") for f in dataclasses.fields(Config)
-              if f.name not in STACK_OWNED}
+    values = {
+        f.name: environ.get(f.name.upper(), "")
+        for f in dataclasses.fields(Config)
+        if f.name not in STACK_OWNED
+    }
     values = {name: value or UP_DEFAULTS.get(name, "") for name, value in values.items()}
     env = {ENV_PREFIX + name.upper(): value for name, value in values.items() if value}
     try:
@@ -68,5 +71,7 @@ def describe(knobs: tuple[tuple[str, str], ...]) -> str:
     steps = int(dict(knobs).get("steps", Config.steps))
     seconds = steps / MEASURED_STEPS_PER_SECOND
     took = f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
-    return (f"training {steps} steps, ~{took} at {MEASURED_STEPS_PER_SECOND:.0f} steps/s (measured: WORKERS=3, "
-            f"2 CPU cores); STEPS=N to change, `make down` to stop")
+    return (
+        f"training {steps} steps, ~{took} at {MEASURED_STEPS_PER_SECOND:.0f} steps/s (measured: WORKERS=3, "
+        f"2 CPU cores); STEPS=N to change, `make down` to stop"
+    )

@@ -50,5 +50,7 @@ def problem(variable: str, path: str, *, is_dir: bool) -> str | None:
         fixes.append(f"chmod {_who(target)}+r {target}")
     if not fixes:
         return None
-    return (f"{variable}={path}: the containers' user (uid {CONTAINER_UID}) cannot read it, "
-            f"it is mounted as is; run: {' && '.join(fixes)}")
+    return (
+        f"{variable}={path}: the containers' user (uid {CONTAINER_UID}) cannot read it, "
+        f"it is mounted as is; run: {' && '.join(fixes)}"
+    )

@@ -19,25 +19,49 @@ def _engine() -> bool:
 
 
 def _compose() -> bool:
-    return bool(shutil.which("docker")) and subprocess.run(["docker", "compose", "version"],
-                                                           capture_output=True).returncode == 0
+    return (
+        bool(shutil.which("docker"))
+        and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+    )
+
+
+def _namespaces() -> bool:
+    return (
+        bool(shutil.which("unshare"))
+        and subprocess.run(["unshare", "-rmn", "true"], capture_output=True).returncode == 0
+    )
 
 
 DOCKER_CLI = "/usr/local/bin/docker"
-"""Docker CLI 28: `docker stack config` validates a swarm stack file without a swarm (Debian's 20.10 cannot)."""
+"""Docker CLI 28: `docker stack config` checks a stack file without a swarm (Debian's 20.10 cannot)."""
 
 
 def _stack_config() -> bool:
-    return bool(shutil.which(DOCKER_CLI)) and subprocess.run([DOCKER_CLI, "stack", "config", "--help"],
-                                                             capture_output=True).returncode == 0
+    return (
+        bool(shutil.which(DOCKER_CLI))
+        and subprocess.run([DOCKER_CLI, "stack", "config", "--help"], capture_output=True).returncode == 0
+    )
 
 
 SERVICES = {
     "docker engine": (_engine, "no Docker engine with Compose v2: run `make engine`"),
     "compose": (_compose, "no Docker Compose v2 CLI: run `make engine`"),
-    "docker stack config": (_stack_config, f"{DOCKER_CLI} has no `docker stack config` (docker CLI 24 or later)"),
-    "promtool": (lambda: bool(shutil.which("promtool")),
-                 "promtool not on PATH: `make engine` installs it (apt-get install prometheus)"),
+    "docker stack config": (
+        _stack_config,
+        f"{DOCKER_CLI} has no `docker stack config` (docker CLI 24 or later)",
+    ),
+    "promtool": (
+        lambda: bool(shutil.which("promtool")),
+        "promtool not on PATH: `make engine` installs it (apt-get install prometheus)",
+    ),
+    "prometheus": (
+        lambda: bool(shutil.which("prometheus")),
+        "prometheus not on PATH: `make engine` installs it (apt-get install prometheus)",
+    ),
+    "user namespaces": (
+        _namespaces,
+        "unshare -rmn (user, mount and network namespaces) is not available here",
+    ),
 }
 
 

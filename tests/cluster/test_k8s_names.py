@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import need
 from trainer import cluster
 from trainer.cluster import TaskId
 
@@ -77,17 +77,9 @@ def tfjob_addr(task_type: str) -> str:
     return cluster.TFJOB_ADDRESS.format(type=task_type, i=0, port=PORTS[task_type], **NAMES)
 
 
-def namespaces_available() -> None:
-    ok = shutil.which("unshare") and subprocess.run(["unshare", "-rmn", "true"], capture_output=True,
-                                                    check=False).returncode == 0
-    if not ok:
-        message = "unshare -rmn (user, mount and network namespaces) is not available here"
-        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
-
-
 def run_in_namespace(script: str, hosts: dict[str, str], tmp_path: Path, **env: str) -> str:
     """Runs script under `unshare -rmn` with `hosts` (name -> IP) as /etc/hosts; returns its output."""
-    namespaces_available()
+    need("user namespaces")
     hosts_file = tmp_path / "hosts"
     hosts_file.write_text("127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for name, ip in hosts.items()))
     clean = {k: v for k, v in os.environ.items()

@@ -26,7 +26,9 @@ def up(tmp_path: Path, *args: str) -> int:
     return generate.main(["--workers", "1", "--gpus", "0", "--out", str(tmp_path / "run"), *args])
 
 
-def test_script_in_an_owner_only_folder_says_which_chmod(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_script_in_an_owner_only_folder_says_which_chmod(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     # What `mktemp -d` makes: 0700, owned by the user running make (not uid 1000).
     script = script_in(tmp_path / "mine", folder_mode=0o700, owner=0 if os.geteuid() == 0 else None)
     assert up(tmp_path, "--script", str(script)) == 2

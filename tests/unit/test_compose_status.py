@@ -3,26 +3,16 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from compose import status
 from monitoring import promtests
 from trainer import contract
 
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        message = "promtool not on PATH: apt-get install prometheus (`make engine` does)"
-        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
-    return path
+# `promtool`: the fixture in tests/conftest.py (fails in CI, skips elsewhere when it is missing).
 
 
 def test_steps_per_second_is_per_second_of_training(promtool, tmp_path: Path) -> None:

@@ -17,8 +17,9 @@ COMMANDS = ("status", "wait", "diagnose", "report", "bench-comm", "logs", "down"
 
 
 def dry_run(*args: str) -> str:
-    result = subprocess.run(["make", "--no-print-directory", "-n", *args], cwd=ROOT, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        ["make", "--no-print-directory", "-n", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 

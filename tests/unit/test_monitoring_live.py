@@ -7,7 +7,6 @@ must come out as 1 / the step time, whatever the wall-clock pacing."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -22,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from compose import status
 from monitoring import rules
 from monitoring.prom_client import Prometheus, PrometheusError
+from tests.conftest import need
 from trainer import contract
 from trainer.cluster import TaskId
 from trainer.metrics import Metrics, Server, StepTiming
@@ -39,11 +39,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        message = "prometheus not on PATH: apt-get install prometheus (`make engine` does)"
-        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
-    return path
+    need("prometheus")
+    return shutil.which("prometheus") or "prometheus"
 
 
 @pytest.fixture(scope="module")
