@@ -8,7 +8,6 @@ same interface doing nothing, for --metrics-port 0.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from prometheus_client import (
     CollectorRegistry,
@@ -24,6 +23,7 @@ from prometheus_client import (
 from trainer.cluster import TaskId
 from trainer.errors import ConfigError
 from trainer.netdev import LabelledCollector, NetworkCollector
+from trainer.timing import StepTiming
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +33,6 @@ BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.0
            0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
 STATES = ("starting", "waiting_for_peers", "training", "checkpointing", "done", "failed")
 LABELS = ("task_type", "task_index")
-
-
-@dataclass(frozen=True)
-class StepTiming:
-    """One step's breakdown in seconds; `other` is what the parts do not explain (dispatch, host)."""
-
-    step: float
-    input: float
-    compute: float
-    allreduce: float
-
-    @property
-    def other(self) -> float:
-        return self.step - self.input - self.compute - self.allreduce
 
 
 class TaskMetrics:

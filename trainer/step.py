@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from trainer.loop import StepFns
+from trainer.timing import StepFns
 from trainer.tasks import Task
 
 

@@ -5,7 +5,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from trainer import metrics, netdev
 from trainer.cluster import TaskId
-from trainer.metrics import Metrics, NullMetrics, StepTiming
+from trainer.metrics import Metrics, NullMetrics
+from trainer.timing import StepTiming
 
 CONTRACT = {
     "trainer_step_duration_seconds": "histogram", "trainer_input_wait_seconds": "histogram",

@@ -19,36 +19,50 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
 from prometheus_client import CollectorRegistry
 
-from trainer import agreement, loop, step, tasks, training
+from trainer import agreement, loop, progress, step, tasks, training
 from trainer import config as config_lib
+from trainer.checkpoint import NoCheckpoints
 from trainer.cluster import CHIEF, TaskId, parse_tf_config
 from trainer.metrics import Metrics
+from trainer.timing import StepFns
 
 
-def _untimed(fns, iterator, steps: int, per_call: int) -> None:
-    for done in range(0, steps, per_call):
-        fns.plain(iterator, min(per_call, steps - done))[1].numpy()
+@dataclass(frozen=True)
+class Bench:
+    """One task's step functions, input and metrics, run untimed or through the trainer's loop."""
 
+    fns: StepFns
+    iterator: object
+    metrics: Metrics
 
-def _instrumented(fns, iterator, steps: int, per_call: int, metrics, timings: list, measure_every: int = 1) -> None:
-    class Keep:  # records what the loop reports, and forwards it to real metrics (their cost counts)
-        def record_step(self, **kw):
-            metrics.record_step(**kw)
-            if kw["timing"] is not None:
-                timings.append(kw["timing"])
+    def untimed(self, steps: int, per_call: int) -> None:
+        for done in range(0, steps, per_call):
+            self.fns.plain(self.iterator, min(per_call, steps - done))[1].numpy()
 
-    settings = loop.LoopSettings(task_name="bench", steps=steps, steps_per_call=per_call, measure_every=measure_every,
-                                 log_every=steps, save_every=0, global_batch=1, local_examples=1,
-                                 classify=False, record_ids=False)
-    logging.disable(logging.INFO)
-    loop.train(fns, iterator, start_step=0, settings=settings, metrics=Keep(), save=lambda s: None)
-    logging.disable(logging.NOTSET)
+    def instrumented(self, steps: int, per_call: int, timings: list, measure_every: int = 1) -> None:
+        metrics = self.metrics
+
+        class Keep:  # records what the loop reports, and forwards it to real metrics (their cost counts)
+            def record_step(self, **kw):
+                metrics.record_step(**kw)
+                if kw["timing"] is not None:
+                    timings.append(kw["timing"])
+
+        settings = loop.LoopSettings(task_name="bench", steps=steps, steps_per_call=per_call,
+                                     measure_every=measure_every, save_every=0, local_examples=1,
+                                     classify=False, record_ids=False)
+        lines = progress.ProgressLog(progress.Job("bench", steps, 1), every=steps)  # as in training
+        logging.disable(logging.INFO)
+        loop.Controller(fns=self.fns, checkpoints=NoCheckpoints(), metrics=Keep(), settings=settings,
+                        actions=(lines,)).train(self.iterator, 0)
+        logging.disable(logging.NOTSET)
 
 
 def _one_step_per_call(strategy, task, optimizer, global_batch):
@@ -104,15 +118,16 @@ def main(argv=None) -> int:
     metrics = Metrics(CollectorRegistry(), spec.task if spec else TaskId(CHIEF, 0))
     k = config.steps_per_call or _auto_steps_per_call(strategy, fns, iterator)
     n, timings = args.bench_steps, []
+    bench = Bench(fns, iterator, metrics)
     modes = {  # name -> run(steps)
-        f"untimed fused step, {k} per call": lambda m: _untimed(fns, iterator, m, k),
-        f"instrumented loop, {k} per call": lambda m: _instrumented(fns, iterator, m, k, metrics, timings),
+        f"untimed fused step, {k} per call": lambda m: bench.untimed(m, k),
+        f"instrumented loop, {k} per call": lambda m: bench.instrumented(m, k, timings),
         f"instrumented loop, {k} per call, 1 call in {args.sample_every} timed":
-            lambda m: _instrumented(fns, iterator, m, k, metrics, [], args.sample_every),
+            lambda m: bench.instrumented(m, k, [], args.sample_every),
         f"host loop only, {k} per call, no call timed":
-            lambda m: _instrumented(fns, iterator, m, k, metrics, [], 10**9),
-        "untimed fused step, 1 per call": lambda m: _untimed(fns, iterator, m, 1),
-        "instrumented loop, 1 per call": lambda m: _instrumented(fns, iterator, m, 1, metrics, []),
+            lambda m: bench.instrumented(m, k, [], 10**9),
+        "untimed fused step, 1 per call": lambda m: bench.untimed(m, 1),
+        "instrumented loop, 1 per call": lambda m: bench.instrumented(m, 1, []),
         "tutorial custom loop, 1 per call": lambda m: [classic(iterator) for _ in range(m)],
         "tf-keras model.fit": lambda m: fit_model.fit(fit_data, epochs=1, steps_per_epoch=m, verbose=0),
     }
@@ -131,21 +146,22 @@ def main(argv=None) -> int:
             else:
                 rates[name].append(n / (time.perf_counter() - start))
     if spec is None or spec.is_chief:
-        _report(config, replicas, args, {m: statistics.median(r) for m, r in rates.items()}, timings, k)
+        header = (f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "
+                  f"{args.rounds} rounds x {args.bench_steps} steps per mode (median round)")
+        _report(header, args.sample_every, {m: statistics.median(r) for m, r in rates.items()}, timings, k)
     return 0
 
 
-def _report(config, replicas, args, rate, timings, k) -> None:
+def _report(header: str, sample_every: int, rate: dict[str, float], timings: list, k: int) -> None:
     untimed_k, timed_k, sampled_k, loop_only_k, untimed_1, timed_1, _, fit = rate.values()
     step_s = sum(t.step for t in timings)
     gap = abs(step_s - sum(t.input + t.compute + t.allreduce for t in timings)) / step_s
-    lines = [(f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "
-              f"{args.rounds} rounds x {args.bench_steps} steps per mode (median round)")]
+    lines = [header]
     lines += [f"  {name:<36} {value:8.1f} steps/s" for name, value in rate.items()]
     lines += [
         (f"(a) instrumented / untimed fused step: {timed_k / untimed_k:.3f} at {k} steps per call, "
          f"{timed_1 / untimed_1:.3f} at 1 (target >= 0.98)"),
-        (f"    timing 1 call in {args.sample_every}: {sampled_k / untimed_k:.3f}; host loop with no call timed: "
+        (f"    timing 1 call in {sample_every}: {sampled_k / untimed_k:.3f}; host loop with no call timed: "
          f"{loop_only_k / untimed_k:.3f} (what the timestamps themselves cost is the difference)"),
         (f"(b) our loop / tf-keras model.fit:     {timed_k / fit:.2f} "
          f"(at 1 step per call: {timed_1 / fit:.2f}) (target >= 1.0)"),
