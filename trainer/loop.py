@@ -89,8 +89,9 @@ def timings_of(marks, call_start: float, call_end: float) -> list[StepTiming]:
     for i, (t_start, t0, t1, t2, t3) in enumerate(marks):
         begin = call_start if i == 0 else marks[i - 1][4]
         end = call_end if i == len(marks) - 1 else t3
-        out.append(StepTiming(step=end - begin, input=t0 - t_start, compute=(t1 - t0) + (t3 - t2),
-                              allreduce=t2 - t1))
+        out.append(
+            StepTiming(step=end - begin, input=t0 - t_start, compute=(t1 - t0) + (t3 - t2), allreduce=t2 - t1)
+        )
     return out
 
 
@@ -152,13 +153,22 @@ class Controller:
         else:  # a function's first call traces it (seconds): not a step time anyone should alert on
             timings = [None] * n
             if fn not in at.traced:
-                log.info("%s: traced the %s step function in %.1fs", self.settings.task_name,
-                         "timed" if timed else "untimed", now - at.t_prev)
+                log.info(
+                    "%s: traced the %s step function in %.1fs",
+                    self.settings.task_name,
+                    "timed" if timed else "untimed",
+                    now - at.t_prev,
+                )
             at.traced.add(fn)
         at.step, at.t_prev = at.step + n, now
-        return CallOutput(step=at.step, timings=tuple(timings), loss=float(stats[0]),
-                          accuracy=float(stats[1]) if self.settings.classify else None,
-                          ids=ids.numpy() if self.settings.record_ids else None, now=now)
+        return CallOutput(
+            step=at.step,
+            timings=tuple(timings),
+            loss=float(stats[0]),
+            accuracy=float(stats[1]) if self.settings.classify else None,
+            ids=ids.numpy() if self.settings.record_ids else None,
+            now=now,
+        )
 
     def _calibrate(self, at: _Progress, timings: list[StepTiming]) -> None:
         """--steps-per-call 0: size later calls from the first timed one, agreed by every task."""
@@ -166,8 +176,12 @@ class Controller:
             return
         at.calibrated = True
         at.per_call = self.agree(auto_steps_per_call(sum(t.step for t in timings) / len(timings)))
-        log.info("%s: %d steps per call (auto, ~%.0f ms each)", self.settings.task_name, at.per_call,
-                 1000 * AUTO_CALL_S)
+        log.info(
+            "%s: %d steps per call (auto, ~%.0f ms each)",
+            self.settings.task_name,
+            at.per_call,
+            1000 * AUTO_CALL_S,
+        )
 
     def _record(self, out: CallOutput, result: LoopResult) -> None:
         result.loss, result.final_step, result.accuracy = out.loss, out.step, out.accuracy
@@ -175,5 +189,11 @@ class Controller:
             result.ids.append(out.ids)
         first = out.step - out.steps
         for i, timing in enumerate(out.timings, start=1):
-            self.metrics.record_step(step=first + i, loss=out.loss, examples=self.settings.local_examples,
-                                     allreduce_bytes=self.fns.allreduce_bytes, now=out.now, timing=timing)
+            self.metrics.record_step(
+                step=first + i,
+                loss=out.loss,
+                examples=self.settings.local_examples,
+                allreduce_bytes=self.fns.allreduce_bytes,
+                now=out.now,
+                timing=timing,
+            )

@@ -39,9 +39,12 @@ class Interval:
         if not self.timings:
             return None
         n = len(self.timings)
-        return StepTiming(step=sum(t.step for t in self.timings) / n, input=sum(t.input for t in self.timings) / n,
-                          compute=sum(t.compute for t in self.timings) / n,
-                          allreduce=sum(t.allreduce for t in self.timings) / n)
+        return StepTiming(
+            step=sum(t.step for t in self.timings) / n,
+            input=sum(t.input for t in self.timings) / n,
+            compute=sum(t.compute for t in self.timings) / n,
+            allreduce=sum(t.allreduce for t in self.timings) / n,
+        )
 
 
 @dataclass(frozen=True)
@@ -57,15 +60,22 @@ class Job:
 def line(job: Job, interval: Interval, out: CallOutput, now: float) -> str:
     elapsed = max(now - interval.start_time, 1e-9)
     rate = interval.steps / elapsed
-    fields = [job.task, f"step {out.step}/{job.total}", f"{rate:.1f} steps/s", f"{rate * job.global_batch:.0f} ex/s",
-              f"loss {out.loss:.3f}"]
+    fields = [
+        job.task,
+        f"step {out.step}/{job.total}",
+        f"{rate:.1f} steps/s",
+        f"{rate * job.global_batch:.0f} ex/s",
+        f"loss {out.loss:.3f}",
+    ]
     if out.accuracy is not None:
         fields.append(f"acc {out.accuracy:.2f}")
     mean = interval.mean()
     if mean is not None:
         ms = lambda s: f"{s * 1000:.1f}"
-        fields.append(f"{ms(mean.step)} ms = compute {ms(mean.compute)} + allreduce {ms(mean.allreduce)}"
-                      f" + input {ms(mean.input)} + other {ms(mean.other)}")
+        fields.append(
+            f"{ms(mean.step)} ms = compute {ms(mean.compute)} + allreduce {ms(mean.allreduce)}"
+            f" + input {ms(mean.input)} + other {ms(mean.other)}"
+        )
     fields.append(f"eta {format_eta((job.total - out.step) / rate) if rate > 0 else '?'}")
     return " | ".join(fields)
 

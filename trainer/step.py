@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from trainer.timing import StepFns
 from trainer.tasks import Task
+from trainer.timing import StepFns
 
 
 def build(strategy: tf.distribute.Strategy, task: Task, optimizer, global_batch: int) -> StepFns:

@@ -21,8 +21,8 @@ from trainer import agreement, loop, progress, step, summary, tasks
 from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
-from trainer.timing import CallOutput
 from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
+from trainer.timing import CallOutput
 
 log = logging.getLogger(__name__)
 # What a dead peer looks like from a survivor: the collective is aborted, sticky for the process.

@@ -10,8 +10,16 @@ from trainer.timing import CallOutput, StepFns
 
 
 def _settings(**kw):
-    base = {"task_name": "worker-0", "steps": 25, "steps_per_call": 10, "measure_every": 1,
-            "save_every": 0, "local_examples": 32, "classify": True, "record_ids": True}
+    base = {
+        "task_name": "worker-0",
+        "steps": 25,
+        "steps_per_call": 10,
+        "measure_every": 1,
+        "save_every": 0,
+        "local_examples": 32,
+        "classify": True,
+        "record_ids": True,
+    }
     return LoopSettings(**{**base, **kw})
 
 
@@ -22,8 +30,15 @@ def _train(fns, settings, *, start_step=0, **controller):
     log_every = controller.pop("log_every", 10)
     lines = progress.ProgressLog(progress.Job(settings.task_name, settings.steps, 96), log_every, clock)
     actions = (lines, *controller.pop("actions", ()))
-    c = Controller(fns=fns, checkpoints=metrics, metrics=metrics, settings=settings, actions=actions, clock=clock,
-                   **controller)
+    c = Controller(
+        fns=fns,
+        checkpoints=metrics,
+        metrics=metrics,
+        settings=settings,
+        actions=actions,
+        clock=clock,
+        **controller,
+    )
     return c.train(iter(()), start_step)
 
 
@@ -90,7 +105,9 @@ def test_call_size_stops_at_saves_and_end():
 def test_auto_steps_per_call_is_calibrated_and_agreed():
     clock, rec, sizes, agreed = FakeClock(), Recorder(), [], []
     fns = _fns(clock)
-    sized = StepFns(timed=lambda it, n: (sizes.append(n), fns.timed(it, n))[1], plain=fns.plain, allreduce_bytes=1)
+    sized = StepFns(
+        timed=lambda it, n: (sizes.append(n), fns.timed(it, n))[1], plain=fns.plain, allreduce_bytes=1
+    )
 
     def agree(k):
         agreed.append(k)
@@ -119,7 +136,12 @@ def test_train_records_every_step_and_logs(caplog):
     assert all(c["examples"] == 32 for c in rec.calls)
     assert [c["timing"] is None for c in rec.calls] == [True] * 7 + [False] * 15  # the first call traces
     assert rec.saves == [10, 20]
-    assert rec.events[:4] == [("state", "checkpointing"), ("save", 10), ("checkpointed", 10), ("state", "training")]
+    assert rec.events[:4] == [
+        ("state", "checkpointing"),
+        ("save", 10),
+        ("checkpointed", 10),
+        ("state", "training"),
+    ]
     lines = [r.message for r in caplog.records if "| step" in r.message]
     assert [ln.split(" | ")[1] for ln in lines] == ["step 10/25", "step 20/25", "step 25/25"]
     assert result.accuracy == 0.75 and sum(len(i) for i in result.ids) == 44
@@ -145,8 +167,14 @@ def test_format_eta():
 
 def test_actions_run_at_every_call_boundary_before_the_save():
     clock, rec = FakeClock(), Recorder()
-    _train(_fns(clock), _settings(save_every=10), start_step=3, metrics=rec, clock=clock,
-           actions=(lambda out: rec.events.append(("call", out.step)),))
+    _train(
+        _fns(clock),
+        _settings(save_every=10),
+        start_step=3,
+        metrics=rec,
+        clock=clock,
+        actions=(lambda out: rec.events.append(("call", out.step)),),
+    )
     events = [e for e in rec.events if e[0] in ("call", "save")]
     assert events == [("call", 10), ("save", 10), ("call", 20), ("save", 20), ("call", 25)]
 
