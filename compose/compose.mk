@@ -55,7 +55,7 @@ logs: ## Follow the logs of every service (SERVICE=worker-1 for one)
 
 .PHONY: status
 status: ## Table per task: state, step, steps/s, step time, all-reduce and input-wait share, last checkpoint
-	@$(PYTHON) -m compose.status http://$(BIND_ADDR):9090
+	@$(PYTHON) -m compose.status --project $(PROJECT) --prometheus $(PROMETHEUS_URL)
 
 .PHONY: wait
 wait: ## Block until the job is over (done, or failed for good across restarts); exit with the chief's code
@@ -81,8 +81,8 @@ prune: ## Reclaim disk: Docker build cache and dangling images
 	docker image prune -f
 
 .PHONY: golden
-golden: $(VENV)/.stamp ## Regenerate tests/golden/ (compose files for WORKERS=1 and 3, CPU and GPU) after an intended change
-	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_compose_golden.py
+golden: $(VENV)/.stamp ## Regenerate tests/golden/ (compose files for WORKERS=1 and 3, CPU and GPU; the swarm stack bundle) after an intended change
+	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_compose_golden.py tests/unit/test_compose_stack.py
 
 .PHONY: lock
 lock: ## Regenerate the hash locks: requirements.lock (host .venv) and images/requirements-{cpu,gpu}.lock

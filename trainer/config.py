@@ -21,6 +21,8 @@ from trainer.errors import ConfigError
 ENV_PREFIX = "TRAINER_"
 STRATEGIES = ("mwms", "mirrored")
 LR_SCALINGS = ("none", "linear")
+ALLREDUCE_MODES = ("serial", "overlap")
+ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
 BUILTIN_TASKS = ("mlp", "cnn")
 """Names of trainer/tasks.py's built-in tasks, here so that a wrong --task fails before TensorFlow loads."""
 
@@ -51,6 +53,11 @@ class Config:
     """Gradient all-reduce packs of this many bytes (CommunicationOptions.bytes_per_pack); 0 = one pack.
 
     On CPU rings, 1 MiB packs doubled the bus bandwidth of a 64 MiB all-reduce (`make bench-comm`)."""
+    allreduce_mode: str = "serial"
+    """`serial`: all-reduce after the last gradient; `overlap`: each --bytes-per-pack pack as soon as it is ready
+    (the all-reduce metric is then the exposed part, from the last gradient to the last reduction)."""
+    allreduce_dtype: str = "float32"
+    """Gradients are cast to this for the all-reduce and back before the update: float32, bfloat16, float16."""
     steps_per_call: int = 0
     """Steps per tf.function call (an in-graph loop spreading the dispatch cost); 0 = auto (~0.5 s calls)."""
     measure_every: int = 1
@@ -83,6 +90,9 @@ class Config:
         _check(self.heartbeat_timeout >= 1, "heartbeat_timeout", "must be 1 or more (seconds)")
         _check(0 <= self.metrics_port < 65536, "metrics_port", "must be a port (0 disables metrics)")
         _check(self.strategy in STRATEGIES, "strategy", f"must be one of {', '.join(STRATEGIES)}")
+        _check(self.allreduce_mode in ALLREDUCE_MODES, "allreduce_mode", f"must be one of {', '.join(ALLREDUCE_MODES)}")
+        _check(self.allreduce_dtype in ALLREDUCE_DTYPES, "allreduce_dtype",
+               f"must be one of {', '.join(ALLREDUCE_DTYPES)}")
         _check(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")
         _check(self.warmup_steps == 0 or self.lr_scaling == "linear", "warmup_steps",
                "only applies with --lr-scaling linear")

@@ -10,6 +10,7 @@ checkpoint, the exported model and the summary.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -17,7 +18,7 @@ from functools import partial
 import tensorflow as tf
 
 import trainer
-from trainer import agreement, loop, progress, step, summary, tasks
+from trainer import agreement, device, loop, progress, step, summary, tasks
 from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
@@ -128,6 +129,7 @@ def _run(ctx: Context, metrics) -> None:
         mine = agreement.fingerprints(ctx.spec, ctx.config, tf.__version__, trainer.__version__)
         agreement.check([t.name for t in ctx.spec.tasks], agreement.gather(ctx.strategy, mine))
     _describe(ctx, metrics)
+    log.info("%s: %s", ctx.task_id.name, device.describe(_gpu_names(), tf.sysconfig.get_build_info(), os.environ))
     job = _build(ctx)
     start = _resume(ctx, job)
     result = _train(ctx, job, metrics, start)
@@ -140,6 +142,11 @@ def _describe(ctx: Context, metrics) -> None:
     metrics.build_info(tf_version=tf.__version__, trainer_version=trainer.__version__, strategy=config.strategy,
                        communication="AUTO" if config.strategy == "mwms" else "local", task=config.task,
                        timing="every step" if config.measure_every == 1 else f"1 call in {config.measure_every}")
+
+
+def _gpu_names() -> list[str]:
+    gpus = tf.config.list_physical_devices("GPU")
+    return [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus]
 
 
 def _build(ctx: Context) -> Trainable:
@@ -210,7 +217,8 @@ def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult
         local_examples=config.per_replica_batch * len(ctx.strategy.extended.worker_devices),
         classify=job.task.classify, record_ids=bool(config.output_dir))
     controller = loop.Controller(
-        fns=step.build(ctx.strategy, job.task, job.optimizer, ctx.global_batch), checkpoints=job.checkpoints,
+        fns=step.build(ctx.strategy, job.task, job.optimizer, ctx.global_batch, step.StepOptions.of(config)),
+        checkpoints=job.checkpoints,
         metrics=metrics, settings=settings, agree=partial(_agree, ctx.strategy),
         actions=(progress.ProgressLog(progress.Job(ctx.task_id.name, config.steps, ctx.global_batch),
                                       config.log_every), *preemption))

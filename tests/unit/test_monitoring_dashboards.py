@@ -9,22 +9,15 @@ import pytest
 import yaml
 
 from monitoring import dashboards
+from trainer import contract
 from monitoring.promql import DASHBOARD_DIR, load_dashboards, panel_queries, substitute
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((ROOT / "monitoring" / "prometheus" / "rules").glob("*.yml"))
 
-# The trainer's metric names (issue 2, item 7): the dashboards may use these and nothing else.
-CONTRACT = {
-    "trainer_step_duration_seconds", "trainer_input_wait_seconds", "trainer_compute_duration_seconds",
-    "trainer_allreduce_duration_seconds", "trainer_steps_total", "trainer_examples_total",
-    "trainer_allreduce_bytes_total", "trainer_network_transmit_bytes_total",
-    "trainer_network_receive_bytes_total", "trainer_loss", "trainer_global_step", "trainer_world_size",
-    "trainer_last_step_timestamp_seconds", "trainer_last_checkpoint_step", "trainer_build_info",
-    "trainer_state",
-}
-HISTOGRAMS = {h for h in CONTRACT if h.endswith("_seconds") and "timestamp" not in h}
-HISTOGRAM_SERIES = {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
+# The dashboards may use the contract's series and nothing else.
+CONTRACT = {contract.exposed_name(m) for m in contract.ALL}
+HISTOGRAM_SERIES = {s for m in contract.ALL if m.kind == contract.HISTOGRAM for s in (m.bucket, m.sum, m.count)}
 
 COMMITTED = load_dashboards()
 

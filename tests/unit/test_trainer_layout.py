@@ -56,5 +56,6 @@ def _listed(readme: Path) -> set[str]:
 def test_readme_lists_the_modules_that_exist(folder):
     readme, modules = ROOT / folder / "README.md", {p.name for p in (ROOT / folder).glob("*.py")}
     listed = {name for name in _listed(readme) if "/" not in name}
-    assert modules - listed - {"__init__.py"} == set(), f"{readme} does not list {sorted(modules - listed)}"
+    unlisted = modules - listed - {"__init__.py"}
+    assert not unlisted, f"{readme} does not list {sorted(unlisted)}"
     assert listed <= modules, f"{readme} lists modules that do not exist: {sorted(listed - modules)}"

@@ -113,7 +113,7 @@ def main(argv=None) -> int:
                           loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     iterator = iter(strategy.distribute_datasets_from_function(task.dataset_fn))
     fit_data = strategy.distribute_datasets_from_function(lambda ctx: task.dataset_fn(ctx).map(lambda x, y, i: (x, y)))
-    fns = step.build(strategy, task, optimizer, global_batch)
+    fns = step.build(strategy, task, optimizer, global_batch, step.StepOptions.of(config))
     classic = _one_step_per_call(strategy, task, optimizer, global_batch)
     metrics = Metrics(CollectorRegistry(), spec.task if spec else TaskId(CHIEF, 0))
     k = config.steps_per_call or _auto_steps_per_call(strategy, fns, iterator)
