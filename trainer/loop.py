@@ -109,6 +109,9 @@ class _Progress:
 
 @dataclass(frozen=True, kw_only=True)
 class Controller:
+    """One task's training: the step functions, the checkpoints, the metrics and what runs after each
+    call. `train` runs calls until --steps; `save` is also what a --save-every boundary does."""
+
     fns: StepFns
     checkpoints: Checkpoints
     metrics: StepMetrics
