@@ -1,5 +1,5 @@
-# `make diagnose`, `make bench-comm`, `make scaling` (issue 6). Included by the top Makefile.
-# PROMETHEUS_URL comes from monitoring/monitoring.mk; RUN_DIR and PY from the top Makefile.
+# `make diagnose`, `make bench-comm`, `make scaling`. Included by the top Makefile.
+# PROMETHEUS_URL comes from monitoring/monitoring.mk, RUN_DIR and PROJECT from compose/compose.mk, PY from the top Makefile.
 
 BENCH_COMM_ARGS ?=
 SCALING_SECONDS ?= 20

@@ -16,4 +16,12 @@ bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: ratios (a
 
 .PHONY: test-trainer
 test-trainer: $(VENV)/.stamp ## Run the trainer's unit tests and local-cluster tests (real TensorFlow processes)
-	$(PY) -m pytest tests/unit/test_cluster.py $(wildcard tests/unit/test_trainer_*.py) tests/cluster $(PYTEST_ARGS)
+	$(PY) -m pytest $(wildcard tests/unit/test_trainer_*.py) tests/unit/test_bench_comm.py \
+	  tests/unit/test_import_graph.py tests/unit/test_packaging.py tests/cluster $(PYTEST_ARGS)
+
+##@ Lint
+
+.PHONY: lint
+lint: $(VENV)/.stamp ## ruff check and ruff format --check over the tree (to fix: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .

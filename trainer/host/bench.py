@@ -33,8 +33,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from prometheus_client import CollectorRegistry
 
-from trainer import agreement, loop, step, tasks, training
+from trainer import agreement, loop, progress, step, tasks, training
 from trainer import config as config_lib
+from trainer.checkpoint import NoCheckpoints
 from trainer.cluster import CHIEF, TaskId, parse_tf_config
 from trainer.host import payloads, tracecheck
 from trainer.metrics import Metrics
@@ -45,18 +46,27 @@ def _untimed(fns, iterator, steps: int, per_call: int) -> None:
         fns.plain(iterator, min(per_call, steps - done))[1].numpy()
 
 
-def _instrumented(fns, iterator, steps: int, per_call: int, metrics, timings: list, measure_every: int = 1) -> None:
+def _instrumented(fns, iterator, steps: int, per_call: int, sink) -> None:
+    """The trainer's own loop (Controller, progress action) over `steps`; `sink` = (metrics, timings,
+    measure_every): the loop's metrics are forwarded to real ones, so their cost counts."""
+    metrics, timings, measure_every = sink
+
     class Keep:  # records what the loop reports, and forwards it to real metrics (their cost counts)
+        def state(self, state: str) -> None: ...
+        def checkpointed(self, step: int) -> None: ...
+
         def record_step(self, **kw):
             metrics.record_step(**kw)
             if kw["timing"] is not None:
                 timings.append(kw["timing"])
 
-    settings = loop.LoopSettings(task_name="bench", steps=steps, steps_per_call=per_call, measure_every=measure_every,
-                                 log_every=steps, save_every=0, global_batch=1, local_examples=1,
+    settings = loop.LoopSettings(task_name="bench", steps=steps, steps_per_call=per_call,
+                                 measure_every=measure_every, save_every=0, local_examples=1,
                                  classify=False, record_ids=False)
+    lines = progress.ProgressLog(progress.Job("bench", steps, 1), every=steps)  # as in training
     logging.disable(logging.INFO)
-    loop.train(fns, iterator, start_step=0, settings=settings, metrics=Keep(), save=lambda s: None)
+    loop.Controller(fns=fns, checkpoints=NoCheckpoints(), metrics=Keep(), settings=settings,
+                    actions=(lines,)).train(iterator, 0)
     logging.disable(logging.NOTSET)
 
 
@@ -159,17 +169,17 @@ def main(argv=None) -> int:
     modes = {  # name -> () -> steps per second
         "untimed fused steps": lambda: _timed_rate(lambda m: _untimed(fns, iterator, m, k), settle, n),
         "instrumented loop": lambda: _timed_rate(
-            lambda m: _instrumented(fns, iterator, m, k, metrics, timings["ours"]), settle, n),
+            lambda m: _instrumented(fns, iterator, m, k, (metrics, timings["ours"], 1)), settle, n),
         f"instrumented, 1 call in {args.sample_every} timed": lambda: _timed_rate(
-            lambda m: _instrumented(fns, iterator, m, k, metrics, [], args.sample_every), settle, n),
+            lambda m: _instrumented(fns, iterator, m, k, (metrics, [], args.sample_every)), settle, n),
         f"model.fit, steps_per_execution {k}": lambda: _fit_rate(fit_model, fit_data, settle, n),
         "tutorial custom loop, 1 per call": lambda: _timed_rate(
             lambda m: [classic(iterator) for _ in range(m)], settle, n),
         "cnn serial": lambda: _timed_rate(
-            lambda m: _instrumented(cnn["serial"][2], cnn["serial"][3], m, cnn_k, metrics, timings["serial"]),
+            lambda m: _instrumented(cnn["serial"][2], cnn["serial"][3], m, cnn_k, (metrics, timings["serial"], 1)),
             cnn_k, cn),
         "cnn overlap": lambda: _timed_rate(
-            lambda m: _instrumented(cnn["overlap"][2], cnn["overlap"][3], m, cnn_k, metrics, timings["overlap"]),
+            lambda m: _instrumented(cnn["overlap"][2], cnn["overlap"][3], m, cnn_k, (metrics, timings["overlap"], 1)),
             cnn_k, cn),
     }
     rates = {name: [] for name in modes}
