@@ -60,7 +60,9 @@ def from_bench_comm(report: dict, variant: str | None = None) -> tuple[str, Ring
     return variant, fit(report["n"], [(r["size"], r["seconds"]) for r in rows if r["variant"] == variant])
 
 
-def step_seconds(ring: Ring, n: int, *, compute: float, nbytes: float, overlap: bool, compress: bool) -> float:
+def step_seconds(ring: Ring, n: int, *, compute: float, nbytes: float, setting: tuple[bool, bool]) -> float:
+    """`setting` = (overlap, compress)."""
+    overlap, compress = setting
     comm = ring.seconds(n, nbytes / 2 if compress else nbytes)
     if overlap:
         comm = max(0.0, comm - BACKWARD_SHARE * compute)
@@ -86,7 +88,7 @@ def projection(ring: Ring, *, compute: float, nbytes: float) -> list[str]:
         for n in WORKERS:
             cells = []
             for overlap, compress in ((False, False), (False, True), (True, False), (True, True)):
-                t = step_seconds(link, n, compute=compute, nbytes=nbytes, overlap=overlap, compress=compress)
+                t = step_seconds(link, n, compute=compute, nbytes=nbytes, setting=(overlap, compress))
                 cells.append(f"{1000 * t:7.2f} {compute / t:4.0%}")
             lines.append(f"  {n:>7} {gbps:>5} | " + " | ".join(cells))
     return lines
