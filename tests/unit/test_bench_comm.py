@@ -53,7 +53,7 @@ def test_rows_take_the_slowest_task_and_best_picks_the_largest_size():
     assert (first.variant, first.size, first.seconds) == ("RING/0", 1 << 20, 0.020)
     assert first.algbw == pytest.approx((1 << 20) / 0.020)
     assert first.busbw == pytest.approx(first.algbw * 4 / 3)
-    best = bc.best(table)
+    best = bc.Result("local", 3, "x", None, tuple(table)).best
     assert (best.variant, best.size) == ("RING/1MiB", 4 << 20), "best = highest busbw at the largest size"
 
 
@@ -62,6 +62,21 @@ def test_table_states_the_ratio_to_tcp():
     text = bc.format_table(table, tcp=1e9)
     assert "64 MiB" in text and "raw TCP (iperf3) between the first two tasks: 1000 MB/s" in text
     assert "best at 64 MiB: RING/0 busbw 134.2 MB/s = 13.4% of raw TCP" in text
+
+
+def test_what_the_driver_writes_is_what_diagnose_reads(tmp_path, monkeypatch):
+    """One schema: bench_comm's output file, read back by `make diagnose`'s reader."""
+    from monitoring import diagnose
+
+    out = tmp_path / "bench-comm"
+    argv = ["--where", "local", "--out", str(out)]
+    results = [{"n": 2, "tf_version": "2.x", "timings": [
+        {"variant": "RING/0", "size": s, "seconds": s / 1e8} for s in (4096, 1 << 20)]}]
+    monkeypatch.setattr(bc, "_run_sweep", lambda endpoints, task_args: results)
+    monkeypatch.setattr(bc, "tcp_throughput", lambda *a, **k: 2e8)
+    assert bc.main(argv) == 0
+    busbw, size = diagnose.link_reference(out.with_suffix(".json"), 1 << 20)
+    assert size == 1 << 20 and busbw == pytest.approx(1e8)
 
 
 def test_iperf3_json_receiver_throughput():

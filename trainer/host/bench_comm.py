@@ -20,27 +20,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
+from monitoring.benchcomm_result import Result, Row
 from trainer.allreduce_sweep import RESULT, SIZES, VARIANTS, human, parse_bytes
 
 BENCH_PORT = 2223  # beside the trainer's 2222, so a bench can run in the trainer's own containers
-
-
-@dataclass(frozen=True)
-class Row:
-    variant: str
-    size: int
-    """Bytes all-reduced per call (the whole payload)."""
-    seconds: float
-    """Median time of one all-reduce, slowest task."""
-    algbw: float
-    busbw: float
-
-
-
-
 
 
 def busbw(algbw: float, n: int) -> float:
@@ -60,12 +46,6 @@ def rows(timings: list[dict], n: int) -> list[Row]:
     return out
 
 
-def best(table: list[Row]) -> Row:
-    """The knob setting with the highest busbw at the largest size."""
-    largest = max(r.size for r in table)
-    return max((r for r in table if r.size == largest), key=lambda r: r.busbw)
-
-
 def format_table(table: list[Row], tcp: float | None) -> str:
     variants = list(dict.fromkeys(r.variant for r in table))
     head = f"{'size':>9} " + "".join(f"| {v:^29} " for v in variants)
@@ -83,7 +63,7 @@ def format_table(table: list[Row], tcp: float | None) -> str:
         lines.append(f"{human(size):>9} " + "".join(cells))
     lines.append("bandwidths in MB/s (1e6 bytes/s); busbw = algbw x 2(n-1)/n (nccl-tests)")
     if tcp:
-        b = best(table)
+        b = Result("", 0, "", tcp, tuple(table)).best
         lines.append(f"raw TCP (iperf3) between the first two tasks: {tcp / 1e6:.0f} MB/s")
         lines.append(
             f"best at {human(b.size)}: {b.variant} busbw {b.busbw / 1e6:.1f} MB/s = "
@@ -377,17 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = results[0]["n"]
     table = rows([t for r in results for t in r["timings"]], n)
     print(format_table(table, tcp))
-    b = best(table)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {
-        "where": where,
-        "n": n,
-        "tf_version": results[0]["tf_version"],
-        "tcp": tcp,
-        "rows": [asdict(r) for r in table],
-        "best": {**asdict(b), "ratio_to_tcp": b.busbw / tcp if tcp else None},
-    }
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    Result(where=where, n=n, tf_version=results[0]["tf_version"], tcp=tcp, rows=tuple(table)).write(
+        args.out.with_suffix(".json"))
     write_png(table, tcp, n, where, args.out.with_suffix(".png"))
     print(
         f"bench-comm: wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}",
