@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -24,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitoring.benchcomm_result import Result, Row
-from trainer.allreduce_sweep import RESULT, SIZES, VARIANTS, human, parse_bytes
+from trainer.allreduce_sweep import EQUAL, REPEATS, RESULT, SIZES, VARIANTS, human, parse_bytes
 
+PAYLOADS = ("mlp", "cnn", "resnet50")
+"""Named in trainer/host/payloads.py (not imported here: it loads TensorFlow)."""
 BENCH_PORT = 2223  # beside the trainer's 2222, so a bench can run in the trainer's own containers
 
 
@@ -34,42 +37,69 @@ def busbw(algbw: float, n: int) -> float:
     return algbw * 2 * (n - 1) / n
 
 
-
-
 def rows(timings: list[dict], n: int) -> list[Row]:
-    """Per (variant, size) the slowest task's median (a collective ends when its last task does)."""
+    """Per (variant, payload, size): each repeat's slowest task (a collective ends when its last task
+    does), then the median, min and max over the repeats."""
     out = []
-    for variant in dict.fromkeys(t["variant"] for t in timings):
-        for size in sorted({t["size"] for t in timings if t["variant"] == variant}):
-            seconds = max(t["seconds"] for t in timings if (t["variant"], t["size"]) == (variant, size))
-            out.append(Row(variant, size, seconds, size / seconds, busbw(size / seconds, n)))
-    return out
+    for key in dict.fromkeys((t["variant"], t.get("payload", EQUAL), t["size"]) for t in timings):
+        per_task = [t["samples"] for t in timings if (t["variant"], t.get("payload", EQUAL), t["size"]) == key]
+        repeats = [max(times) for times in zip(*per_task)]
+        seconds = statistics.median(repeats)
+        variant, payload, size = key
+        out.append(Row(variant, size, seconds, size / seconds, busbw(size / seconds, n), payload=payload,
+                       seconds_min=min(repeats), seconds_max=max(repeats)))
+    return sorted(out, key=lambda r: (r.payload != EQUAL, r.size))
 
 
-def format_table(table: list[Row], tcp: float | None) -> str:
+def winner(cell: list[Row]) -> str:
+    """The fastest setting of one (payload, size), named only when its slowest repeat beats the
+    runner-up's fastest (the spreads do not overlap); else "no clear winner"."""
+    first, second = sorted(cell, key=lambda r: r.seconds)[:2] if len(cell) > 1 else (cell[0], None)
+    if second is None or first.seconds_max < second.seconds_min:
+        return first.variant
+    return "no clear winner"
+
+
+def _cell(r: Row | None) -> str:
+    if r is None:
+        return "| " + " " * 31
+    spread = f"{r.seconds_min * 1e3:.3g}-{r.seconds_max * 1e3:.3g}"
+    return f"| {r.seconds * 1e3:>8.3f} {spread:>13} {r.busbw / 1e6:>7.1f} "
+
+
+def format_table(table: list[Row], tcp: float | None, streams: int = 1) -> str:
     variants = list(dict.fromkeys(r.variant for r in table))
-    head = f"{'size':>9} " + "".join(f"| {v:^29} " for v in variants)
-    sub = f"{'':>9} " + "| {:>9} {:>9} {:>9} ".format("time ms", "algbw", "busbw") * len(variants)
+    head = f"{'payload':>8} {'size':>11} " + "".join(f"| {v:^30} " for v in variants) + "| best (beyond spread)"
+    sub = f"{'':>20} " + "| {:>8} {:>13} {:>7} ".format("median", "min-max ms", "busbw") * len(variants)
     lines = [head, sub]
-    for size in sorted({r.size for r in table}):
-        cells = []
-        for v in variants:
-            r = next((r for r in table if (r.variant, r.size) == (v, size)), None)
-            cells.append(
-                f"| {r.seconds * 1e3:>9.3f} {r.algbw / 1e6:>9.1f} {r.busbw / 1e6:>9.1f} "
-                if r
-                else "| " + " " * 30
-            )
-        lines.append(f"{human(size):>9} " + "".join(cells))
-    lines.append("bandwidths in MB/s (1e6 bytes/s); busbw = algbw x 2(n-1)/n (nccl-tests)")
+    for payload, size in dict.fromkeys((r.payload, r.size) for r in table):
+        cell = [r for r in table if (r.payload, r.size) == (payload, size)]
+        by_variant = {r.variant: r for r in cell}
+        lines.append(f"{payload:>8} {human(size):>11} " + "".join(_cell(by_variant.get(v)) for v in variants)
+                     + f"| {winner(cell)}")
+    lines.append("times in ms per all-reduce, median and min-max over the repeats; busbw in MB/s (1e6 bytes/s) = size/time x 2(n-1)/n "
+                 "(nccl-tests)")
     if tcp:
         b = Result("", 0, "", tcp, tuple(table)).best
-        lines.append(f"raw TCP (iperf3) between the first two tasks: {tcp / 1e6:.0f} MB/s")
-        lines.append(
-            f"best at {human(b.size)}: {b.variant} busbw {b.busbw / 1e6:.1f} MB/s = "
-            f"{100 * b.busbw / tcp:.1f}% of raw TCP"
-        )
+        lines.append(f"raw TCP (iperf3, {streams} stream{'s' * (streams > 1)}) between the first two tasks: "
+                     f"{tcp / 1e6:.0f} MB/s")
+        lines.append(f"best busbw at {human(b.size)} ({b.payload}): {b.variant} {b.busbw / 1e6:.1f} MB/s = "
+                     f"{100 * b.busbw / tcp:.1f}% of raw TCP")
     return "\n".join(lines)
+
+
+def payload_shapes(names: str) -> dict[str, list[tuple[int, ...]]]:
+    """The named payloads' shapes, derived here (the host has TensorFlow and trainer.host) and passed
+    to the tasks; an unknown name exits with one line."""
+    wanted = [n for n in names.split(",") if n]
+    unknown = [n for n in wanted if n not in PAYLOADS]
+    if unknown:
+        raise SystemExit(f"bench-comm: --payloads {','.join(unknown)}: unknown, choose from {', '.join(PAYLOADS)}")
+    if not wanted:
+        return {}
+    from trainer.host import payloads
+
+    return {n: payloads.NAMED[n]() for n in wanted}
 
 
 def iperf_bytes_per_second(report: dict) -> float:
@@ -272,7 +302,7 @@ def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Pat
 
     fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(12, 4.5))
     for variant in dict.fromkeys(r.variant for r in table):
-        mine = [r for r in table if r.variant == variant]
+        mine = [r for r in table if r.variant == variant and r.payload == EQUAL]
         ax_bw.plot([r.size for r in mine], [r.busbw / 1e6 for r in mine], marker="o", label=variant)
         ax_t.plot([r.size for r in mine], [r.seconds * 1e3 for r in mine], marker="o", label=variant)
     if tcp:
@@ -294,9 +324,8 @@ def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Pat
         title="time per all-reduce",
     )
     for ax in (ax_bw, ax_t):
-        ax.set_xticks(
-            sorted({r.size for r in table}), [human(s) for s in sorted({r.size for r in table})], rotation=45
-        )
+        ticks = sorted({r.size for r in table if r.payload == EQUAL})
+        ax.set_xticks(ticks, [human(s) for s in ticks], rotation=45)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -322,18 +351,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--variants", default=",".join(VARIANTS), help="IMPLEMENTATION/bytes_per_pack, comma-separated"
     )
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--payloads", default=",".join(PAYLOADS),
+                   help=f"gradient-shaped tensor lists besides the equal-tensor sizes ({', '.join(PAYLOADS)}; '' = none)")
+    p.add_argument("--repeats", type=int, default=REPEATS, help="timed calls per cell (the spread is over them)")
     p.add_argument("--out", type=Path, default=Path(".run/bench-comm"), help="writes OUT.json and OUT.png")
     args = p.parse_args(argv)
-    sizes = [parse_bytes(s) for s in args.sizes.split(",")]
-    task_args = [
-        "--sizes",
-        ",".join(map(str, sizes)),
-        "--variants",
-        args.variants,
-        "--repeats",
-        str(args.repeats),
-    ]
+    sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
+    task_args = ["--sizes", ",".join(map(str, sizes)), "--variants", args.variants, "--repeats", str(args.repeats),
+                 "--shapes", json.dumps(payload_shapes(args.payloads))]
 
     where = args.where
     if where == "auto":
