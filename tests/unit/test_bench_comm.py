@@ -102,11 +102,28 @@ def test_what_the_driver_writes_is_what_diagnose_reads(tmp_path, monkeypatch):
     out = tmp_path / "bench-comm"
     argv = ["--where", "local", "--payloads", "", "--out", str(out)]
     results = [{"n": 2, "tf_version": "2.x", "timings": [t("RING/0", s, s / 1e8) for s in (4096, 1 << 20)]}]
-    monkeypatch.setattr(bc, "_run_sweep", lambda endpoints, task_args: results)
+    monkeypatch.setattr(bc, "_run_sweep", lambda endpoints, task_args: (results, 2))
     monkeypatch.setattr(bc, "tcp_throughput", lambda *a, **k: 2e8)
     assert bc.main(argv) == 0
     busbw, size = diagnose.link_reference(out.with_suffix(".json"), 1 << 20)
     assert size == 1 << 20 and busbw == pytest.approx(1e8)
+
+
+SS = """\
+0 0 127.0.0.1:40001 127.0.0.1:2222
+0 0 127.0.0.1:2222 127.0.0.1:40001
+0 0 127.0.0.1:40002 127.0.0.1:2223
+0 0 127.0.0.1:2223 127.0.0.1:40002
+0 0 127.0.0.1:40003 127.0.0.1:9999
+0 0 [::ffff:127.0.0.1]:40004 [::ffff:127.0.0.1]:2223
+"""
+
+
+def test_connections_between_two_tasks_count_each_once_even_on_one_loopback():
+    # chief serves 2222, worker 2223: worker->chief (40001), chief->worker (40002, 40004); 9999 is not theirs
+    assert bc.connections_between(SS, ("127.0.0.1", 2222), ("127.0.0.1", 2223)) == 3
+    containers = "0 0 10.0.0.2:2223 10.0.0.3:5555\n0 0 10.0.0.2:6666 10.0.0.3:2223\n0 0 10.0.0.2:7 10.0.0.9:2223\n"
+    assert bc.connections_between(containers, ("10.0.0.2", 2223), ("10.0.0.3", 2223)) == 2
 
 
 def test_iperf3_json_receiver_throughput():

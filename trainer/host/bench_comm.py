@@ -19,6 +19,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -125,12 +126,54 @@ def local_endpoints(workers: int) -> list[Endpoint]:
     return [Endpoint("chief", "127.0.0.1")] + [Endpoint(f"worker-{i}", "127.0.0.1") for i in range(workers)]
 
 
-def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> list[dict]:
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]").removeprefix("::ffff:"), int(port)
+
+
+def connections_between(ss_output: str, ours: tuple[str, int], theirs: tuple[str, int]) -> int:
+    """TCP connections between two tasks, from `ss -tnH state established` in the first one's network
+    namespace: the other task's connections to our server port plus ours to its server port. Each is
+    counted at one end only, so both tasks on 127.0.0.1 (one namespace) count once too."""
+    count = 0
+    for line in ss_output.splitlines():
+        fields = line.split()
+        if len(fields) < 2:
+            continue
+        local, peer = _address(fields[-2]), _address(fields[-1])
+        into_ours = local == ours and peer[0] == theirs[0]
+        into_theirs = peer == theirs and local[0] == ours[0] and local[1] != ours[1]
+        count += into_ours or into_theirs
+    return count
+
+
+class StreamCounter(threading.Thread):
+    """Samples the connections between the first two tasks while the sweep runs; `peak` is the most."""
+
+    def __init__(self, endpoint: Endpoint, ours: tuple[str, int], theirs: tuple[str, int]):
+        super().__init__(daemon=True)
+        self.cmd = _in_netns(endpoint, "ss", "-tnH", "state", "established")
+        self.ours, self.theirs, self.peak, self.done = ours, theirs, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            out = subprocess.run(self.cmd, capture_output=True, text=True).stdout
+            self.peak = max(self.peak, connections_between(out, self.ours, self.theirs))
+
+
+def _in_netns(e: Endpoint, *cmd: str) -> list[str]:
+    return (["nsenter", "-t", str(e.netns_pid), "-n"] if e.netns_pid else []) + list(cmd)
+
+
+def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> tuple[list[dict], int]:
+    """Every task's result, and the most TCP connections seen between the first two tasks."""
     from trainer.cluster import ClusterSpec
     from trainer.host.launch import _die_with_parent, free_ports, stop
 
     ports = free_ports(len(endpoints)) if not endpoints[0].exec_prefix else [BENCH_PORT] * len(endpoints)
     addrs = [f"{e.address}:{p}" for e, p in zip(endpoints, ports)]
+    pair = [(e.address, p) for e, p in zip(endpoints, ports)][:2]
+    counter = StreamCounter(endpoints[0], pair[0], pair[-1])
     spec = ClusterSpec(chief=(addrs[0],), worker=tuple(addrs[1:]), task=_task_id(endpoints[0].task))
     procs = []
     for e in endpoints:
@@ -157,6 +200,7 @@ def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> list[dict]:
             )
         )
     results = []
+    counter.start()
     try:
         for name, proc in procs:
             out, _ = proc.communicate()
@@ -166,8 +210,9 @@ def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> list[dict]:
                 next(json.loads(line[len(RESULT) :]) for line in out.splitlines() if line.startswith(RESULT))
             )
     finally:
+        counter.done.set()
         stop(procs)
-    return results
+    return results, counter.peak
 
 
 def _task_id(name: str):
@@ -176,11 +221,17 @@ def _task_id(name: str):
     return TaskId(CHIEF, 0) if name == "chief" else TaskId(WORKER, int(name.rsplit("-", 1)[1]))
 
 
-def tcp_throughput(server: Endpoint, client: Endpoint, seconds: int = 3, port: int = 5201) -> float | None:
-    """iperf3 from client to server, bytes/s; None (with a hint) when iperf3 is missing."""
+def tcp_throughput(server: Endpoint, client: Endpoint, streams: int = 1, port: int = 5201) -> float | None:
+    """iperf3 from client to server with `streams` parallel streams (-P), bytes/s; None (with a hint)
+    when iperf3 is missing."""
+    seconds = 3
+    if not server.netns_pid:  # this host's loopback, shared with everything else here
+        from trainer.host.launch import free_ports
+
+        port = free_ports(1)[0]
 
     def cmd(e: Endpoint, *args: str) -> list[str]:
-        return (["nsenter", "-t", str(e.netns_pid), "-n"] if e.netns_pid else []) + ["iperf3", *args]
+        return _in_netns(e, "iperf3", *args)
 
     if subprocess.run(["sh", "-c", "command -v iperf3"], capture_output=True).returncode != 0:
         print("bench-comm: iperf3 not found (apt-get install iperf3): no TCP reference", file=sys.stderr)
@@ -191,7 +242,7 @@ def tcp_throughput(server: Endpoint, client: Endpoint, seconds: int = 3, port: i
     try:
         for _ in range(50):  # the server is up within ~0.1 s; it accepts exactly one test (-1)
             r = subprocess.run(
-                cmd(client, "-c", server.address, "-p", str(port), "-t", str(seconds), "-J"),
+                cmd(client, "-c", server.address, "-p", str(port), "-t", str(seconds), "-P", str(streams), "-J"),
                 capture_output=True,
                 text=True,
                 timeout=seconds + 30,
@@ -375,13 +426,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        tcp = tcp_throughput(endpoints[0], endpoints[1]) if len(endpoints) > 1 else None
-        results = _run_sweep(endpoints, task_args)
+        results, streams = _run_sweep(endpoints, task_args)
+        tcp = None
+        if len(endpoints) > 1:
+            print(f"bench-comm: TensorFlow held {streams} TCP connection(s) between {endpoints[0].task} and "
+                  f"{endpoints[1].task} (ss, sampled during the sweep): iperf3 -P {max(streams, 1)}",
+                  file=sys.stderr)
+            tcp = tcp_throughput(endpoints[0], endpoints[1], max(streams, 1))
     finally:
         cleanup()
     n = results[0]["n"]
     table = rows([t for r in results for t in r["timings"]], n)
-    print(format_table(table, tcp))
+    print(format_table(table, tcp, max(streams, 1)))
     Result(where=where, n=n, tf_version=results[0]["tf_version"], tcp=tcp, rows=tuple(table)).write(
         args.out.with_suffix(".json"))
     write_png(table, tcp, n, where, args.out.with_suffix(".png"))
