@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitoring.benchcomm_result import Result, Row
+from trainer import __version__
 from trainer.allreduce_sweep import EQUAL, REPEATS, RESULT, SIZES, VARIANTS, human, parse_bytes
 
 PAYLOADS = ("mlp", "cnn", "resnet50")
@@ -307,6 +308,13 @@ def docker_endpoints(project: str) -> tuple[list[Endpoint], object]:
         )
         return [_endpoint(t, cid, network) for t, (cid, _) in containers.items()], lambda: None
     image = _docker("inspect", "-f", "{{.Config.Image}}", first)
+    print(f"bench-comm: the trainers are not all running: temporary containers from {image} on {network}",
+          file=sys.stderr)
+    return temporary_endpoints(image, network, list(containers), project)
+
+
+def temporary_endpoints(image: str, network: str, tasks: list[str], project: str) -> tuple[list[Endpoint], object]:
+    """One idle container of `image` per task on `network`, and the cleanup that removes them."""
     started = []
 
     def cleanup() -> None:
@@ -314,35 +322,37 @@ def docker_endpoints(project: str) -> tuple[list[Endpoint], object]:
             subprocess.run(["docker", "rm", "-f", *started], capture_output=True)
 
     try:
-        for task in containers:
-            started.append(
-                _docker(
-                    "run",
-                    "-d",
-                    "--rm",
-                    "--init",
-                    "--name",
-                    f"{project}-bench-{task}",
-                    "--label",
-                    "org.mwms.bench=1",
-                    "--network",
-                    network,
-                    "--user",
-                    "1000:1000",
-                    "--entrypoint",
-                    "sleep",
-                    image,
-                    "infinity",
-                )
-            )
-        print(
-            f"bench-comm: the trainers are not all running: temporary containers from {image} on {network}",
-            file=sys.stderr,
-        )
-        return [_endpoint(t, cid, network) for t, cid in zip(containers, started)], cleanup
+        for task in tasks:
+            started.append(_docker("run", "-d", "--rm", "--init", "--name", f"{project}-bench-{task}", "--label",
+                                   "org.mwms.bench=1", "--network", network, "--user", "1000:1000",
+                                   "--entrypoint", "sleep", image, "infinity"))
+        return [_endpoint(t, cid, network) for t, cid in zip(tasks, started)], cleanup
     except BaseException:
         cleanup()
         raise
+
+
+def bridge_endpoints(image: str, project: str, workers: int) -> tuple[list[Endpoint], object]:
+    """A chief and `workers` containers of the trainer image on a bridge network of their own, as the
+    compose stack's tasks talk (container to container through the bridge); removed afterwards."""
+    try:
+        _docker("image", "inspect", "-f", "{{.Id}}", image)
+    except (OSError, subprocess.CalledProcessError):
+        raise SystemExit(f"bench-comm: no image {image} (make images IMAGE_REPO=...), or use --where local") from None
+    network = f"{project}-benchcomm"
+    _docker("network", "create", "--driver", "bridge", "--label", "org.mwms.bench=1", network)
+    try:
+        endpoints, remove = temporary_endpoints(image, network, ["chief"] + [f"worker-{i}" for i in range(workers)],
+                                                project)
+    except BaseException:
+        subprocess.run(["docker", "network", "rm", network], capture_output=True)
+        raise
+
+    def cleanup() -> None:
+        remove()
+        subprocess.run(["docker", "network", "rm", network], capture_output=True)
+
+    return endpoints, cleanup
 
 
 def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Path) -> None:
@@ -388,15 +398,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer.host.bench_comm", description=__doc__.splitlines()[0])
     p.add_argument(
         "--where",
-        choices=("auto", "local", "docker"),
+        choices=("auto", "local", "docker", "bridge"),
         default="auto",
-        help="auto: the compose stack's containers if it exists, else local processes",
+        help="auto: the compose stack's containers if it exists, else local processes; bridge: temporary "
+        "containers of --image on a bridge network of their own",
     )
+    p.add_argument("--image", default=f"{os.environ.get('IMAGE_REPO', 'mwms/trainer')}:{__version__}-cpu",
+                   help="--where bridge: the trainer image (default IMAGE_REPO:<version>-cpu)")
     p.add_argument(
         "--project", default=os.environ.get("PROJECT", "mwms"), help="compose project (make up PROJECT=)"
     )
     p.add_argument(
-        "--workers", type=int, default=1, help="local: workers besides the chief (default 1: 2 tasks)"
+        "--workers", type=int, default=1, help="local, bridge: workers besides the chief (default 1: 2 tasks)"
     )
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
     p.add_argument(
@@ -417,6 +430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cleanup = lambda: None
     if where == "docker":
         endpoints, cleanup = docker_endpoints(args.project)
+    elif where == "bridge":
+        endpoints, cleanup = bridge_endpoints(args.image, args.project, args.workers)
     else:
         endpoints = local_endpoints(args.workers)
     try:
