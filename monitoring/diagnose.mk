@@ -12,7 +12,7 @@ diagnose: $(VENV)/.stamp ## Verdict per cluster and task from Prometheus (input-
 	@$(PY) -m monitoring.diagnose --prometheus $(PROMETHEUS_URL) --bench $(RUN_DIR)/bench-comm.json $(if $(JSON),--json)
 
 .PHONY: bench-comm
-bench-comm: $(VENV)/.stamp ## All-reduce sweep 4 KiB-64 MiB (time, algbw, busbw per knob) next to iperf3 TCP; the stack's containers if up, else 2 local tasks; writes $(RUN_DIR)/bench-comm.{json,png}
+bench-comm: $(VENV)/.stamp ## All-reduce sweep 4 KiB-64 MiB and mlp/cnn/ResNet-50 gradient lists (median, min-max, busbw per knob) next to iperf3 with TF's stream count; the stack's containers if up, else 2 local tasks (BENCH_COMM_ARGS=--where bridge: containers on a bridge); writes $(RUN_DIR)/bench-comm.{json,png}
 	$(PY) -m trainer.host.bench_comm --project $(PROJECT) --out $(RUN_DIR)/bench-comm $(BENCH_COMM_ARGS)
 
 .PHONY: scaling

@@ -1,14 +1,20 @@
-"""`make bench-comm`: TensorFlow's own all-reduce from 4 KiB to 64 MiB, next to raw TCP (iperf3).
+"""`make bench-comm`: TensorFlow's own all-reduce, 4 KiB to 64 MiB and gradient-shaped, next to iperf3.
 
-    python -m trainer.host.bench_comm [--where auto|local|docker] [--workers 1] [--out .run/bench-comm]
+    python -m trainer.host.bench_comm [--where auto|local|docker|bridge] [--workers 1] [--out .run/bench-comm]
 
 Runs on the host only (drives Docker and iperf3). It starts one sweep task per cluster task
 (`python -m trainer.allreduce_sweep`, the in-container half), either as local processes on
-127.0.0.1 (a fresh chief + --workers workers, like trainer.host.launch) or, when the compose
-stack's trainer image is there, inside containers on the stack's network (its running trainer
-containers, else temporary ones from the same image). Bandwidths follow nccl-tests:
-algbw = bytes / time, busbw = algbw x 2(n-1)/n. iperf3 measures TCP between the first two tasks'
-network namespaces (nsenter for containers). Writes <out>.json, <out>.png and prints a table.
+127.0.0.1 (a fresh chief + --workers workers, like trainer.host.launch), inside the compose stack's
+containers (its running trainers, else temporary ones from the same image on its network), or
+(`bridge`) in temporary containers of the trainer image on a bridge network of their own. Payloads:
+8 equal tensors per size (the size axis the projection fits), and the `mlp`, `cnn` and ResNet-50-like
+gradient lists (trainer/host/payloads.py), so that packing packs several tensors. Every cell is timed
+--repeats times: median and min-max are printed, and a setting is named best only when its slowest
+repeat beats the runner-up's fastest. Bandwidths follow nccl-tests: algbw = bytes / time,
+busbw = algbw x 2(n-1)/n. iperf3 runs between the first two tasks' network namespaces (nsenter for
+containers) with as many streams as TensorFlow held connections between them (counted with `ss`
+during the sweep). Writes <out>.json (monitoring/benchcomm_result.py, which `make diagnose` reads),
+<out>.png and prints a table.
 """
 
 from __future__ import annotations
