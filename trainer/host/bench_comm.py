@@ -68,10 +68,15 @@ def winner(cell: list[Row]) -> str:
     return "no clear winner"
 
 
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.3g}" if ms < 1000 else f"{ms:.0f}"
+
+
 def _cell(r: Row | None) -> str:
     if r is None:
         return "| " + " " * 31
-    spread = f"{r.seconds_min * 1e3:.3g}-{r.seconds_max * 1e3:.3g}"
+    spread = f"{_ms(r.seconds_min)}-{_ms(r.seconds_max)}"
     return f"| {r.seconds * 1e3:>8.3f} {spread:>13} {r.busbw / 1e6:>7.1f} "
 
 
