@@ -70,7 +70,7 @@ def probe(image: str) -> dict:
 def rendered(image: str, tmp_path_factory) -> dict:
     """`docker compose config` of a chief + 1 worker on GPUs 0 and 1, as `make up GPUS=0,1 WORKERS=1` renders it."""
     out = tmp_path_factory.mktemp("gpu-run")
-    cfg = generate.StackConfig(workers=1, image_repo=image.rsplit(":", 1)[0], steps=STEPS,
+    cfg = generate.StackConfig(workers=1, image_repo=image.rsplit(":", 1)[0], knobs=(("steps", str(STEPS)),),
                                gpu_ids={"chief": ("0",), "worker-0": ("1",)})
     files = generate.write(cfg, out)
     assert files[-1].name == "compose.gpu.yaml"
