@@ -7,7 +7,6 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-RUN_DIR := .run
 
 ##@ General
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from compose import knobs as trainer_knobs
 from trainer import __version__, contract
 from trainer.cluster import COMPOSE_ADDRESS, ClusterSpec, TaskId, from_template
 from trainer.config import ENV_PREFIX, Config
@@ -51,11 +52,15 @@ class Deployment:
     """The image the trainer image is built on (Compose builds it; other targets pull a pushed image)."""
     image_repo: str = "mwms/trainer"
     """Repository of the trainer image; tagged `<version>-<variant>` (IMAGE_REPO=)."""
+    image_ref: str = ""
+    """A pinned reference (`registry:5000/mwms/trainer@sha256:...`, what `make push` prints) that targets
+    which pull use instead of the tag; empty: `<image_repo>:<version>-<variant>`."""
     gpu_ids: Mapping[str, tuple[str, ...]] | None = None
     """Task name -> GPU indices on the host (compose/gpus.py assigns them); None for a CPU run.
     Targets with a scheduler keep only the count per task."""
     knobs: tuple[tuple[str, str], ...] = ()
-    """Trainer settings as (trainer.config.Config field, value), passed as TRAINER_<FIELD>."""
+    """Trainer settings as (trainer.config.Config field, value), passed as TRAINER_<FIELD>
+    (compose/knobs.py reads them from the environment: STEPS=, TASK=, ...)."""
     max_restarts: int = 3
     """Restart budget: automatic restarts before the run fails for good."""
     checkpoint_storage: str = "1Gi"
@@ -95,6 +100,11 @@ class Deployment:
 
     def image(self, variant: str | None = None) -> str:
         return f"{self.image_repo}:{__version__}-{variant or self.variant}"
+
+    @property
+    def pulled_image(self) -> str:
+        """What a node pulls: the pinned reference when one is given."""
+        return self.image_ref or self.image()
 
 
 @dataclass(frozen=True)
@@ -145,30 +155,22 @@ def fake_gpu_ids(workers: int, per_task: int) -> dict[str, tuple[str, ...]] | No
     return {n: tuple(str(k * per_task + j) for j in range(per_task)) for k, n in enumerate(names)}
 
 
-# The trainer knobs every emitter's command line takes (flag -> Config field), in the order they are passed.
-KNOB_FLAGS = {"steps": int, "task": str, "per-replica-batch": int, "strategy": str, "save-every": int,
-              "cluster-timeout": int}
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags every emitter's CLI shares: the cluster, the image, the knobs, the restart budget."""
+    """The flags every emitter's CLI shares: the cluster, the image, the restart budget. Trainer knobs are
+    not flags: every emitter reads them from its environment (compose/knobs.py)."""
     p.add_argument("--workers", type=int, required=True, help="workers besides the chief")
     p.add_argument("--base-image", default=Deployment.base_image)
     p.add_argument("--image-repo", default=Deployment.image_repo)
-    for flag, kind in KNOB_FLAGS.items():
-        p.add_argument(f"--{flag}", type=kind, help=f"trainer --{flag}")
-    for flag in ("script", "data"):
-        p.add_argument(f"--{flag}")
+    p.add_argument("--script", help="host path of your MWMS script, run in every task")
+    p.add_argument("--data", help="host folder mounted read-only at /data")
     p.add_argument("--args", default="", help="extra arguments for every task's command (shell-quoted)")
     p.add_argument("--max-restarts", type=int, default=Deployment.max_restarts)
 
 
 def from_args(ns: argparse.Namespace, gpu_ids: Mapping[str, tuple[str, ...]] | None,
-              **more: object) -> Deployment:
-    """The Deployment the shared flags describe; `more`: target-specific fields (checkpoint_storage)."""
-    values = vars(ns)
-    knobs = tuple((f.replace("-", "_"), str(values[f.replace("-", "_")])) for f in KNOB_FLAGS
-                  if values[f.replace("-", "_")] is not None)
+              environ: Mapping[str, str] | None = None, **more: object) -> Deployment:
+    """The Deployment the shared flags and the knobs in `environ` describe (`more`: target-specific
+    fields such as checkpoint_storage)."""
     return Deployment(workers=ns.workers, base_image=ns.base_image, image_repo=ns.image_repo, gpu_ids=gpu_ids,
-                      knobs=knobs, max_restarts=ns.max_restarts, script=ns.script, data=ns.data,
-                      extra_args=tuple(shlex.split(ns.args)), **more)
+                      knobs=trainer_knobs.from_environ(environ or {}), max_restarts=ns.max_restarts,
+                      script=ns.script, data=ns.data, extra_args=tuple(shlex.split(ns.args)), **more)

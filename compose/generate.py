@@ -1,6 +1,6 @@
 """Write the per-run compose files and Prometheus targets for a chief plus N workers.
 
-    python -m compose.generate --workers 2 --out .run [--gpus auto] [--steps 200] ...
+    STEPS=200 python -m compose.generate --workers 2 --out .run [--gpus auto] ...
 
 Writes, under --out (never edit them; rerun the generator):
   compose.tasks.yaml   one service per task (`chief`, `worker-0`, ...), each with its TF_CONFIG
@@ -10,16 +10,19 @@ Writes, under --out (never edit them; rerun the generator):
 The static services (Prometheus, Grafana, networks, volumes) live in compose/base.yaml.
 Everything comes from the one Deployment description (compose/deployment.py), addressed with
 trainer.cluster's COMPOSE_ADDRESS, the model the trainer parses TF_CONFIG with.
+Trainer knobs (STEPS=, TASK=, any trainer flag upper-cased) come from the environment: compose/knobs.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
-from compose import gpus, yamltext
+from compose import gpus, knobs, mounts, yamltext
 from compose.deployment import (
     CHECKPOINT_DIR,
     DATA_DIR,
@@ -152,29 +155,33 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def config_from_args(ns: argparse.Namespace, runner: gpus.Runner = gpus.run) -> Deployment:
+def config_from_args(ns: argparse.Namespace, runner: gpus.Runner = gpus.run,
+                     environ: Mapping[str, str] | None = None) -> Deployment:
+    """`environ` carries the trainer knobs (compose/knobs.py): main passes the process environment."""
     ids = gpus.parse(ns.gpus, runner)
     tasks = [t.name for t in Deployment(workers=ns.workers).tasks]
-    return from_args(ns, gpus.assign(tasks, ids, ns.gpus_per_worker) if ids else None)
+    return from_args(ns, gpus.assign(tasks, ids, ns.gpus_per_worker) if ids else None, environ=environ)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ns = parse_args(argv)
     try:
-        cfg = config_from_args(ns)
-    except ValueError as err:  # ClusterSpecError, GpuError: one line, no traceback
+        cfg = config_from_args(ns, environ=os.environ)
+    except ValueError as err:  # ClusterSpecError, GpuError, a bad knob: one line, no traceback
         print(f"compose.generate: {err}", file=sys.stderr)
         return 2
-    for path in (cfg.script, cfg.data):
-        if path and not Path(path).exists():
-            print(f"compose.generate: {path} does not exist", file=sys.stderr)
+    for variable, path, is_dir in (("SCRIPT", cfg.script, False), ("DATA", cfg.data, True)):
+        if path and (problem := mounts.problem(variable, path, is_dir=is_dir)):
+            print(f"compose.generate: {problem}", file=sys.stderr)
             return 2
     write(cfg, ns.out)
     devices = ", ".join(f"{t}: GPU {','.join(i)}" for t, i in (cfg.gpu_ids or {}).items())
     print(f"compose.generate: chief + {cfg.workers} workers, {devices or 'CPU only'} -> {ns.out}/",
           file=sys.stderr)
     print(report("compose", changes(cfg)), file=sys.stderr)
+    if not cfg.script:
+        print(f"compose.generate: {knobs.describe(cfg.knobs)}", file=sys.stderr)
     return 0
 
 

@@ -13,6 +13,7 @@ Standard library only, like the Compose emitter.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ def pvc(d: Deployment, names: Names) -> dict:
 
 def _container(d: Deployment, cmd: list[str], env: list[dict]) -> dict:
     container = {
-        "name": CONTAINER, "image": d.image(), "imagePullPolicy": "IfNotPresent",
+        "name": CONTAINER, "image": d.pulled_image, "imagePullPolicy": "IfNotPresent",
         "command": [_literal(c) for c in cmd], "env": env,
         "ports": [{"name": TF_PORT_NAME, "containerPort": deployment.TF_PORT},
                   {"name": METRICS_PORT_NAME, "containerPort": deployment.METRICS_PORT}],
@@ -131,7 +132,7 @@ def tfjob(d: Deployment, names: Names) -> dict:
                      "tfReplicaSpecs": specs}}
 
 
-def _jobset_env(d: Deployment, names: Names) -> list[dict]:
+def _jobset_env(d: Deployment) -> list[dict]:
     def annotation(var: str, key: str) -> dict:
         return {"name": var, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}}
 
@@ -142,7 +143,7 @@ def _jobset_env(d: Deployment, names: Names) -> list[dict]:
 
 def _replicated_job(d: Deployment, names: Names, rjob: str, pods: int) -> dict:
     cmd = ["python", "-m", "trainer.jobset_entry", *deployment.command(d)]
-    template = pod_template(d, names, chief=rjob == contract.CHIEF, cmd=cmd, env=_jobset_env(d, names))
+    template = pod_template(d, names, chief=rjob == contract.CHIEF, cmd=cmd, env=_jobset_env(d))
     template["spec"]["restartPolicy"] = "Never"  # podFailurePolicy requires it; JobSet restarts the gang
     job = {"parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 0,
            "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
@@ -202,7 +203,7 @@ COMMON_CHANGES = (
 
 
 def common_changes(d: Deployment) -> list[Change]:
-    changes = [Change("build", "", f"Kubernetes pulls images: push {d.image()} where the cluster pulls from"),
+    changes = [Change("build", "", f"Kubernetes pulls images: push {d.pulled_image} where nodes pull from"),
                *(Change(*c) for c in COMMON_CHANGES),
                Change("volume checkpoints", f"PVC {d.checkpoint_storage}",
                       "mounted by the chief; workers get an emptyDir")]
@@ -254,6 +255,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--storage-class", default=Names.storage_class)
     p.add_argument("--checkpoint-storage", default=Deployment.checkpoint_storage)
     p.add_argument("--gpus-per-worker", type=int, default=0, help="nvidia.com/gpu per task (0: CPU)")
+    p.add_argument("--image", default="", help="pinned image reference (as make push prints it)")
     return p.parse_args(argv)
 
 
@@ -261,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     ns = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         gpu_ids = deployment.fake_gpu_ids(ns.workers, ns.gpus_per_worker)
-        d = deployment.from_args(ns, gpu_ids, checkpoint_storage=ns.checkpoint_storage)
+        d = deployment.from_args(ns, gpu_ids, environ=os.environ, checkpoint_storage=ns.checkpoint_storage,
+                                 image_ref=ns.image)
         names = Names(name=ns.name, namespace=ns.namespace, storage_class=ns.storage_class)
     except ValueError as err:
         print(f"compose.k8s: {err}", file=sys.stderr)

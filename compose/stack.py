@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -292,8 +294,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def configs_from_args(ns: argparse.Namespace) -> tuple[Deployment, SwarmConfig]:
-    cfg = deployment.from_args(ns, deployment.fake_gpu_ids(ns.workers, ns.gpus_per_worker))
+def configs_from_args(ns: argparse.Namespace,
+                      environ: Mapping[str, str] | None = None) -> tuple[Deployment, SwarmConfig]:
+    """`environ` carries the trainer knobs (compose/knobs.py): main passes the process environment."""
+    cfg = deployment.from_args(ns, deployment.fake_gpu_ids(ns.workers, ns.gpus_per_worker), environ=environ)
     swarm = SwarmConfig(image=ns.image, nodes=ns.nodes, prometheus_image=ns.prometheus_image,
                         grafana_image=ns.grafana_image, secrets_dir=ns.secrets_dir)
     return cfg, swarm
@@ -302,7 +306,7 @@ def configs_from_args(ns: argparse.Namespace) -> tuple[Deployment, SwarmConfig]:
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        cfg, swarm = configs_from_args(ns)
+        cfg, swarm = configs_from_args(ns, environ=os.environ)
         text = write(cfg, swarm, ns.out)
     except (ValueError, OSError) as err:
         print(f"compose.stack: {err}", file=sys.stderr)

@@ -1,8 +1,9 @@
 """`make status`: one row per task — container state, step, steps/s, step time, where the time goes.
 
-    python -m compose.status [--project NAME] [--prometheus URL]
+    python -m compose.status [--project NAME] [--prometheus URL] [--no-docker]
 
-Container state comes from Docker; everything else from Prometheus: raw trainer series through the
+Container state comes from Docker (with --no-docker, e.g. for a swarm whose containers run on other
+engines: the tasks and their last state as Prometheus saw them); everything else from Prometheus: raw trainer series through the
 queries of monitoring/rules.py (so it works without the recording rules and after the tasks have
 exited, within the lookback window). The generated promtool tests evaluate these very queries.
 """
@@ -59,6 +60,12 @@ def containers(project: str) -> dict[str, str]:
     return states
 
 
+def scraped_states(prom: Prometheus) -> dict[str, str]:
+    """task -> its last trainer state in Prometheus (for tasks whose containers Docker here cannot see)."""
+    expr = f"last_over_time({c.STATE.name}{rules.JOB_SELECTOR}[{rules.RUN_LOOKBACK}]) == 1"
+    return {c.task_of(s["metric"]): s["metric"].get(c.STATE.client_name, "?") for s in prom.query(expr)}
+
+
 def is_task(service: str) -> bool:
     """Trainer tasks are the services named as contract.task_name names them."""
     task_type, index = c.task_labels(service)
@@ -85,13 +92,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compose.status", description=__doc__.splitlines()[0])
     parser.add_argument("--project", default=c.DEFAULT_PROJECT, help="compose project (make's PROJECT)")
     parser.add_argument("--prometheus", default=DEFAULT_URL, help="Prometheus base URL")
+    parser.add_argument("--no-docker", action="store_true",
+                        help="take the tasks and their states from Prometheus, not from this Docker engine")
     args = parser.parse_args(argv)
-    states = containers(args.project)
-    if not states:
-        print(f"status: no containers in project {args.project}: run `make up PROJECT={args.project}` first",
-              file=sys.stderr)
-        return 1
     prom = Prometheus(url=args.prometheus, timeout=5.0)
+    try:
+        states = scraped_states(prom) if args.no_docker else containers(args.project)
+    except PrometheusError as err:
+        print(f"status: Prometheus at {args.prometheus} does not answer ({err})", file=sys.stderr)
+        return 1
+    if not states:
+        where = f"Prometheus at {args.prometheus}" if args.no_docker else f"project {args.project}"
+        print(f"status: no trainer tasks in {where}: run `make up PROJECT={args.project}` first", file=sys.stderr)
+        return 1
     try:
         rows = table(states, prom.by_task)
     except PrometheusError as err:

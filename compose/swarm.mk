@@ -1,5 +1,6 @@
 # Docker Swarm: the same run as a stack across hosts, tried on a swarm of Docker-in-Docker nodes here.
-# Included by the top Makefile after compose/compose.mk (WORKERS, STEPS, IMAGE_REPO, ... come from there).
+# Included by the top Makefile after compose/compose.mk (WORKERS, IMAGE_REPO, ... come from there; trainer
+# knobs such as STEPS= reach compose.stack through the environment, compose/knobs.py).
 
 SWARM_NAME ?= mwms-swarm
 # The nodes' /24 on this host (node-N is .1N, the registry .10): another swarm on the same host needs its own.
@@ -45,4 +46,4 @@ stack-down: ## Remove stack STACK from the swarm (the chief's checkpoint volume 
 .PHONY: stack-status
 stack-status: ## Where every task of STACK runs and its state, then the per-task training table from its Prometheus
 	@$(MANAGER) stack ps $(STACK) --format 'table {{.Name}}\t{{.Node}}\t{{.CurrentState}}\t{{.Error}}'
-	@$(PYTHON) -m compose.status http://$$($(NODES_SH) ip 1):9090
+	@$(PYTHON) -m compose.status --no-docker --prometheus http://$$($(NODES_SH) ip 1):9090

@@ -7,6 +7,7 @@ tests check the exact prose users get.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -14,8 +15,8 @@ from monitoring import rules as r
 from monitoring import verdict as v
 from trainer import contract as c
 
-TASK = ('{{ if eq $labels.task_type "%s" }}%s{{ else }}{{ $labels.task_type }}-{{ $labels.task_index }}{{ end }}'
-        % (c.CHIEF, c.CHIEF))
+TASK = (f'{{{{ if eq $labels.task_type "{c.CHIEF}" }}}}{c.CHIEF}{{{{ else }}}}'
+        "{{ $labels.task_type }}-{{ $labels.task_index }}{{ end }}")
 """contract.task_name in Go template: `chief`, `worker-0`, ..."""
 
 Text = Callable[[str, str], str]
@@ -48,7 +49,7 @@ class Alert:
 PERCENT = ("{{ $value | humanizePercentage }}", lambda x: f"{x * 100:.4g}%")
 RATIO = ('{{ $value | printf "%.1f" }}', lambda x: f"{x:.1f}")
 SECONDS = ('{{ $value | printf "%.0f" }}', lambda x: f"{x:.0f}")
-RAW = ("{{ $value }}", lambda x: {float("inf"): "+Inf", float("-inf"): "-Inf"}.get(x, "NaN" if x != x else f"{x:g}"))
+RAW = ("{{ $value }}", lambda x: "NaN" if math.isnan(x) else {math.inf: "+Inf", -math.inf: "-Inf"}.get(x, f"{x:g}"))
 
 
 def _advice(code: int) -> str:

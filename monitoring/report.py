@@ -10,12 +10,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on servers and in CI
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from monitoring import rules as r  # noqa: E402
-from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError  # noqa: E402
-from monitoring.promql import Window, find_window  # noqa: E402
-from trainer import contract as c  # noqa: E402
+from monitoring import rules as r
+from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring.promql import Window, find_window
+from trainer import contract as c
 
 log = logging.getLogger(__name__)
 

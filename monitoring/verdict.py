@@ -2,7 +2,7 @@
 
 The one definition of the verdicts: thresholds, codes, names and advice. `make diagnose`
 (monitoring/diagnose.py) fills `TaskSample`s from Prometheus and calls `diagnose`; `make rules`
-(monitoring/rules.py) generates from this module the recording rules that compute the same codes
+(monitoring/rulegen.py) generates from this module the recording rules that compute the same codes
 in PromQL for the dashboards, the alerts and their prose, and the promtool tests, which run the
 cases of monitoring/verdict_cases.py that the Python tests also run. Priority (the higher code
 wins, both per task and for the cluster):
@@ -96,7 +96,7 @@ class TaskSample:
     """`chief`, `worker-0`, ... (trainer.contract.task_name)."""
     up: bool = True
     state: str | None = None
-    """trainer_state: starting, waiting_for_peers, training, checkpointing, done, failed."""
+    """The task's last state, one of trainer.contract.STATES."""
     last_step_age: float | None = None
     """Seconds since the task's last step; None before its first step."""
     step: float | None = None
@@ -109,7 +109,7 @@ class TaskSample:
     busbw: float | None = None
     """All-reduce bus bandwidth, bytes/s."""
     build: tuple[str, ...] | None = None
-    """(tf_version, trainer_version, strategy, communication, task) from trainer_build_info."""
+    """The values of trainer.contract.BUILD_LABELS from the build info."""
     world_size: int | None = None
 
 

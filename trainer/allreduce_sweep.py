@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             implementation=getattr(impl, name), bytes_per_pack=parse_bytes(pack)
         )
         for size in map(int, args.sizes.split(",")):
-            seconds = _time_all_reduce(tf, strategy, options, size, iterations(size), args.repeats)
+            seconds = _time_all_reduce(strategy, options, size, iterations(size), args.repeats)
             timings.append({"variant": variant, "size": size, "seconds": seconds})
             print(f"{variant:>11} {human(size):>9}: {seconds * 1e3:9.3f} ms", file=sys.stderr, flush=True)
     print(
@@ -94,9 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _time_all_reduce(tf, strategy, options, size: int, iters: int, repeats: int) -> float:
+def _time_all_reduce(strategy, options, size: int, iters: int, repeats: int) -> float:
     """Median seconds of one all-reduce of `size` bytes as TENSORS float32 tensors, chained `iters`
     times per call (each depends on the previous: they cannot overlap)."""
+    import tensorflow as tf  # already loaded by main
+
     elements = max(1, size // 4 // TENSORS)
 
     @tf.function

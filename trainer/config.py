@@ -40,11 +40,13 @@ class Config:
     data: str = ""
     """Glob of TFRecord files for the built-in tasks; empty means synthetic data."""
     learning_rate: float = 0.01
-    """Base learning rate for a per-replica batch (before --lr-scaling)."""
-    lr_scaling: str = "none"
-    """`linear` multiplies the learning rate by the replicas in sync, reached after --warmup-steps."""
-    warmup_steps: int = 0
-    """Steps of linear warm-up towards the scaled learning rate (only with --lr-scaling linear)."""
+    """Learning rate for one replica's batch (--per-replica-batch); --lr-scaling turns it into the job's rate."""
+    lr_scaling: str = "linear"
+    """`linear` (default): the rate times the replicas in sync, since the global batch grows with them
+    (Goyal et al.), reached over --warmup-steps; `none`: the same rate whatever the number of workers."""
+    warmup_steps: int = 100
+    """Steps of linear warm-up from the base rate to the scaled one (none when they are equal: 1 replica or
+    --lr-scaling none)."""
     seed: int = 0
     """Seed of the model initialisation and of the synthetic data's teacher."""
     input_delay_ms: float = 0.0
@@ -94,8 +96,6 @@ class Config:
         _check(self.allreduce_dtype in ALLREDUCE_DTYPES, "allreduce_dtype",
                f"must be one of {', '.join(ALLREDUCE_DTYPES)}")
         _check(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")
-        _check(self.warmup_steps == 0 or self.lr_scaling == "linear", "warmup_steps",
-               "only applies with --lr-scaling linear")
         _check(_task_found(self.task), "task",
                f"{self.task!r} is neither a built-in ({', '.join(BUILTIN_TASKS)}) nor an importable "
                "package.module:function")

@@ -30,7 +30,7 @@ GRAFANA_PORT = 3000
 
 CHIEF, WORKER = "chief", "worker"
 STATES = ("starting", "waiting_for_peers", "training", "checkpointing", "done", "failed")
-"""Values of the `trainer_state` enum."""
+"""Values of the STATE enum."""
 
 COUNTER, GAUGE, HISTOGRAM, INFO, ENUM = "counter", "gauge", "histogram", "info", "enum"
 
@@ -122,7 +122,7 @@ STEP_PARTS = (INPUT_WAIT, COMPUTE, ALLREDUCE)
 ALL = (STEP, INPUT_WAIT, COMPUTE, ALLREDUCE, STEPS, EXAMPLES, ALLREDUCE_BYTES, NET_TRANSMIT, NET_RECEIVE,
        LOSS, GLOBAL_STEP, WORLD_SIZE, LAST_STEP_TIME, LAST_CHECKPOINT, BUILD_INFO, STATE)
 BUILD_LABELS = ("tf_version", "trainer_version", "strategy", "communication", "task")
-"""The labels of trainer_build_info: tasks whose values differ cannot train together."""
+"""The labels of BUILD_INFO: tasks whose values differ cannot train together."""
 TASK_BY = ("job", "instance", *LABELS)
 """Labels of one task's series in PromQL `by (...)` clauses (Prometheus adds job and instance)."""
 

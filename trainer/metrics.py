@@ -8,7 +8,6 @@ same interface doing nothing, for --metrics-port 0.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from prometheus_client import (
     CollectorRegistry,
@@ -25,6 +24,7 @@ from trainer import contract as c
 from trainer.cluster import TaskId
 from trainer.errors import ConfigError
 from trainer.netdev import LabelledCollector, NetworkCollector
+from trainer.timing import StepTiming
 
 log = logging.getLogger(__name__)
 
@@ -32,20 +32,6 @@ log = logging.getLogger(__name__)
 # slow peer): dense around 2-50 ms where CPU steps live, then roughly x2 steps up to 60 s.
 BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
            0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
-
-
-@dataclass(frozen=True)
-class StepTiming:
-    """One step's breakdown in seconds; `other` is what the parts do not explain (dispatch, host)."""
-
-    step: float
-    input: float
-    compute: float
-    allreduce: float
-
-    @property
-    def other(self) -> float:
-        return self.step - self.input - self.compute - self.allreduce
 
 
 def _labels(task: TaskId) -> dict[str, str]:

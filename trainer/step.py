@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from trainer.loop import StepFns
 from trainer.tasks import Task
+from trainer.timing import StepFns
 
 # The step's last timestamp (named so that tests can find it in the traced graph).
 END_MARK = "step_end"
@@ -51,10 +51,12 @@ class StepOptions:
     """serial: the all-reduce starts after every gradient (t1); overlap: each pack starts when ready."""
     dtype: str = "float32"
     """What the gradients are cast to for the all-reduce (cast back to float32 before the update)."""
+    bytes_per_pack: int = 0
+    """Packs of the all-reduce (CommunicationOptions.bytes_per_pack); 0 = one pack."""
 
     @classmethod
     def of(cls, config) -> StepOptions:
-        return cls(mode=config.allreduce_mode, dtype=config.allreduce_dtype)
+        return cls(mode=config.allreduce_mode, dtype=config.allreduce_dtype, bytes_per_pack=config.bytes_per_pack)
 
 
 def build(strategy: tf.distribute.Strategy, task: Task, optimizer, global_batch: int,
@@ -85,6 +87,7 @@ def functions(strategy, task: Task, optimizer, global_batch: int, options: StepO
     variables = task.model.trainable_variables
     on_gpu = bool(tf.config.list_logical_devices("GPU"))
     wire = tf.as_dtype(options.dtype)
+    packing = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=options.bytes_per_pack)
 
     def first(value):
         return strategy.experimental_local_results(value)[0]
@@ -102,12 +105,12 @@ def functions(strategy, task: Task, optimizer, global_batch: int, options: StepO
         with tf.control_dependencies(barrier):
             # tf.identity: all_reduce needs tensors produced in this replica function
             sent = [tf.identity(tf.cast(g, wire)) for g in grads]
-            ctx = tf.distribute.get_replica_context()
+            ctx, total = tf.distribute.get_replica_context(), tf.distribute.ReduceOp.SUM
             if wire == tf.float32:  # loss and accuracy ride in the gradients' collective
-                reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, sent + [tf.identity(stats)])
+                reduced = ctx.all_reduce(total, [*sent, tf.identity(stats)], options=packing)
                 return reduced[:-1], reduced[-1]
-            reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, sent)
-            return [tf.cast(r, g.dtype) for r, g in zip(reduced, grads)], ctx.all_reduce("sum", stats)
+            reduced = ctx.all_reduce(total, sent, options=packing)
+            return [tf.cast(r, g.dtype) for r, g in zip(reduced, grads)], ctx.all_reduce(total, stats)
 
     def apply(reduced, since: int):
         """The update, waiting for every stateful op the step made since op number `since`: the
@@ -200,6 +203,17 @@ def learning_rate(config, replicas: int):
     if config.lr_scaling == "linear":
         return WarmupLinear(config.learning_rate, config.learning_rate * replicas, config.warmup_steps)
     return config.learning_rate
+
+
+def describe_lr(config, replicas: int) -> str:
+    """The start-up line saying what batch and rate the job trains with, e.g.
+    `global batch 128 = 4 x 32, lr 0.04 = 4 x 0.01, warm-up 100 steps`."""
+    batch, base = f"global batch {config.per_replica_batch * replicas} = {replicas} x {config.per_replica_batch}", \
+        config.learning_rate
+    if config.lr_scaling == "linear" and replicas > 1:
+        warmup = f"warm-up {config.warmup_steps} steps" if config.warmup_steps else "no warm-up"
+        return f"{batch}, lr {base * replicas:g} = {replicas} x {base:g} (--lr-scaling linear), {warmup}"
+    return f"{batch}, lr {base:g} ({'--lr-scaling none' if replicas > 1 else 'one replica: nothing to scale'})"
 
 
 def optimizer(config, replicas: int):

@@ -6,8 +6,19 @@ from monitoring import rules as r
 from monitoring import verdict
 from trainer import contract as c
 
-from .panels import (GREEN, JOB, TASK_LEGEND, graph, labels_table, new_dashboard, row, single, step_quantile,
-                     task_variable, value_names)
+from .panels import (
+    GREEN,
+    JOB,
+    TASK_LEGEND,
+    graph,
+    labels_table,
+    new_dashboard,
+    row,
+    single,
+    step_quantile,
+    task_variable,
+    value_names,
+)
 
 UID = "trainer-overview"
 

@@ -8,8 +8,17 @@ from monitoring import rules as r
 from monitoring import verdict
 from trainer import contract as c
 
-from .panels import (GREEN, TASK_LEGEND, graph, labels_table, new_dashboard, row, single, step_quantile,
-                     task_variable)
+from .panels import (
+    GREEN,
+    TASK_LEGEND,
+    graph,
+    labels_table,
+    new_dashboard,
+    row,
+    single,
+    step_quantile,
+    task_variable,
+)
 
 UID = "trainer-task"
 SEL = f'{r.JOB_SELECTOR[1:-1]}, instance="$task"'

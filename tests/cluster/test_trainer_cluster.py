@@ -1,6 +1,6 @@
 """Local MWMS clusters of real TensorFlow processes (chief + workers on 127.0.0.1), tiny MLP.
 
-What the issue asks of a cluster: loss falls, replicas end bit-identical, tasks see disjoint
+What a cluster must do: loss falls, replicas end bit-identical, tasks see disjoint
 examples, every metric is exposed with sane values while training, the breakdown adds up, only
 the chief writes checkpoints, a killed cluster resumes, a missing peer exits 3 naming it.
 """

@@ -18,18 +18,24 @@ DOCKERFILE = ROOT / "images" / "trainer.Dockerfile"
 
 def _probe_dockerfile(tmp: Path) -> Path:
     """The real COPY lines (code from the build context) on `FROM scratch`, beside the real ignore file."""
-    copies = [line for line in DOCKERFILE.read_text().splitlines()
-              if line.startswith("COPY ") and "--from" not in line]
+    copies = [
+        line
+        for line in DOCKERFILE.read_text().splitlines()
+        if line.startswith("COPY ") and "--from" not in line
+    ]
     assert copies, f"{DOCKERFILE} copies nothing from the context"
     probe = tmp / "probe.Dockerfile"
     probe.write_text("FROM scratch\n" + "\n".join(copies) + "\n")
-    shutil.copy(DOCKERFILE.with_name(DOCKERFILE.name + ".dockerignore"), tmp / "probe.Dockerfile.dockerignore")
+    shutil.copy(
+        DOCKERFILE.with_name(DOCKERFILE.name + ".dockerignore"), tmp / "probe.Dockerfile.dockerignore"
+    )
     return probe
 
 
 def _files_in(image: str) -> set[str]:
-    cid = subprocess.run(["docker", "create", image, "none"], capture_output=True, text=True,
-                         check=True).stdout.strip()
+    cid = subprocess.run(
+        ["docker", "create", image, "none"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     try:
         tar = subprocess.run(["docker", "export", cid], capture_output=True, check=True).stdout
     finally:
@@ -41,11 +47,26 @@ def _files_in(image: str) -> set[str]:
 def _build(tmp_path: Path) -> set[str]:
     image = f"mwms-layout-probe/{uuid.uuid4().hex[:12]}:probe"
     compose = tmp_path / "compose.yaml"
-    compose.write_text(f"services:\n  probe:\n    image: {image}\n    build:\n"
-                       f"      context: {ROOT}\n      dockerfile: {_probe_dockerfile(tmp_path)}\n")
-    build = subprocess.run(["docker", "compose", "-p", f"mwms-layout-{uuid.uuid4().hex[:8]}", "-f", str(compose),
-                            "build", "--quiet"], capture_output=True, text=True, timeout=300,
-                           env={"PATH": "/usr/local/bin:/usr/bin:/bin", "COMPOSE_BAKE": "false"})
+    compose.write_text(
+        f"services:\n  probe:\n    image: {image}\n    build:\n"
+        f"      context: {ROOT}\n      dockerfile: {_probe_dockerfile(tmp_path)}\n"
+    )
+    build = subprocess.run(
+        [
+            "docker",
+            "compose",
+            "-p",
+            f"mwms-layout-{uuid.uuid4().hex[:8]}",
+            "-f",
+            str(compose),
+            "build",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "COMPOSE_BAKE": "false"},
+    )
     assert build.returncode == 0, build.stderr[-2000:]
     try:
         return _files_in(image)

@@ -6,7 +6,6 @@ A golden diff means `make stack-up` now deploys something different: `make golde
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,16 +13,15 @@ import pytest
 import yaml
 
 from compose import generate, stack
+from tests.conftest import DOCKER_CLI, need
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 IMAGE = "10.210.0.10:5000/mwms/trainer@sha256:" + "0" * 64
-DOCKER_CLI = "/usr/local/bin/docker"  # CLI 28: `docker stack config` validates without a swarm
 
 
 def emit(out: Path, *extra: str, workers: int = 2) -> tuple[dict, str]:
-    ns = stack.parse_args(["--workers", str(workers), "--image", IMAGE, "--out", str(out), "--steps", "200",
-                           *extra])
-    text = stack.write(*stack.configs_from_args(ns), out)
+    ns = stack.parse_args(["--workers", str(workers), "--image", IMAGE, "--out", str(out), *extra])
+    text = stack.write(*stack.configs_from_args(ns, environ={"STEPS": "200"}), out)
     return yaml.safe_load((out / "stack.yaml").read_text()), text
 
 
@@ -129,9 +127,7 @@ def test_bad_node_count_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 @pytest.mark.parametrize("extra", [(), ("--gpus-per-worker", "1"), ("--grafana-image", "grafana/grafana:11.6.0")])
 def test_docker_stack_config_accepts_the_bundle(tmp_path: Path, extra: tuple[str, ...]) -> None:
-    if not (shutil.which(DOCKER_CLI) and _has_stack_config()):
-        message = f"{DOCKER_CLI} has no `docker stack config` (docker CLI 24 or later needed)"
-        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
+    need("docker stack config")
     if "--grafana-image" in extra:
         (tmp_path / "secrets").mkdir()
         (tmp_path / "secrets/grafana_admin_password").write_text("x")
@@ -140,7 +136,3 @@ def test_docker_stack_config_accepts_the_bundle(tmp_path: Path, extra: tuple[str
     done = subprocess.run([DOCKER_CLI, "stack", "config", "-c", "stack.yaml"], cwd=tmp_path / "bundle",
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-
-
-def _has_stack_config() -> bool:
-    return subprocess.run([DOCKER_CLI, "stack", "config", "--help"], capture_output=True).returncode == 0

@@ -56,11 +56,11 @@ def test_gpu_count_per_task() -> None:
         Deployment(workers=1, gpu_ids={"chief": ("0",), "worker-0": ("1", "2")})
 
 
-def test_shared_flags_become_knobs_in_a_fixed_order() -> None:
+def test_knobs_from_the_environment_in_a_fixed_order() -> None:
     p = argparse.ArgumentParser()
     deployment.add_arguments(p)
-    ns = p.parse_args(["--workers", "2", "--save-every", "5", "--steps", "9", "--args", "--seed 3"])
-    d = deployment.from_args(ns, None)
+    ns = p.parse_args(["--workers", "2", "--args", "--seed 3"])
+    d = deployment.from_args(ns, None, environ={"SAVE_EVERY": "5", "STEPS": "9"})
     assert d.knobs == (("steps", "9"), ("save_every", "5")) and d.extra_args == ("--seed", "3")
 
 

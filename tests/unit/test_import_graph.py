@@ -45,7 +45,7 @@ def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
         state[node] = "open"
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == "open":
-                return path[path.index(nxt):] + [node, nxt] if nxt in path else [node, nxt]
+                return path[path.index(nxt) :] + [node, nxt] if nxt in path else [node, nxt]
             if nxt not in state and (found := visit(nxt, path + [node])):
                 return found
         state[node] = "done"
@@ -74,7 +74,12 @@ def test_no_module_imports_one_that_imports_it_back():
 
 
 def test_container_trainer_imports_no_host_side_module():
-    bad = sorted((src, dst) for src, dsts in graph().items() for dst in dsts
-                 if _is_under(src, "trainer") and not _is_under(src, "trainer.host")
-                 and any(_is_under(dst, h) for h in HOST_ONLY))
+    bad = sorted(
+        (src, dst)
+        for src, dsts in graph().items()
+        for dst in dsts
+        if _is_under(src, "trainer")
+        and not _is_under(src, "trainer.host")
+        and any(_is_under(dst, h) for h in HOST_ONLY)
+    )
     assert not bad, f"in-container modules importing host-side ones: {bad}"

@@ -216,3 +216,9 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert k8s.main(["--workers", "1", "--out", str(tmp_path), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_a_pinned_image_reference_replaces_the_tag(tmp_path: Path) -> None:
+    ref = "127.0.0.1:5000/mwms/trainer@sha256:" + "0" * 64
+    docs = manifests(Deployment(workers=1, image_ref=ref), tmp_path)
+    assert {c["image"] for _, pod in pod_specs(docs) for c in pod["spec"]["containers"]} == {ref}

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from monitoring import dashboards
-from trainer import contract
 from monitoring.promql import DASHBOARD_DIR, load_dashboards, panel_queries, substitute
+from trainer import contract
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((ROOT / "monitoring" / "prometheus" / "rules").glob("*.yml"))
@@ -81,7 +81,7 @@ def test_queries_use_only_contract_metrics_and_recorded_rules():
                 assert name in CONTRACT | HISTOGRAM_SERIES, (q.panel, name)
 
 
-def test_overview_has_the_panels_the_issue_asks_for():
+def test_overview_has_the_panels_users_asked_for():
     titles = {p["title"] for p in panels(COMMITTED["training-overview.json"])}
     assert {"Throughput", "Steps per second", "Loss", "Step time p50 / p95 per task", "Step breakdown: $task",
             "Straggler ratio", "All-reduce bus bandwidth", "Network traffic per task", "Build info per task",

@@ -7,14 +7,12 @@ must come out as 1 / the step time, whatever the wall-clock pacing."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
@@ -23,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from compose import status
 from monitoring import rules
 from monitoring.prom_client import Prometheus, PrometheusError
+from tests.conftest import need
 from trainer import contract
 from trainer.cluster import TaskId
 from trainer.metrics import Metrics, Server, StepTiming
@@ -40,11 +39,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        message = "prometheus not on PATH: apt-get install prometheus (`make engine` does)"
-        pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
-    return path
+    need("prometheus")
+    return shutil.which("prometheus") or "prometheus"
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +123,13 @@ def test_rules_and_verdict_reach_every_task(prom):
     assert share == pytest.approx(dict.fromkeys(share, STEP.allreduce / STEP.step), rel=1e-6)
     codes = poll(prom, rules.VERDICT_CODE, tasks=len(TASKS))
     assert codes == dict.fromkeys((t.name for t in TASKS), 0.0)
+
+
+def test_status_without_docker_lists_the_tasks_prometheus_sees(prom, capsys):
+    poll(prom, status.QUERIES["step time"], tasks=len(TASKS))
+    assert status.main(["--no-docker", "--prometheus", prom.url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines[1:]] == [[t.name, "training"] for t in TASKS]
 
 
 def test_status_table_from_the_live_prometheus(prom):

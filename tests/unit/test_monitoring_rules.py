@@ -2,17 +2,14 @@
 writes, pass promtool's checks and unit tests, and keep the conventions promtool cannot see (rule
 names, alert annotations, a firing and a non-firing case per alert)."""
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from monitoring import alerts as alert_defs
-from monitoring import rules as generator
+from monitoring import rulegen as generator
 from trainer import contract
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "prometheus"
@@ -30,15 +27,7 @@ def test_every_alert_is_generated():
     assert {a.name for a in alert_defs.ALERTS} == ALERTS
 
 
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    """promtool from PATH (Debian's prometheus package; `make engine` installs it in CI)."""
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("promtool not on PATH in CI: `make engine` installs it (apt-get install prometheus)")
-        pytest.skip("promtool not on PATH (apt-get install prometheus)")
-    return path
+# `promtool`: the fixture in tests/conftest.py (fails in CI, skips elsewhere when it is missing).
 
 
 def run(promtool: str, *args: str) -> subprocess.CompletedProcess:

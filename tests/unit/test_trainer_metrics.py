@@ -5,7 +5,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from trainer import contract, metrics, netdev
 from trainer.cluster import TaskId
-from trainer.metrics import Metrics, NullMetrics, StepTiming
+from trainer.metrics import Metrics, NullMetrics
+from trainer.timing import StepTiming
 
 # Frozen: the series names as Prometheus stores them. Changing one breaks users' queries and alerts.
 CONTRACT = {

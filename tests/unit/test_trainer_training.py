@@ -11,7 +11,8 @@ import pytest
 
 import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 
-import tensorflow as tf  # noqa: E402 (after trainer: Keras 2 under MWMS)
+# isort: split
+import tensorflow as tf  # after trainer: Keras 2 under MWMS
 
 from trainer import data, records, step, tasks, training
 from trainer.cluster import TaskId

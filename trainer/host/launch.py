@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from trainer.cluster import on_ports
 
@@ -48,7 +48,8 @@ def _pump(name: str, stream, out) -> None:
 
 
 def start(argv: Sequence[str], workers: int, *, module: str = "trainer", metrics_port: int | None = None,
-          env: Mapping[str, str] = os.environ, host: str = "127.0.0.1") -> list[tuple[str, subprocess.Popen]]:
+          host: str = "127.0.0.1") -> list[tuple[str, subprocess.Popen]]:
+    """Every task as a child of this process, with this process's environment plus its own TF_CONFIG."""
     spec = on_ports(host, free_ports(workers + 1, host))
     if metrics_port == 0:
         mports = [0] * (workers + 1)
@@ -58,7 +59,7 @@ def start(argv: Sequence[str], workers: int, *, module: str = "trainer", metrics
         mports = [metrics_port + i for i in range(workers + 1)]
     procs = []
     for task, mport in zip(spec.tasks, mports):
-        child_env = {**env, "TF_CONFIG": spec.with_task(task).to_tf_config(), "TRAINER_METRICS_PORT": str(mport),
+        child_env = {**os.environ, "TF_CONFIG": spec.with_task(task).to_tf_config(), "TRAINER_METRICS_PORT": str(mport),
                      "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen([sys.executable, "-m", module, *argv], env=child_env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

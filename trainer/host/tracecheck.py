@@ -12,7 +12,6 @@ that. Serial mode only: with overlap the marks measure the exposed part, the tra
 from __future__ import annotations
 
 import glob
-import itertools
 import os
 from dataclasses import dataclass
 
@@ -53,18 +52,34 @@ def trace_events(logdir: str) -> list[tuple[float, float, str]]:
     return sorted(events)
 
 
-def from_trace(events, marks: np.ndarray) -> Spans:
-    """Summed trace spans of the steps whose marks (rows t_start, t0, t1, t2, t3) are given."""
-    stamps = [e[0] for e in events if e[2] == "Timestamp"]
-    if len(stamps) < marks.size:
-        raise ValueError(f"the trace holds {len(stamps)} timestamps, the marks {marks.size}")
-    offset = stamps[0] - marks[0, 0]  # the trace's Timestamp ops ran at the marks' values
+def from_trace(events, marks: np.ndarray) -> tuple[Spans, np.ndarray]:
+    """Summed trace spans of the steps (rows t_start, t0, t1, t2, t3) whose five marks the trace
+    holds (the profiler may drop events under load), and those rows."""
+    stamps = np.array([e[0] for e in events if e[2] == "Timestamp"])
+    if not stamps.size:
+        raise ValueError("the trace holds no timestamps")
+    offset = _offset(stamps, marks.ravel())
+    held = np.array([all(_near(stamps, m + offset) for m in row) for row in marks])
     bounds = [*(marks[:, 1] + offset), float("inf")]
     total = Spans(0.0, 0.0)
-    for begin, end in itertools.pairwise(bounds):
-        one = _step(events, begin, end)
+    for i in np.flatnonzero(held):
+        one = _step(events, bounds[i], bounds[i + 1])
         total = Spans(total.compute + one.compute, total.allreduce + one.allreduce)
-    return total
+    return total, marks[held]
+
+
+MATCH_S = 20e-6  # a trace Timestamp op starts within this of the value it returned (measured: ~1 us)
+
+
+def _near(sorted_values: np.ndarray, x: float) -> bool:
+    i = np.searchsorted(sorted_values, x)
+    return any(abs(sorted_values[j] - x) <= MATCH_S for j in (i - 1, i) if 0 <= j < sorted_values.size)
+
+
+def _offset(stamps: np.ndarray, flat: np.ndarray) -> float:
+    """Trace clock minus Unix clock: the shift that lines up the most Timestamp ops with marks."""
+    shifts = [stamps[0] - m for m in flat]
+    return max(shifts, key=lambda o: sum(_near(stamps, m + o) for m in flat))
 
 
 def _step(events, begin: float, end: float) -> Spans:
@@ -101,9 +116,12 @@ def traced_call(fns, iterator, steps: int, logdir: str, profile: bool) -> np.nda
     return marks
 
 
-def compare(marks: np.ndarray, logdir: str) -> tuple[Spans, Spans]:
-    """(from the marks, from the trace)."""
-    return from_marks(marks), from_trace(trace_events(logdir), marks)
+def compare(marks: np.ndarray, logdir: str) -> tuple[Spans, Spans, int]:
+    """(from the marks, from the trace, steps compared): over the steps the trace holds."""
+    theirs, held = from_trace(trace_events(logdir), marks)
+    if not held.size:
+        raise ValueError(f"the trace holds none of the {len(marks)} steps' marks")
+    return from_marks(held), theirs, len(held)
 
 
 def deviation(ours: float, theirs: float) -> float:
@@ -149,9 +167,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as logdir:
         marks = traced_call(fns, iterator, args.trace_steps, logdir, profile=chief)
         if chief:
-            ours, theirs = compare(marks, logdir)
-            print("tracecheck:", describe(ours, theirs, len(marks)), flush=True)
-            print("tracecheck-json:", json.dumps({"marks": ours.__dict__, "trace": theirs.__dict__}), flush=True)
+            ours, theirs, steps = compare(marks, logdir)
+            print(f"tracecheck: {steps} of {len(marks)} steps in the trace:", describe(ours, theirs, steps), flush=True)
+            print("tracecheck-json:", json.dumps({"marks": ours.__dict__, "trace": theirs.__dict__, "steps": steps}),
+                  flush=True)
     return 0
 
 
