@@ -54,7 +54,7 @@ def fit(n: int, sizes_seconds: list[tuple[float, float]]) -> Ring:
 def from_bench_comm(report: dict, variant: str | None = None) -> tuple[str, Ring]:
     """Fitted to the trainer's default setting (AUTO, one pack) when bench-comm measured it, since the
     scaling runs use it; else to bench-comm's best setting."""
-    rows = report["rows"]
+    rows = [r for r in report["rows"] if r.get("payload", "equal8") == "equal8"]  # the size sweep
     variant = variant or (DEFAULT_VARIANT if any(r["variant"] == DEFAULT_VARIANT for r in rows)
                           else report["best"]["variant"])
     return variant, fit(report["n"], [(r["size"], r["seconds"]) for r in rows if r["variant"] == variant])
