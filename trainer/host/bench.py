@@ -192,7 +192,8 @@ def main(argv=None) -> int:
             for kept in timings.values():
                 kept.clear()
     if chief and not args.skip_rates:  # first what is measured, in case a later part fails
-        print(_report(config, replicas, args, k, rates, timings), flush=True)
+        setup = f"{replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}"
+        print(_report(setup, args, k, rates, timings), flush=True)
     trace = _trace_check(cnn["serial"][2], cnn["serial"][3], TRACE_STEPS, chief)
     payload = _compression(strategy, args.rounds)
     if chief:
@@ -236,11 +237,11 @@ def _ms(timings, part: str) -> float:
     return 1000 * statistics.median(getattr(t, part) for t in timings)
 
 
-def _report(config, replicas, args, k, rates, timings) -> str:
+def _report(setup: str, args, k, rates, timings) -> str:
+    """`setup`: replicas, task and batch, the report's first words."""
     names = list(rates)
     untimed, timed, sampled, fit, tutorial, serial, overlap = names
-    lines = [(f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "
-              f"{k} steps per call, {args.rounds} rounds x {args.bench_steps} steps per mode; "
+    lines = [(f"bench: {setup}, {k} steps per call, {args.rounds} rounds x {args.bench_steps} steps per mode; "
               f"ratios as min / median / max over the rounds; load average {os.getloadavg()[0]:.1f}")]
     lines += [f"  {name:<40} {statistics.median(v):8.1f} steps/s (median)" for name, v in rates.items()]
     lines += [

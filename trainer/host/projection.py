@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 NETWORKS_GBPS = (10, 25, 100)
 WORKERS = (4, 8, 16, 32, 64)
@@ -53,9 +54,19 @@ def from_bench_comm(report: dict, variant: str | None = None) -> tuple[str, Ring
     return variant, fit(report["n"], [(r["size"], r["seconds"]) for r in rows if r["variant"] == variant])
 
 
-def step_seconds(ring: Ring, n: int, *, compute: float, nbytes: float, overlap: bool, compress: bool) -> float:
-    comm = ring.seconds(n, nbytes / 2 if compress else nbytes)
-    if overlap:
+class Tricks(NamedTuple):
+    """What the projection switches on: all-reduce overlapped with the backward pass, bf16 gradients."""
+
+    overlap: bool = False
+    compress: bool = False
+
+
+PLAIN = Tricks()
+
+
+def step_seconds(ring: Ring, n: int, *, compute: float, nbytes: float, tricks: Tricks = PLAIN) -> float:
+    comm = ring.seconds(n, nbytes / 2 if tricks.compress else nbytes)
+    if tricks.overlap:
         comm = max(0.0, comm - BACKWARD_SHARE * compute)
     return compute + comm
 
@@ -79,7 +90,7 @@ def projection(ring: Ring, *, compute: float, nbytes: float) -> list[str]:
         for n in WORKERS:
             cells = []
             for overlap, compress in ((False, False), (False, True), (True, False), (True, True)):
-                t = step_seconds(link, n, compute=compute, nbytes=nbytes, overlap=overlap, compress=compress)
+                t = step_seconds(link, n, compute=compute, nbytes=nbytes, tricks=Tricks(overlap, compress))
                 cells.append(f"{1000 * t:7.2f} {compute / t:4.0%}")
             lines.append(f"  {n:>7} {gbps:>5} | " + " | ".join(cells))
     return lines
