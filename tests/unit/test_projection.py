@@ -4,7 +4,7 @@ bench-comm's and scaling's JSON as those tools write them."""
 import pytest
 
 from trainer.host import projection
-from trainer.host.projection import Ring, Tricks
+from trainer.host.projection import Ring
 
 
 def test_fit_recovers_alpha_and_beta_from_exact_ring_times():

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 NETWORKS_GBPS = (10, 25, 100)
 WORKERS = (4, 8, 16, 32, 64)
