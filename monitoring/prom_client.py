@@ -50,6 +50,11 @@ class Prometheus:
         """Range matrix: [{"metric": {...}, "values": [[t, "v"], ...]}, ...]."""
         return self._get("query_range", {"query": expr, "start": start, "end": end, "step": step})["result"]
 
+    def targets(self, job: str = contract.JOB) -> dict[str, str]:
+        """Active scrape targets of `job` as task name -> health (`up`, `down`, `unknown`)."""
+        active = self._get("targets", {"state": "active"})["activeTargets"]
+        return {contract.task_of(t["labels"]): t["health"] for t in active if t["labels"].get("job") == job}
+
     def by_task(self, expr: str, at: float | None = None) -> dict[str, float]:
         """Instant vector as task name (contract.task_name) -> value; NaN and ±Inf left out."""
         return by_task(self.query(expr, at))

@@ -11,10 +11,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-CHIEF = "chief"
-WORKER = "worker"
+from trainer import contract
+
+CHIEF, WORKER = contract.CHIEF, contract.WORKER
 TASK_TYPES = (CHIEF, WORKER)
-DEFAULT_PORT = 2222  # the TFJob convention
+DEFAULT_PORT = contract.TF_PORT
 
 
 class ClusterSpecError(ValueError):
@@ -29,7 +30,7 @@ class TaskId:
     @property
     def name(self) -> str:
         """The task's name in logs, compose services and DNS: `chief`, `worker-0`, ..."""
-        return CHIEF if self.type == CHIEF else f"{self.type}-{self.index}"
+        return contract.task_name(self.type, self.index)
 
 
 @dataclass(frozen=True)

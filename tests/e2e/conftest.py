@@ -7,11 +7,8 @@ trainers finish on their own). With CI=true a missing Docker engine or Compose i
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, need
+from monitoring.prom_client import Prometheus
+from trainer import contract
 from trainer.contract import STEPS as STEPS_METRIC
 
 WORKERS = 2
@@ -57,17 +56,16 @@ class Stack:
 
 
 def query(url: str, expr: str) -> dict[tuple[str, str], float]:
-    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=5) as r:
-        result = json.load(r)["data"]["result"]
-    return {(s["metric"].get("task_type", ""), s["metric"].get("task_index", "")): float(s["value"][1])
-            for s in result}
+    """An instant query through the project's one Prometheus client, keyed (task_type, task_index)."""
+    return {_key(name): value for name, value in Prometheus(url=url, timeout=5).by_task(expr).items()}
 
 
 def trainer_targets(url: str) -> dict[tuple[str, str], str]:
-    with urllib.request.urlopen(f"{url}/api/v1/targets?state=active", timeout=5) as r:
-        active = json.load(r)["data"]["activeTargets"]
-    return {(t["labels"].get("task_type", ""), t["labels"].get("task_index", "")): t["health"]
-            for t in active if t["labels"].get("job") == "trainer"}
+    return {_key(name): health for name, health in Prometheus(url=url, timeout=5).targets().items()}
+
+
+def _key(name: str) -> tuple[str, str]:
+    return contract.task_labels(name)
 
 
 def engine_ready() -> None:

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -59,16 +58,19 @@ def load(soname: str, dirs: list[str]) -> dict:
     return {"path": path, "error": None}
 
 
-def duplicate_libraries(root: Path) -> list[list[str]]:
-    """Shared objects present twice with identical bytes (wheels hold no symlinks: every copy is real)."""
+def duplicate_libraries(dists: list[md.Distribution]) -> list[list[str]]:
+    """Shared objects installed twice with identical bytes, as `distribution:path` (wheels hold no
+    symlinks, so every copy is real). Copies inside one wheel are its own; across two they are ours."""
     by_size = defaultdict(list)
-    for path in root.rglob("*"):
-        if SHARED_OBJECT.search(path.name) and path.is_file() and not path.is_symlink():
-            by_size[path.stat().st_size].append(path)
+    for dist in dists:
+        for file in dist.files or ():
+            path = Path(dist.locate_file(file))
+            if SHARED_OBJECT.search(path.name) and path.is_file():
+                by_size[path.stat().st_size].append((dist.metadata["Name"], path))
     by_hash = defaultdict(list)
-    for paths in (p for p in by_size.values() if len(p) > 1):
-        for path in paths:
-            by_hash[hashlib.sha256(path.read_bytes()).hexdigest()].append(str(path))
+    for entries in (e for e in by_size.values() if len(e) > 1):
+        for name, path in entries:
+            by_hash[hashlib.sha256(path.read_bytes()).hexdigest()].append(f"{name}:{path}")
     return sorted(p for p in by_hash.values() if len(p) > 1)
 
 
@@ -78,7 +80,7 @@ def xla_toolkit(tf_dir: Path) -> dict:
     ptxas = root / "bin" / "ptxas"
     version = subprocess.run([str(ptxas), "--version"], capture_output=True, text=True).stdout if ptxas.exists() else ""
     return {"root": str(root), "libdevice": (root / "nvvm" / "libdevice" / "libdevice.10.bc").is_file(),
-            "ptxas": version.strip().splitlines()[-1] if version.strip() else None}
+            "ptxas": next((line for line in version.splitlines() if "release" in line), None)}
 
 
 def main() -> None:
@@ -95,7 +97,7 @@ def main() -> None:
         "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
         "libraries": {name: load(soname, dirs) for name, soname in LIBRARIES.items()},
         "site_packages": str(tf_dir.parent),
-        "duplicates": duplicate_libraries(Path(sys.prefix)),
+        "duplicates": duplicate_libraries(dists),
         "wheels_left": [str(p) for top in ("/opt", "/root", "/tmp", "/app") for p in Path(top).rglob("*.whl")],
         "pip_cache": [p for p in ("/root/.cache/pip", "/tmp/.cache/pip") if os.path.exists(p)],
         "xla_toolkit": xla_toolkit(tf_dir),

@@ -70,7 +70,7 @@ def probe(image: str) -> dict:
 def rendered(image: str, tmp_path_factory) -> dict:
     """`docker compose config` of a chief + 1 worker on GPUs 0 and 1, as `make up GPUS=0,1 WORKERS=1` renders it."""
     out = tmp_path_factory.mktemp("gpu-run")
-    cfg = generate.StackConfig(workers=1, image_repo=image.rsplit(":", 1)[0], steps=STEPS,
+    cfg = generate.StackConfig(workers=1, image_repo=image.rsplit(":", 1)[0], knobs=(("steps", str(STEPS)),),
                                gpu_ids={"chief": ("0",), "worker-0": ("1",)})
     files = generate.write(cfg, out)
     assert files[-1].name == "compose.gpu.yaml"
@@ -109,8 +109,11 @@ def test_xla_finds_ptxas_and_libdevice_from_the_nvcc_wheel(probe):
     assert toolkit["ptxas"] and "release 12." in toolkit["ptxas"], toolkit
 
 
-def test_no_duplicate_libraries_no_wheels_no_pip_cache(probe):
-    assert probe["duplicates"] == []
+def test_no_library_twice_no_wheels_no_pip_cache(probe):
+    # The tensorflow wheel itself holds two identical 4 KB tflite stubs; only copies across wheels
+    # (a second TensorFlow, a CUDA library shipped by two packages) are ours to avoid.
+    across = [group for group in probe["duplicates"] if len({entry.split(":")[0] for entry in group}) > 1]
+    assert across == []
     assert probe["wheels_left"] == [] and probe["pip_cache"] == []
 
 
@@ -118,7 +121,7 @@ def test_the_gpu_overlay_names_this_image(image, rendered):
     for task, gpu in (("chief", "0"), ("worker-0", "1")):
         service = rendered["services"][task]
         assert service["image"] == image
-        assert service["shm_size"] == 2 * 1024 ** 3
+        assert int(service["shm_size"]) == 2 * 1024 ** 3  # compose renders "2gb" in bytes
         assert service["deploy"]["resources"]["reservations"]["devices"] == [
             {"driver": "nvidia", "device_ids": [gpu], "capabilities": ["gpu"]}]
     build = rendered["services"]["chief"]["build"]
