@@ -34,6 +34,11 @@ class Row:
     """size / seconds, bytes/s."""
     busbw: float
     """algbw x 2(n-1)/n (nccl-tests), bytes/s."""
+    payload: str = "equal8"
+    """The tensor list all-reduced: `equal8` (8 equal tensors) or a model's gradient shapes."""
+    seconds_min: float | None = None
+    """Fastest and slowest repeat (each the slowest task's), around the median `seconds`."""
+    seconds_max: float | None = None
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,11 @@ ADVICE = {
     ],
     COMMUNICATION: [
         "Amortise the all-reduce: a larger --per-replica-batch does more compute per byte exchanged.",
-        "Pack gradients: --bytes-per-pack (TRAINER_BYTES_PER_PACK; with make up, "
-        "ARGS=\"--bytes-per-pack 1048576\"); `make bench-comm` shows the best value.",
+        "Pack gradients: --bytes-per-pack (with make up, BYTES_PER_PACK=1048576); `make bench-comm` shows "
+        "the best value.",
+        "Compress the gradients: --allreduce-dtype bfloat16 (with make up, ALLREDUCE_DTYPE=bfloat16) halves "
+        "the bytes all-reduced; `make bench` (e) measured 0.60x the float32 time on a ResNet-50-sized "
+        "payload, and the loss stays within 15% of float32's (tests/cluster/test_compression.py).",
         "On GPUs use NCCL (CommunicationImplementation.NCCL / AUTO); on CPU, a faster network or fewer, "
         "larger workers.",
     ],

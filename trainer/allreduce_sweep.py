@@ -2,15 +2,19 @@
 
 Runs where a trainer task runs (inside the trainer image, or a local process), started by the host
 driver trainer/host/bench_comm.py with TF_CONFIG set. Builds a MultiWorkerMirroredStrategy and, per
-knob setting (CommunicationOptions implementation and bytes_per_pack) and size, times chained
-all-reduces of the payload split into TENSORS tensors, like a gradient list. Prints one line
-`BENCH_RESULT {json}` that the driver collects. Only the standard library at import time.
+knob setting (CommunicationOptions implementation and bytes_per_pack) and payload, times chained
+all-reduces of a tensor list: TENSORS equal tensors per size of the sweep, and the gradient-shaped
+lists the driver passes (`--shapes`, JSON {name: [shape, ...]}: the tasks' models, ResNet-50), so
+that a pack holds several tensors as in training. Every repeat's time is reported (the driver prints
+the spread). Prints one line `BENCH_RESULT {json}` that the driver collects. Only the standard
+library at import time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -22,6 +26,8 @@ SIZES = tuple(4 * KIB * 4**i for i in range(8))  # 4 KiB ... 64 MiB
 VARIANTS = ("RING/0", "AUTO/0", "RING/1MiB", "RING/16MiB")
 """implementation/bytes_per_pack; 0 = one pack (everything concatenated into one collective)."""
 TENSORS = 8
+EQUAL = f"equal{TENSORS}"
+REPEATS = 7
 RESULT = "BENCH_RESULT "
 
 
@@ -37,7 +43,7 @@ def parse_bytes(text: str) -> int:
 def human(n: float) -> str:
     for unit, size in (("MiB", MIB), ("KiB", KIB)):
         if n >= size:
-            return f"{n / size:g} {unit}"
+            return f"{n / size:.4g} {unit}"
     return f"{n:g} B"
 
 
@@ -50,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer.allreduce_sweep")
     p.add_argument("--sizes", default=",".join(map(str, SIZES)))
     p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--shapes", default="{}", help="JSON {payload name: [shape, ...]}")
+    p.add_argument("--repeats", type=int, default=REPEATS)
     args = p.parse_args(argv)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -75,10 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=getattr(impl, name), bytes_per_pack=parse_bytes(pack)
         )
-        for size in map(int, args.sizes.split(",")):
-            seconds = _time_all_reduce(strategy, options, size, iterations(size), args.repeats)
-            timings.append({"variant": variant, "size": size, "seconds": seconds})
-            print(f"{variant:>11} {human(size):>9}: {seconds * 1e3:9.3f} ms", file=sys.stderr, flush=True)
+        for payload, shapes in payloads(args.sizes, json.loads(args.shapes)):
+            size = 4 * sum(math.prod(s) for s in shapes)
+            samples = _time_all_reduce(strategy, options, shapes, iterations(size), args.repeats)
+            timings.append({"variant": variant, "payload": payload, "size": size, "samples": samples})
+            print(f"{variant:>11} {payload:>8} {human(size):>9}: {statistics.median(samples) * 1e3:9.3f} ms",
+                  file=sys.stderr, flush=True)
     print(
         RESULT
         + json.dumps(
@@ -94,21 +103,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _time_all_reduce(strategy, options, size: int, iters: int, repeats: int) -> float:
-    """Median seconds of one all-reduce of `size` bytes as TENSORS float32 tensors, chained `iters`
-    times per call (each depends on the previous: they cannot overlap)."""
-    import tensorflow as tf  # already loaded by main
+def payloads(sizes: str, named: dict[str, list]) -> list[tuple[str, list[tuple[int, ...]]]]:
+    """(name, float32 shapes): TENSORS equal tensors per size, then the named gradient lists."""
+    equal = [(EQUAL, [(max(1, int(s) // 4 // TENSORS),)] * TENSORS) for s in sizes.split(",") if s]
+    return equal + [(name, [tuple(s) for s in shapes]) for name, shapes in named.items()]
 
-    elements = max(1, size // 4 // TENSORS)
+
+def _time_all_reduce(strategy, options, shapes, iters: int, repeats: int) -> list[float]:
+    """Seconds of one all-reduce of float32 tensors of `shapes`, per repeat, chained `iters` times
+    per call (each depends on the previous: they cannot overlap)."""
+    import tensorflow as tf  # already loaded by main
 
     @tf.function
     def chain():
         def replica_fn():
-            values = [tf.fill([elements], 1.0 + i) for i in range(TENSORS)]
+            values = [tf.fill(shape, 1.0 + i) for i, shape in enumerate(shapes)]
             ctx = tf.distribute.get_replica_context()
             for _ in range(iters):
                 values = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, values, options=options)
-            return values[0][0]
+            return tf.reshape(values[0], [-1])[0]
 
         return strategy.run(replica_fn)
 
@@ -118,7 +131,7 @@ def _time_all_reduce(strategy, options, size: int, iters: int, repeats: int) -> 
         start = time.perf_counter()
         float(chain())  # the fetch waits for the last all-reduce (CPU: eager is synchronous anyway)
         samples.append((time.perf_counter() - start) / iters)
-    return statistics.median(samples)
+    return samples
 
 
 if __name__ == "__main__":

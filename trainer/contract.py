@@ -103,10 +103,13 @@ INPUT_WAIT = _metric("input_wait", HISTOGRAM, "Waiting for the next distributed 
 COMPUTE = _metric("compute_duration", HISTOGRAM,
                   "Forward, backward and optimizer update on the local replica", "seconds")
 ALLREDUCE = _metric("allreduce_duration", HISTOGRAM,
-                    "Cross-replica gradient all-reduce, including waiting for the slowest task", "seconds")
+                    "Gradient all-reduce from the last gradient to the last reduction, waiting for the slowest "
+                    "task included; with --allreduce-mode overlap only its exposed part (what the step still "
+                    "waits for after its last gradient)", "seconds")
 STEPS = _metric("steps", COUNTER, "Training steps completed by this task")
 EXAMPLES = _metric("examples", COUNTER, "Examples processed by this task's replicas")
-ALLREDUCE_BYTES = _metric("allreduce", COUNTER, "Gradient bytes all-reduced by this task", "bytes")
+ALLREDUCE_BYTES = _metric("allreduce", COUNTER, "Gradient bytes this task hands to the all-reduce per step, "
+                          "in the dtype sent (--allreduce-dtype)", "bytes")
 NET_TRANSMIT = _metric("network_transmit", COUNTER, "Bytes sent on the task's network interfaces", "bytes")
 NET_RECEIVE = _metric("network_receive", COUNTER, "Bytes received on the task's network interfaces", "bytes")
 LOSS = _metric("loss", GAUGE, "Global mean training loss of the last step")

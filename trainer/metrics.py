@@ -24,7 +24,7 @@ from trainer import contract as c
 from trainer.cluster import TaskId
 from trainer.errors import ConfigError
 from trainer.netdev import LabelledCollector, NetworkCollector
-from trainer.timing import StepTiming
+from trainer.timing import StepTiming, StepWork
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +89,10 @@ class Metrics:
     def state(self, state: str) -> None:
         self._task.state(state)
 
-    def record_step(self, *, step: int, loss: float, examples: int, allreduce_bytes: int, now: float,
-                    timing: StepTiming | None) -> None:
+    def record_step(self, *, step: int, loss: float, work: StepWork, now: float, timing: StepTiming | None) -> None:
         self.steps.inc()
-        self.examples.inc(examples)
-        self.allreduce_bytes.inc(allreduce_bytes)
+        self.examples.inc(work.examples)
+        self.allreduce_bytes.inc(work.allreduce_bytes)
         self.loss.set(loss)
         self.global_step.set(step)
         self.last_step.set(now)

@@ -40,28 +40,90 @@ def test_iterations_amortise_small_sizes_and_stay_at_least_two():
     assert sweep.iterations(64 << 20) == 2
 
 
-def test_rows_take_the_slowest_task_and_best_picks_the_largest_size():
+def t(variant, size, *samples, payload="equal8"):
+    return {"variant": variant, "payload": payload, "size": size, "samples": list(samples)}
+
+
+def test_rows_take_the_slowest_task_per_repeat_then_the_median_and_spread():
     timings = [
-        {"variant": "RING/0", "size": 1 << 20, "seconds": 0.010},
-        {"variant": "RING/0", "size": 1 << 20, "seconds": 0.020},
-        {"variant": "RING/0", "size": 4 << 20, "seconds": 0.050},
-        {"variant": "RING/1MiB", "size": 1 << 20, "seconds": 0.005},
-        {"variant": "RING/1MiB", "size": 4 << 20, "seconds": 0.040},
+        t("RING/0", 1 << 20, 0.010, 0.030, 0.012),  # chief
+        t("RING/0", 1 << 20, 0.020, 0.011, 0.013),  # worker: each repeat ends with the slower task
+        t("RING/0", 4 << 20, 0.050, 0.050, 0.050),
+        t("RING/1MiB", 1 << 20, 0.005, 0.005, 0.005),
+        t("RING/1MiB", 4 << 20, 0.040, 0.040, 0.040),
     ]
     table = bc.rows(timings, n=3)
     first = table[0]
-    assert (first.variant, first.size, first.seconds) == ("RING/0", 1 << 20, 0.020)
+    assert (first.variant, first.size, first.payload) == ("RING/0", 1 << 20, "equal8")
+    assert (first.seconds_min, first.seconds, first.seconds_max) == (0.013, 0.020, 0.030)
     assert first.algbw == pytest.approx((1 << 20) / 0.020)
     assert first.busbw == pytest.approx(first.algbw * 4 / 3)
-    best = bc.best(table)
+    best = bc.Result("local", 3, "x", None, tuple(table)).best
     assert (best.variant, best.size) == ("RING/1MiB", 4 << 20), "best = highest busbw at the largest size"
 
 
-def test_table_states_the_ratio_to_tcp():
-    table = bc.rows([{"variant": "RING/0", "size": 64 << 20, "seconds": 0.5}], n=2)
-    text = bc.format_table(table, tcp=1e9)
-    assert "64 MiB" in text and "raw TCP (iperf3) between the first two tasks: 1000 MB/s" in text
-    assert "best at 64 MiB: RING/0 busbw 134.2 MB/s = 13.4% of raw TCP" in text
+def test_a_winner_is_named_only_beyond_the_spread():
+    clear = bc.rows([t("A", 4096, 0.010, 0.011, 0.012), t("B", 4096, 0.013, 0.015, 0.020)], n=2)
+    assert bc.winner(clear) == "A"
+    overlapping = bc.rows([t("A", 4096, 0.010, 0.011, 0.014), t("B", 4096, 0.013, 0.015, 0.020)], n=2)
+    assert bc.winner(overlapping) == "no clear winner"
+    assert bc.winner(clear[:1]) == "A"
+
+
+def test_equal_payloads_hold_the_size_and_named_ones_their_shapes():
+    got = sweep.payloads("4096,1048576", {"mlp": [[4, 64], [64]]})
+    assert [name for name, _ in got] == ["equal8", "equal8", "mlp"]
+    assert [4 * sum(s[0] for s in shapes) for _, shapes in got[:2]] == [4096, 1 << 20]
+    assert got[2][1] == [(4, 64), (64,)]
+
+
+def test_unknown_payload_is_one_line_and_exits():
+    with pytest.raises(SystemExit, match="--payloads vgg: unknown, choose from mlp, cnn, resnet50"):
+        bc.payload_shapes("mlp,vgg")
+
+
+def test_payloads_are_the_models_variables():
+    """The shapes come from the models (TensorFlow is loaded: the slowest test here, ~10 s)."""
+    import math
+
+    from trainer import tasks
+    from trainer.host import payloads
+
+    mlp = tasks.build(tasks.mlp, per_replica_batch=1, seed=0).model
+    assert payloads.task_shapes("mlp") == [tuple(v.shape) for v in mlp.trainable_variables]
+    resnet = payloads.resnet50_like()
+    assert len(resnet) == 161 and round(sum(math.prod(s) for s in resnet) / 1e6, 1) == 25.6
+
+
+def test_what_the_driver_writes_is_what_diagnose_reads(tmp_path, monkeypatch):
+    """One schema: bench_comm's output file, read back by `make diagnose`'s reader."""
+    from monitoring import diagnose
+
+    out = tmp_path / "bench-comm"
+    argv = ["--where", "local", "--payloads", "", "--out", str(out)]
+    results = [{"n": 2, "tf_version": "2.x", "timings": [t("RING/0", s, s / 1e8) for s in (4096, 1 << 20)]}]
+    monkeypatch.setattr(bc, "_run_sweep", lambda endpoints, task_args: (results, 2))
+    monkeypatch.setattr(bc, "tcp_throughput", lambda *a, **k: 2e8)
+    assert bc.main(argv) == 0
+    busbw, size = diagnose.link_reference(out.with_suffix(".json"), 1 << 20)
+    assert size == 1 << 20 and busbw == pytest.approx(1e8)
+
+
+SS = """\
+0 0 127.0.0.1:40001 127.0.0.1:2222
+0 0 127.0.0.1:2222 127.0.0.1:40001
+0 0 127.0.0.1:40002 127.0.0.1:2223
+0 0 127.0.0.1:2223 127.0.0.1:40002
+0 0 127.0.0.1:40003 127.0.0.1:9999
+0 0 [::ffff:127.0.0.1]:40004 [::ffff:127.0.0.1]:2223
+"""
+
+
+def test_connections_between_two_tasks_count_each_once_even_on_one_loopback():
+    # chief serves 2222, worker 2223: worker->chief (40001), chief->worker (40002, 40004); 9999 is not theirs
+    assert bc.connections_between(SS, ("127.0.0.1", 2222), ("127.0.0.1", 2223)) == 3
+    containers = "0 0 10.0.0.2:2223 10.0.0.3:5555\n0 0 10.0.0.2:6666 10.0.0.3:2223\n0 0 10.0.0.2:7 10.0.0.9:2223\n"
+    assert bc.connections_between(containers, ("10.0.0.2", 2223), ("10.0.0.3", 2223)) == 2
 
 
 def test_iperf3_json_receiver_throughput():
@@ -71,11 +133,7 @@ def test_iperf3_json_receiver_throughput():
 
 def test_png_is_written(tmp_path):
     table = bc.rows(
-        [
-            {"variant": v, "size": s, "seconds": s / 1e8}
-            for v in ("RING/0", "AUTO/0")
-            for s in (4096, 1 << 20)
-        ],
+        [t(v, s, s / 1e8) for v in ("RING/0", "AUTO/0") for s in (4096, 1 << 20)],
         n=2,
     )
     bc.write_png(table, 2e9, 2, "local", tmp_path / "b.png")

@@ -25,6 +25,7 @@ from tests.conftest import need
 from trainer import contract
 from trainer.cluster import TaskId
 from trainer.metrics import Metrics, Server, StepTiming
+from trainer.timing import StepWork
 
 STEP = StepTiming(step=0.0125, input=0.000625, compute=0.01, allreduce=0.001875)
 """80 steps per second of step time; shares 5 %, 80 %, 15 %: a healthy task."""
@@ -64,7 +65,7 @@ def exporters() -> Iterator[dict[str, int]]:
             for _ in range(20):
                 step += 1
                 for m in metrics:
-                    m.record_step(step=step, loss=1.0, examples=32, allreduce_bytes=4096, now=time.time(),
+                    m.record_step(step=step, loss=1.0, work=StepWork(32, 4096), now=time.time(),
                                   timing=STEP)
 
     thread = threading.Thread(target=step_forever, daemon=True)

@@ -22,10 +22,10 @@ def test_ring_sends_2_n_minus_1_over_n_of_the_bytes_in_2_n_minus_1_hops():
 
 def test_overlap_hides_at_most_the_backward_pass_and_compression_halves_the_bytes():
     ring = Ring(alpha=0.0, beta=1e6)  # 2 tasks: 1 s per MB
-    plain = projection.step_seconds(ring, 2, compute=0.3, nbytes=1e6, overlap=False, compress=False)
+    plain = projection.step_seconds(ring, 2, compute=0.3, nbytes=1e6, setting=(False, False))
     assert plain == pytest.approx(1.3)
-    assert projection.step_seconds(ring, 2, compute=0.3, nbytes=1e6, overlap=False, compress=True) == pytest.approx(0.8)
-    assert projection.step_seconds(ring, 2, compute=0.3, nbytes=1e6, overlap=True, compress=False) == pytest.approx(1.1)
+    assert projection.step_seconds(ring, 2, compute=0.3, nbytes=1e6, setting=(False, True)) == pytest.approx(0.8)
+    assert projection.step_seconds(ring, 2, compute=0.3, nbytes=1e6, setting=(True, False)) == pytest.approx(1.1)
 
 
 def test_report_checks_the_model_against_measured_task_counts():

@@ -6,7 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from trainer import contract, metrics, netdev
 from trainer.cluster import TaskId
 from trainer.metrics import Metrics, NullMetrics
-from trainer.timing import StepTiming
+from trainer.timing import StepTiming, StepWork
 
 # Frozen: the series names as Prometheus stores them. Changing one breaks users' queries and alerts.
 CONTRACT = {
@@ -40,7 +40,7 @@ def _recorded():
     m.build_info(tf_version="2.21.0", trainer_version="0.1.0", strategy="mwms", communication="AUTO", task="mlp")
     m.state("training")
     m.world_size.set(3)
-    m.record_step(step=5, loss=0.5, examples=32, allreduce_bytes=1000, now=1e9,
+    m.record_step(step=5, loss=0.5, work=StepWork(32, 1000), now=1e9,
                   timing=StepTiming(step=0.02, input=0.001, compute=0.01, allreduce=0.008))
     m.checkpointed(5)
     return registry
@@ -85,7 +85,7 @@ def test_buckets_resolve_cpu_and_gpu_steps():
 def test_null_metrics_has_the_same_interface():
     public = {n for n in dir(Metrics) if not n.startswith("_")}
     assert public - {"registry"} <= set(dir(NullMetrics))
-    NullMetrics().record_step(step=1, loss=0.0, examples=1, allreduce_bytes=1, now=0.0, timing=None)
+    NullMetrics().record_step(step=1, loss=0.0, work=StepWork(1, 1), now=0.0, timing=None)
     NullMetrics().world_size.set(3)
 
 

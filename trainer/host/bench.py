@@ -192,7 +192,9 @@ def main(argv=None) -> int:
             for kept in timings.values():
                 kept.clear()
     if chief and not args.skip_rates:  # first what is measured, in case a later part fails
-        print(_report(config, replicas, args, k, rates, timings), flush=True)
+        header = (f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "
+                  f"{k} steps per call, {args.rounds} rounds x {args.bench_steps} steps per mode; ")
+        print(_report(header, args, k, rates, timings), flush=True)
     trace = _trace_check(cnn["serial"][2], cnn["serial"][3], TRACE_STEPS, chief)
     payload = _compression(strategy, args.rounds)
     if chief:
@@ -236,12 +238,10 @@ def _ms(timings, part: str) -> float:
     return 1000 * statistics.median(getattr(t, part) for t in timings)
 
 
-def _report(config, replicas, args, k, rates, timings) -> str:
+def _report(header: str, args, k, rates, timings) -> str:
     names = list(rates)
     untimed, timed, sampled, fit, tutorial, serial, overlap = names
-    lines = [(f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "
-              f"{k} steps per call, {args.rounds} rounds x {args.bench_steps} steps per mode; "
-              f"ratios as min / median / max over the rounds; load average {os.getloadavg()[0]:.1f}")]
+    lines = [f"{header}ratios as min / median / max over the rounds; load average {os.getloadavg()[0]:.1f}"]
     lines += [f"  {name:<40} {statistics.median(v):8.1f} steps/s (median)" for name, v in rates.items()]
     lines += [
         f"(a) instrumented / untimed, {k} per call:          {_spread(_ratios(rates, timed, untimed))} (target >= 0.97)",

@@ -16,31 +16,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.allreduce_sweep import RESULT, SIZES, VARIANTS, human, parse_bytes
+from monitoring.benchcomm_result import Result, Row
+from trainer.allreduce_sweep import EQUAL, REPEATS, RESULT, SIZES, VARIANTS, human, parse_bytes
 
+PAYLOADS = ("mlp", "cnn", "resnet50")
+"""Named in trainer/host/payloads.py (not imported here: it loads TensorFlow)."""
 BENCH_PORT = 2223  # beside the trainer's 2222, so a bench can run in the trainer's own containers
-
-
-@dataclass(frozen=True)
-class Row:
-    variant: str
-    size: int
-    """Bytes all-reduced per call (the whole payload)."""
-    seconds: float
-    """Median time of one all-reduce, slowest task."""
-    algbw: float
-    busbw: float
-
-
-
-
 
 
 def busbw(algbw: float, n: int) -> float:
@@ -48,48 +38,69 @@ def busbw(algbw: float, n: int) -> float:
     return algbw * 2 * (n - 1) / n
 
 
-
-
 def rows(timings: list[dict], n: int) -> list[Row]:
-    """Per (variant, size) the slowest task's median (a collective ends when its last task does)."""
+    """Per (variant, payload, size): each repeat's slowest task (a collective ends when its last task
+    does), then the median, min and max over the repeats."""
     out = []
-    for variant in dict.fromkeys(t["variant"] for t in timings):
-        for size in sorted({t["size"] for t in timings if t["variant"] == variant}):
-            seconds = max(t["seconds"] for t in timings if (t["variant"], t["size"]) == (variant, size))
-            out.append(Row(variant, size, seconds, size / seconds, busbw(size / seconds, n)))
-    return out
+    for key in dict.fromkeys((t["variant"], t.get("payload", EQUAL), t["size"]) for t in timings):
+        per_task = [t["samples"] for t in timings if (t["variant"], t.get("payload", EQUAL), t["size"]) == key]
+        repeats = [max(times) for times in zip(*per_task)]
+        seconds = statistics.median(repeats)
+        variant, payload, size = key
+        out.append(Row(variant, size, seconds, size / seconds, busbw(size / seconds, n), payload=payload,
+                       seconds_min=min(repeats), seconds_max=max(repeats)))
+    return sorted(out, key=lambda r: (r.payload != EQUAL, r.size))
 
 
-def best(table: list[Row]) -> Row:
-    """The knob setting with the highest busbw at the largest size."""
-    largest = max(r.size for r in table)
-    return max((r for r in table if r.size == largest), key=lambda r: r.busbw)
+def winner(cell: list[Row]) -> str:
+    """The fastest setting of one (payload, size), named only when its slowest repeat beats the
+    runner-up's fastest (the spreads do not overlap); else "no clear winner"."""
+    first, second = sorted(cell, key=lambda r: r.seconds)[:2] if len(cell) > 1 else (cell[0], None)
+    if second is None or first.seconds_max < second.seconds_min:
+        return first.variant
+    return "no clear winner"
 
 
-def format_table(table: list[Row], tcp: float | None) -> str:
+def _cell(r: Row | None) -> str:
+    if r is None:
+        return "| " + " " * 31
+    spread = f"{r.seconds_min * 1e3:.3g}-{r.seconds_max * 1e3:.3g}"
+    return f"| {r.seconds * 1e3:>8.3f} {spread:>13} {r.busbw / 1e6:>7.1f} "
+
+
+def format_table(table: list[Row], tcp: float | None, streams: int = 1) -> str:
     variants = list(dict.fromkeys(r.variant for r in table))
-    head = f"{'size':>9} " + "".join(f"| {v:^29} " for v in variants)
-    sub = f"{'':>9} " + "| {:>9} {:>9} {:>9} ".format("time ms", "algbw", "busbw") * len(variants)
+    head = f"{'payload':>8} {'size':>11} " + "".join(f"| {v:^30} " for v in variants) + "| best (beyond spread)"
+    sub = f"{'':>20} " + "| {:>8} {:>13} {:>7} ".format("median", "min-max ms", "busbw") * len(variants)
     lines = [head, sub]
-    for size in sorted({r.size for r in table}):
-        cells = []
-        for v in variants:
-            r = next((r for r in table if (r.variant, r.size) == (v, size)), None)
-            cells.append(
-                f"| {r.seconds * 1e3:>9.3f} {r.algbw / 1e6:>9.1f} {r.busbw / 1e6:>9.1f} "
-                if r
-                else "| " + " " * 30
-            )
-        lines.append(f"{human(size):>9} " + "".join(cells))
-    lines.append("bandwidths in MB/s (1e6 bytes/s); busbw = algbw x 2(n-1)/n (nccl-tests)")
+    for payload, size in dict.fromkeys((r.payload, r.size) for r in table):
+        cell = [r for r in table if (r.payload, r.size) == (payload, size)]
+        by_variant = {r.variant: r for r in cell}
+        lines.append(f"{payload:>8} {human(size):>11} " + "".join(_cell(by_variant.get(v)) for v in variants)
+                     + f"| {winner(cell)}")
+    lines.append("times in ms per all-reduce, median and min-max over the repeats; busbw in MB/s (1e6 bytes/s) = size/time x 2(n-1)/n "
+                 "(nccl-tests)")
     if tcp:
-        b = best(table)
-        lines.append(f"raw TCP (iperf3) between the first two tasks: {tcp / 1e6:.0f} MB/s")
-        lines.append(
-            f"best at {human(b.size)}: {b.variant} busbw {b.busbw / 1e6:.1f} MB/s = "
-            f"{100 * b.busbw / tcp:.1f}% of raw TCP"
-        )
+        b = Result("", 0, "", tcp, tuple(table)).best
+        lines.append(f"raw TCP (iperf3, {streams} stream{'s' * (streams > 1)}) between the first two tasks: "
+                     f"{tcp / 1e6:.0f} MB/s")
+        lines.append(f"best busbw at {human(b.size)} ({b.payload}): {b.variant} {b.busbw / 1e6:.1f} MB/s = "
+                     f"{100 * b.busbw / tcp:.1f}% of raw TCP")
     return "\n".join(lines)
+
+
+def payload_shapes(names: str) -> dict[str, list[tuple[int, ...]]]:
+    """The named payloads' shapes, derived here (the host has TensorFlow and trainer.host) and passed
+    to the tasks; an unknown name exits with one line."""
+    wanted = [n for n in names.split(",") if n]
+    unknown = [n for n in wanted if n not in PAYLOADS]
+    if unknown:
+        raise SystemExit(f"bench-comm: --payloads {','.join(unknown)}: unknown, choose from {', '.join(PAYLOADS)}")
+    if not wanted:
+        return {}
+    from trainer.host import payloads
+
+    return {n: payloads.NAMED[n]() for n in wanted}
 
 
 def iperf_bytes_per_second(report: dict) -> float:
@@ -115,12 +126,54 @@ def local_endpoints(workers: int) -> list[Endpoint]:
     return [Endpoint("chief", "127.0.0.1")] + [Endpoint(f"worker-{i}", "127.0.0.1") for i in range(workers)]
 
 
-def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> list[dict]:
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]").removeprefix("::ffff:"), int(port)
+
+
+def connections_between(ss_output: str, ours: tuple[str, int], theirs: tuple[str, int]) -> int:
+    """TCP connections between two tasks, from `ss -tnH state established` in the first one's network
+    namespace: the other task's connections to our server port plus ours to its server port. Each is
+    counted at one end only, so both tasks on 127.0.0.1 (one namespace) count once too."""
+    count = 0
+    for line in ss_output.splitlines():
+        fields = line.split()
+        if len(fields) < 2:
+            continue
+        local, peer = _address(fields[-2]), _address(fields[-1])
+        into_ours = local == ours and peer[0] == theirs[0]
+        into_theirs = peer == theirs and local[0] == ours[0] and local[1] != ours[1]
+        count += into_ours or into_theirs
+    return count
+
+
+class StreamCounter(threading.Thread):
+    """Samples the connections between the first two tasks while the sweep runs; `peak` is the most."""
+
+    def __init__(self, endpoint: Endpoint, ours: tuple[str, int], theirs: tuple[str, int]):
+        super().__init__(daemon=True)
+        self.cmd = _in_netns(endpoint, "ss", "-tnH", "state", "established")
+        self.ours, self.theirs, self.peak, self.done = ours, theirs, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            out = subprocess.run(self.cmd, capture_output=True, text=True).stdout
+            self.peak = max(self.peak, connections_between(out, self.ours, self.theirs))
+
+
+def _in_netns(e: Endpoint, *cmd: str) -> list[str]:
+    return (["nsenter", "-t", str(e.netns_pid), "-n"] if e.netns_pid else []) + list(cmd)
+
+
+def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> tuple[list[dict], int]:
+    """Every task's result, and the most TCP connections seen between the first two tasks."""
     from trainer.cluster import ClusterSpec
     from trainer.host.launch import _die_with_parent, free_ports, stop
 
     ports = free_ports(len(endpoints)) if not endpoints[0].exec_prefix else [BENCH_PORT] * len(endpoints)
     addrs = [f"{e.address}:{p}" for e, p in zip(endpoints, ports)]
+    pair = [(e.address, p) for e, p in zip(endpoints, ports)][:2]
+    counter = StreamCounter(endpoints[0], pair[0], pair[-1])
     spec = ClusterSpec(chief=(addrs[0],), worker=tuple(addrs[1:]), task=_task_id(endpoints[0].task))
     procs = []
     for e in endpoints:
@@ -147,6 +200,7 @@ def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> list[dict]:
             )
         )
     results = []
+    counter.start()
     try:
         for name, proc in procs:
             out, _ = proc.communicate()
@@ -156,8 +210,9 @@ def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> list[dict]:
                 next(json.loads(line[len(RESULT) :]) for line in out.splitlines() if line.startswith(RESULT))
             )
     finally:
+        counter.done.set()
         stop(procs)
-    return results
+    return results, counter.peak
 
 
 def _task_id(name: str):
@@ -166,11 +221,17 @@ def _task_id(name: str):
     return TaskId(CHIEF, 0) if name == "chief" else TaskId(WORKER, int(name.rsplit("-", 1)[1]))
 
 
-def tcp_throughput(server: Endpoint, client: Endpoint, seconds: int = 3, port: int = 5201) -> float | None:
-    """iperf3 from client to server, bytes/s; None (with a hint) when iperf3 is missing."""
+def tcp_throughput(server: Endpoint, client: Endpoint, streams: int = 1, port: int = 5201) -> float | None:
+    """iperf3 from client to server with `streams` parallel streams (-P), bytes/s; None (with a hint)
+    when iperf3 is missing."""
+    seconds = 3
+    if not server.netns_pid:  # this host's loopback, shared with everything else here
+        from trainer.host.launch import free_ports
+
+        port = free_ports(1)[0]
 
     def cmd(e: Endpoint, *args: str) -> list[str]:
-        return (["nsenter", "-t", str(e.netns_pid), "-n"] if e.netns_pid else []) + ["iperf3", *args]
+        return _in_netns(e, "iperf3", *args)
 
     if subprocess.run(["sh", "-c", "command -v iperf3"], capture_output=True).returncode != 0:
         print("bench-comm: iperf3 not found (apt-get install iperf3): no TCP reference", file=sys.stderr)
@@ -181,7 +242,7 @@ def tcp_throughput(server: Endpoint, client: Endpoint, seconds: int = 3, port: i
     try:
         for _ in range(50):  # the server is up within ~0.1 s; it accepts exactly one test (-1)
             r = subprocess.run(
-                cmd(client, "-c", server.address, "-p", str(port), "-t", str(seconds), "-J"),
+                cmd(client, "-c", server.address, "-p", str(port), "-t", str(seconds), "-P", str(streams), "-J"),
                 capture_output=True,
                 text=True,
                 timeout=seconds + 30,
@@ -292,7 +353,7 @@ def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Pat
 
     fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(12, 4.5))
     for variant in dict.fromkeys(r.variant for r in table):
-        mine = [r for r in table if r.variant == variant]
+        mine = [r for r in table if r.variant == variant and r.payload == EQUAL]
         ax_bw.plot([r.size for r in mine], [r.busbw / 1e6 for r in mine], marker="o", label=variant)
         ax_t.plot([r.size for r in mine], [r.seconds * 1e3 for r in mine], marker="o", label=variant)
     if tcp:
@@ -314,9 +375,8 @@ def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Pat
         title="time per all-reduce",
     )
     for ax in (ax_bw, ax_t):
-        ax.set_xticks(
-            sorted({r.size for r in table}), [human(s) for s in sorted({r.size for r in table})], rotation=45
-        )
+        ticks = sorted({r.size for r in table if r.payload == EQUAL})
+        ax.set_xticks(ticks, [human(s) for s in ticks], rotation=45)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -342,18 +402,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--variants", default=",".join(VARIANTS), help="IMPLEMENTATION/bytes_per_pack, comma-separated"
     )
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--payloads", default=",".join(PAYLOADS),
+                   help=f"gradient-shaped tensor lists besides the equal-tensor sizes ({', '.join(PAYLOADS)}; '' = none)")
+    p.add_argument("--repeats", type=int, default=REPEATS, help="timed calls per cell (the spread is over them)")
     p.add_argument("--out", type=Path, default=Path(".run/bench-comm"), help="writes OUT.json and OUT.png")
     args = p.parse_args(argv)
-    sizes = [parse_bytes(s) for s in args.sizes.split(",")]
-    task_args = [
-        "--sizes",
-        ",".join(map(str, sizes)),
-        "--variants",
-        args.variants,
-        "--repeats",
-        str(args.repeats),
-    ]
+    sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
+    task_args = ["--sizes", ",".join(map(str, sizes)), "--variants", args.variants, "--repeats", str(args.repeats),
+                 "--shapes", json.dumps(payload_shapes(args.payloads))]
 
     where = args.where
     if where == "auto":
@@ -370,24 +426,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        tcp = tcp_throughput(endpoints[0], endpoints[1]) if len(endpoints) > 1 else None
-        results = _run_sweep(endpoints, task_args)
+        results, streams = _run_sweep(endpoints, task_args)
+        tcp = None
+        if len(endpoints) > 1:
+            print(f"bench-comm: TensorFlow held {streams} TCP connection(s) between {endpoints[0].task} and "
+                  f"{endpoints[1].task} (ss, sampled during the sweep): iperf3 -P {max(streams, 1)}",
+                  file=sys.stderr)
+            tcp = tcp_throughput(endpoints[0], endpoints[1], max(streams, 1))
     finally:
         cleanup()
     n = results[0]["n"]
     table = rows([t for r in results for t in r["timings"]], n)
-    print(format_table(table, tcp))
-    b = best(table)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {
-        "where": where,
-        "n": n,
-        "tf_version": results[0]["tf_version"],
-        "tcp": tcp,
-        "rows": [asdict(r) for r in table],
-        "best": {**asdict(b), "ratio_to_tcp": b.busbw / tcp if tcp else None},
-    }
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    print(format_table(table, tcp, max(streams, 1)))
+    Result(where=where, n=n, tf_version=results[0]["tf_version"], tcp=tcp, rows=tuple(table)).write(
+        args.out.with_suffix(".json"))
     write_png(table, tcp, n, where, args.out.with_suffix(".png"))
     print(
         f"bench-comm: wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}",

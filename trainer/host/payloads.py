@@ -1,7 +1,8 @@
 """All-reduce payloads shaped like real gradients, for the benchmarks.
 
-A ResNet-50's trainable tensors without the convolution biases its batch norms make useless: 161
-tensors, 25.6 M parameters (the list that Horovod and NVIDIA's all-reduce benchmarks quote).
+The built-in tasks' variables (read from their models), and a ResNet-50's trainable tensors without
+the convolution biases its batch norms make useless: 161 tensors, 25.6 M parameters (the list that
+Horovod and NVIDIA's all-reduce benchmarks quote).
 """
 
 from __future__ import annotations
@@ -34,3 +35,15 @@ def all_reduce_fn(strategy: tf.distribute.Strategy, shapes, dtype: str) -> Calla
         return strategy.run(replica)
 
     return lambda: strategy.experimental_local_results(run())[0].numpy()
+
+
+def task_shapes(name: str) -> list[tuple[int, ...]]:
+    """The trainable variables' shapes of a built-in task's model (`mlp`, `cnn`): its gradient list."""
+    from trainer import tasks
+
+    task = tasks.build(tasks.BUILTIN[name], per_replica_batch=1, seed=0)
+    return [tuple(v.shape) for v in task.model.trainable_variables]
+
+
+NAMED = {"mlp": lambda: task_shapes("mlp"), "cnn": lambda: task_shapes("cnn"), "resnet50": resnet50_like}
+"""Gradient-shaped payloads by name, for bench-comm's `--payloads`."""
