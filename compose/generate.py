@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compose import gpus, yamltext
-from trainer import __version__
+from trainer import __version__, supervise
 from trainer.cluster import ClusterSpec, for_hosts
 
 METRICS_PORT = 8000
@@ -51,8 +51,8 @@ class StackConfig:
     strategy: str | None = None
     save_every: int | None = None
     cluster_timeout: int | None = None
-    max_restarts: int = 3
-    """Automatic restarts per container before the run fails for good (compose on-failure:N)."""
+    max_restarts: int = supervise.DEFAULT_MAX_RESTARTS
+    """Restarts of a task without a new checkpoint before it fails for good (trainer.supervise's budget)."""
     script: str | None = None
     """Host path of a user's MWMS script, run instead of `python -m trainer` (SCRIPT=)."""
     data: str | None = None
@@ -100,7 +100,8 @@ def _service(cfg: StackConfig, spec: ClusterSpec) -> dict:
         "dns_opt": ["timeout:1", "attempts:1"],
         # tini as PID 1 forwards SIGTERM: `docker stop` takes 0.2 s instead of 10.
         "init": True,
-        "restart": f"on-failure:{cfg.max_restarts}",
+        # trainer.supervise restarts the trainer by exit code; Docker's policy cannot tell codes apart.
+        "restart": "no",
         "stop_grace_period": "60s",
         "user": "1000:1000",
         "read_only": True,
@@ -116,15 +117,16 @@ def _service(cfg: StackConfig, spec: ClusterSpec) -> dict:
 
 
 def _command(cfg: StackConfig) -> list[str]:
+    supervised = ["python", "-m", "trainer.supervise", "--"]
     if cfg.script:
-        return ["python", "-m", "trainer.run_script", f"/script/{Path(cfg.script).name}", *cfg.extra_args]
-    return ["python", "-m", "trainer", *cfg.extra_args]
+        return [*supervised, "python", "-m", "trainer.run_script", f"/script/{Path(cfg.script).name}", *cfg.extra_args]
+    return [*supervised, "python", "-m", "trainer", *cfg.extra_args]
 
 
 def _environment(cfg: StackConfig, spec: ClusterSpec) -> dict[str, str]:
     env = {"TF_CONFIG": spec.to_tf_config(), "TRAINER_METRICS_PORT": str(METRICS_PORT),
            "TRAINER_METRICS_LINGER": str(METRICS_LINGER_SECONDS),
-           "TRAINER_CHECKPOINT_DIR": CHECKPOINT_DIR}
+           "TRAINER_CHECKPOINT_DIR": CHECKPOINT_DIR, supervise.MAX_RESTARTS_ENV: str(cfg.max_restarts)}
     knobs = {"TRAINER_STEPS": cfg.steps, "TRAINER_TASK": cfg.task,
              "TRAINER_PER_REPLICA_BATCH": cfg.per_replica_batch, "TRAINER_STRATEGY": cfg.strategy,
              "TRAINER_SAVE_EVERY": cfg.save_every, "TRAINER_CLUSTER_TIMEOUT": cfg.cluster_timeout,

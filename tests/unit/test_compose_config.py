@@ -85,7 +85,7 @@ def test_security_properties_of_every_service(tmp_path: Path, variant: str) -> N
             assert not published, f"{name} publishes {published}"
             assert set(svc["expose"]) == TRAINER_PORTS
             assert svc["networks"].keys() == {"cluster"}
-            assert svc["init"] is True and svc["restart"].startswith("on-failure:")
+            assert svc["init"] is True and svc["restart"] == "no"  # trainer.supervise restarts tasks
             writable = [v for v in svc.get("volumes", []) if not v.get("read_only")]
             assert [v["target"] for v in writable] == (["/checkpoints"] if name == "chief" else [])
     assert config["networks"]["cluster"]["internal"] is True
