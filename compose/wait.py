@@ -89,7 +89,7 @@ class Job:
 
     def read(self) -> None:
         out = self._run(["ps", "-a", "--filter", f"label=com.docker.compose.project={self.project}",
-                         "--format", '{{.ID}} {{.Label "%s"}}' % SERVICE])
+                         "--format", f'{{{{.ID}}}} {{{{.Label "{SERVICE}"}}}}'])
         for line in out.splitlines():
             cid, _, service = line.partition(" ")
             if is_task(service):

@@ -45,7 +45,7 @@ DEFAULT_MAX_RESTARTS = 3
 # not a growing back-off, bounds the retries (a back-off could outgrow the peers' --cluster-timeout).
 RESTART_DELAY_S = 1.0
 POLL_S = 2.0
-CHECKPOINT_LINE = re.compile(rf"^{contract.LAST_CHECKPOINT.name}(?:{{[^}}]*}})? (\S+)$", re.M)
+CHECKPOINT_LINE = re.compile(rf"^{contract.LAST_CHECKPOINT.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 MEANING = {EXIT_OK: "done", EXIT_FAILED: "permanent failure", EXIT_CONFIG: "bad configuration",
            EXIT_MISSING_PEERS: "missing peers", EXIT_GAVE_UP: "gave up: restart budget spent", 200: "peer lost", 201: "preempted"}
 
@@ -134,13 +134,13 @@ class Supervisor:
     def run(self) -> int:
         runs = 0
         while True:
-            code = self._run_once()
+            code = _as_exit(self._run_once())
             runs += 1
             verdict = decide(code, has_run=runs > 1)
             what = f"exited {code} ({meaning(code)})"
             if self._stopping is not None:
                 self._log(f"{what} after {signal.Signals(self._stopping).name}: the container is stopping, not restarting")
-                return _as_exit(code)
+                return code
             if verdict == "done":
                 self._log(f"{what}")
                 return EXIT_OK
@@ -155,7 +155,7 @@ class Supervisor:
                       f"({self._checkpoint_text()})")
             time.sleep(self._s.restart_delay)
             if self._stopping is not None:  # stopped during the delay: nothing is running to forward to
-                return _as_exit(code)
+                return code
 
     def _checkpoint_text(self) -> str:
         return f"step {self.budget.best}" if self.budget.best >= 0 else "none seen"
@@ -172,7 +172,7 @@ class Supervisor:
 
 
 def _as_exit(code: int) -> int:
-    """A child killed by signal N is reported as 128+N, as a shell and Docker do."""
+    """A child killed by signal N (Popen: -N) is reported as 128+N, as a shell and Docker do."""
     return 128 - code if code < 0 else code
 
 
