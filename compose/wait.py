@@ -15,6 +15,7 @@ then the containers' current state is read, so no exit falls between the two.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -33,7 +34,9 @@ SUPERVISOR_PREFIX = "supervise:"
 
 
 def docker(cmd: Sequence[str]) -> str:
-    return subprocess.run(["docker", *cmd], capture_output=True, text=True, check=True).stdout.strip()
+    """stdout and stderr of one docker command (`docker logs` replays the container's stderr there)."""
+    out = subprocess.run(["docker", *cmd], capture_output=True, text=True, check=True)
+    return (out.stdout + out.stderr).strip()
 
 
 def is_task(service: str) -> bool:
@@ -129,7 +132,7 @@ class Job:
 
 def watch(job: Job, events: Iterable[dict], log: Callable[[str], None]) -> int:
     """Judge the state read so far, then after every event, until the job is over."""
-    for event in [None, *events]:
+    for event in itertools.chain([None], events):  # lazily: the stream only ends with `docker events`
         if event is not None:
             note = job.event(event)
             if note:

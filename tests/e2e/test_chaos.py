@@ -11,7 +11,8 @@ The job must finish every step with the chief's exit 0, lose at most one save in
 (or pause) and nothing per SIGTERM, and `make wait`, started before the first fault, must return
 only when the job is over. Waits are sized from this run's own step time and start-up time.
 
-    CHAOS_FAULTS=3 (make test) | make chaos FAULTS=20 SEED=1234   # CHAOS_RESULTS=path: JSON lines
+    CHAOS_FAULTS=3 (make test) | make chaos FAULTS=20 SEED=1234
+    CHAOS_RESULTS=file: one JSON line per fault; CHAOS_LOGS=dir: every task's log at the end
 """
 
 from __future__ import annotations
@@ -216,7 +217,17 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
             assert r.lost <= limit, f"fault {r.index} ({r.kind}) lost {r.lost} steps (limit {limit})"
             assert "MISSED" not in r.note, f"fault {r.index}: no save was in flight"
     finally:
+        keep_logs(stack, os.environ.get("CHAOS_LOGS"))
         stack.make("clean", timeout=300)
+
+
+def keep_logs(stack: FaultStack, directory: str | None) -> None:
+    """Every task's `docker logs -t` into CHAOS_LOGS/<task>.log, for the evidence behind a failure."""
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+        for service in ["chief", *(f"worker-{i}" for i in range(WORKERS))]:
+            with open(os.path.join(directory, f"{service}.log"), "w") as f:
+                f.write("\n".join(stack.logs(service)) + "\n")
 
 
 def report(seed: int, results: list[Result], path: str | None) -> None:

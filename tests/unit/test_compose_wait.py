@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pytest
 
@@ -51,7 +51,7 @@ def start(service: str) -> dict:
     return {"Action": "start", "id": f"id-{service}", "Actor": {"Attributes": {wait.SERVICE: service}}}
 
 
-def run_watch(events: list[dict], logs: dict[str, str] | None = None) -> tuple[int, list[str]]:
+def run_watch(events: Iterable[dict], logs: dict[str, str] | None = None) -> tuple[int, list[str]]:
     job = wait.Job("p", run=FakeDocker(logs or {}, {"chief": "running 0", "worker-0": "running 0"}))
     job.read()
     lines: list[str] = []
@@ -89,6 +89,13 @@ def test_removed_containers_end_the_wait() -> None:
     assert code == 125  # removed while running: no exit code of its own
     assert lines[0] == "wait: chief's container was removed (make down?)"
     assert "stopped with every task" in lines[-1]
+
+
+def test_returns_at_the_deciding_event_without_waiting_for_more() -> None:
+    def stream():  # `docker events` never ends by itself
+        yield die("chief", 0)
+        raise AssertionError("read past the event that ended the job")
+    assert run_watch(stream())[0] == 0
 
 
 def test_events_that_end_early_are_an_error() -> None:
