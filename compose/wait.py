@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -149,12 +150,13 @@ def docker_events(project: str) -> tuple[subprocess.Popen, Iterable[dict]]:
     proc = subprocess.Popen(["docker", "events", "--format", "{{json .}}", "--filter", "type=container",
                              "--filter", f"label=com.docker.compose.project={project}",
                              *(x for e in ("start", "die", "destroy") for x in ("--filter", f"event={e}"))],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     return proc, (json.loads(line) for line in proc.stdout)
 
 
 def main(argv: Sequence[str]) -> int:
     project = argv[0] if argv else "mwms"
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through `finally`: no orphaned `docker events`
     job = Job(project)
     proc, events = docker_events(project)
     try:
