@@ -7,7 +7,6 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-RUN_DIR := .run
 
 ##@ General
 
@@ -29,6 +28,9 @@ venv: $(VENV)/.stamp ## Create the project venv (.venv) from requirements.lock
 
 include trainer/trainer.mk
 include compose/compose.mk
+include compose/k8s.mk
+include compose/swarm.mk
+include images/images.mk
 include monitoring/monitoring.mk
 include monitoring/diagnose.mk
 

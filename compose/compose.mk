@@ -1,33 +1,40 @@
 # The Docker stack: a chief plus WORKERS workers, Prometheus, and Grafana when its image is available.
-# Included by the top Makefile (which defines PYTHON, VENV, PY and RUN_DIR).
+# Included by the top Makefile (which defines PYTHON, VENV and PY).
+#
+# Two kinds of variables reach compose/up.sh, each one way:
+#  - stack settings: STACK_VARS below, the one list (defaults here);
+#  - trainer knobs: any trainer flag upper-cased (STEPS=, TASK=, PER_REPLICA_BATCH=, INPUT_DELAY_MS=, ...,
+#    see `python -m trainer --help`). make exports command-line variables to every recipe, so they pass
+#    untouched to compose.generate, which reads them from its environment (compose/knobs.py derives
+#    the names from trainer/config.py). Nothing lists them here.
 
 WORKERS ?= 2
 GPUS ?= auto
 GPUS_PER_WORKER ?= 1
 OFFLINE ?= auto
-BIND_ADDR ?= 127.0.0.1
+# Unless given, the address the project's last `make up` published on, so status, diagnose and report
+# (PROMETHEUS_URL) find that project's Prometheus.
+BIND_ADDR ?= $(or $(shell sed -n 's/^BIND_ADDR=//p' $(RUN_DIR)/stack.env 2>/dev/null),127.0.0.1)
 MAX_RESTARTS ?= 3
 SECRETS_DIR ?= secrets
-# Compose project: a second stack on the same engine (the fault tests) needs its own name, RUN_DIR and BIND_ADDR.
+# Compose project: a second stack on the same engine (the fault tests) needs its own name and BIND_ADDR.
 PROJECT ?= mwms
+# Generated files of the project's last `make up`: the default project's in .run, another's in .run/PROJECT.
+RUN_DIR ?= .run$(if $(filter-out mwms,$(PROJECT)),/$(PROJECT))
 # Trainer image repository (tag <version>-cpu|gpu): stacks built from different checkouts need their own.
 IMAGE_REPO ?= mwms/trainer
-# Left empty, these fall back to the trainer's own defaults (python -m trainer --help).
-STEPS ?=
-TASK ?=
-PER_REPLICA_BATCH ?=
-STRATEGY ?=
-SAVE_EVERY ?=
-CLUSTER_TIMEOUT ?=
+# Your own MWMS script, run in every task instead of the built-in trainer (its folder is mounted).
 SCRIPT ?=
 DATA ?=
 # Extra arguments for every task: trainer flags (ARGS="--input-delay-ms 20") or your SCRIPT's own.
 ARGS ?=
 
 STACK_VARS = PROJECT IMAGE_REPO WORKERS GPUS GPUS_PER_WORKER OFFLINE BIND_ADDR MAX_RESTARTS SECRETS_DIR RUN_DIR PYTHON \
-             STEPS TASK PER_REPLICA_BATCH STRATEGY SAVE_EVERY CLUSTER_TIMEOUT SCRIPT DATA ARGS
-# Every docker compose call sees the files and settings the last `make up` generated.
-DC = docker compose --project-directory $(CURDIR) --env-file $(RUN_DIR)/stack.env $$(cat $(RUN_DIR)/compose.args)
+             SCRIPT DATA ARGS
+STACK_ENV = $(foreach v,$(STACK_VARS),$(v)='$($(v))')
+# Every docker compose call sees the files and settings the project's last `make up` generated, and
+# names the project itself: a RUN_DIR of another project's stack must not redirect down or clean.
+DC = docker compose -p $(PROJECT) --project-directory $(CURDIR) --env-file $(RUN_DIR)/stack.env $$(cat $(RUN_DIR)/compose.args)
 STACK_UP = test -f $(RUN_DIR)/stack.env
 UV := build/uv/bin/uv
 UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28
@@ -35,8 +42,8 @@ UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-version 3.11 --pyth
 ##@ Cluster
 
 .PHONY: up
-up: ## Start a chief + WORKERS workers (default 2) with Prometheus/Grafana; GPUS=auto|0|N, STEPS=, SCRIPT=, DATA=, OFFLINE=1
-	@$(foreach v,$(STACK_VARS),$(v)='$($(v))') compose/up.sh
+up: ## Start a chief + WORKERS workers (default 2) with Prometheus/Grafana; GPUS=auto|0|N, SCRIPT=, DATA=, OFFLINE=1; any trainer flag: STEPS=, TASK=, ...
+	@$(STACK_ENV) compose/up.sh
 
 .PHONY: down
 down: ## Stop and remove the containers; keep volumes (the next `make up` resumes from the last checkpoint)
@@ -46,7 +53,9 @@ down: ## Stop and remove the containers; keep volumes (the next `make up` resume
 clean: ## Like down, and also remove the volumes (checkpoints, Prometheus history) and .run/
 	@if $(STACK_UP); then $(DC) down --volumes --remove-orphans; \
 	 else docker compose -p $(PROJECT) down --volumes --remove-orphans; fi
-	rm -rf $(RUN_DIR)
+	@# Everything in RUN_DIR but the folders of other projects' live stacks (.run/PROJECT).
+	@test ! -d $(RUN_DIR) || find $(RUN_DIR) -mindepth 1 -maxdepth 1 ! -exec test -f {}/stack.env \; -exec rm -rf {} +
+	@rmdir $(RUN_DIR) 2>/dev/null || true
 
 .PHONY: logs
 logs: ## Follow the logs of every service (SERVICE=worker-1 for one)
@@ -55,7 +64,7 @@ logs: ## Follow the logs of every service (SERVICE=worker-1 for one)
 
 .PHONY: status
 status: ## Table per task: state, step, steps/s, step time, all-reduce and input-wait share, last checkpoint
-	@$(PYTHON) -m compose.status http://$(BIND_ADDR):9090
+	@$(PYTHON) -m compose.status --project $(PROJECT) --prometheus $(PROMETHEUS_URL)
 
 .PHONY: wait
 wait: ## Block until the job is over (done, or failed for good across restarts); exit with the chief's code
@@ -73,7 +82,7 @@ engine: ## Install and start the Docker engine and Compose v2 (root on Debian/Ub
 
 .PHONY: images
 images: ## Build the base, Prometheus and trainer images without starting anything (OFFLINE=1 forces Debian builds)
-	@$(foreach v,$(STACK_VARS),$(v)='$($(v))') compose/up.sh --build-only
+	@$(STACK_ENV) compose/up.sh --build-only
 
 .PHONY: prune
 prune: ## Reclaim disk: Docker build cache and dangling images
@@ -81,8 +90,8 @@ prune: ## Reclaim disk: Docker build cache and dangling images
 	docker image prune -f
 
 .PHONY: golden
-golden: $(VENV)/.stamp ## Regenerate tests/golden/ (compose files for WORKERS=1 and 3, CPU and GPU) after an intended change
-	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_compose_golden.py
+golden: $(VENV)/.stamp ## Regenerate tests/golden/ (compose files for WORKERS=1 and 3, CPU and GPU; the swarm stack bundle) after an intended change
+	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_compose_golden.py tests/unit/test_compose_stack.py
 
 .PHONY: lock
 lock: ## Regenerate the hash locks: requirements.lock (host .venv) and images/requirements-{cpu,gpu}.lock

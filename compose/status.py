@@ -1,48 +1,45 @@
 """`make status`: one row per task — container state, step, steps/s, step time, where the time goes.
 
-Container state comes from Docker; everything else from Prometheus (raw trainer series, so it works
-without recording rules and after the tasks have exited, within the lookback window).
+    python -m compose.status [--project NAME] [--prometheus URL] [--no-docker]
+
+Container state comes from Docker (with --no-docker, e.g. for a swarm whose containers run on other
+engines: the tasks and their last state as Prometheus saw them); everything else from Prometheus: raw trainer series through the
+queries of monitoring/rules.py (so it works without the recording rules and after the tasks have
+exited, within the lookback window). The generated promtool tests evaluate these very queries.
 """
 
 from __future__ import annotations
 
-import json
+import argparse
 import math
 import subprocess
 import sys
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 
-Query = Callable[[str], dict[tuple[str, str], float]]
-WINDOW = "1m"
+from monitoring import rules
+from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
+from trainer import contract as c
+
+Query = Callable[[str], dict[str, float]]
+"""PromQL -> task name -> value."""
 COLUMNS = ("task", "state", "step", "steps/s", "step time", "all-reduce", "input wait", "checkpoint")
 
 
-def _rate(metric: str) -> str:
-    return f"sum by (task_type, task_index) (rate({metric}[{WINDOW}]))"
+def _share(m: c.Metric) -> str:
+    return f"{rules.rate(m.sum)} / {rules.rate(c.STEP.sum)}"
 
 
 QUERIES = {
-    "step": "max by (task_type, task_index) (last_over_time(trainer_global_step[1h]))",
-    "steps/s": _rate("trainer_steps_total"),
-    "step time": f"{_rate('trainer_step_duration_seconds_sum')} / {_rate('trainer_step_duration_seconds_count')}",
-    "all-reduce": f"{_rate('trainer_allreduce_duration_seconds_sum')} / {_rate('trainer_step_duration_seconds_sum')}",
-    "input wait": f"{_rate('trainer_input_wait_seconds_sum')} / {_rate('trainer_step_duration_seconds_sum')}",
-    "checkpoint": "max by (task_type, task_index) (last_over_time(trainer_last_checkpoint_step[1h]))",
+    "step": rules.last_value(c.GLOBAL_STEP),
+    # While training, steps per second of step time; after the run, over the whole run.
+    "steps/s": f"{rules.steps_per_second()} or {rules.steps_per_second_run()}",
+    "step time": f"{rules.rate(c.STEP.sum)} / {rules.rate(c.STEP.count)}",
+    "all-reduce": _share(c.ALLREDUCE),
+    "input wait": _share(c.INPUT_WAIT),
+    "checkpoint": rules.last_value(c.LAST_CHECKPOINT),
 }
-FORMATS = {"step": "{:.0f}", "steps/s": "{:.2f}", "step time": "{:.3f} s", "all-reduce": "{:.0%}",
+FORMATS = {"step": "{:.0f}", "steps/s": "{:.1f}", "step time": "{:.3f} s", "all-reduce": "{:.0%}",
            "input wait": "{:.0%}", "checkpoint": "{:.0f}"}
-
-
-def prometheus(url: str) -> Query:
-    def query(expr: str) -> dict[tuple[str, str], float]:
-        with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}",
-                                    timeout=5) as resp:
-            result = json.load(resp)["data"]["result"]
-        return {(r["metric"].get("task_type", ""), r["metric"].get("task_index", "")): float(r["value"][1])
-                for r in result}
-    return query
 
 
 def containers(project: str) -> dict[str, str]:
@@ -63,41 +60,55 @@ def containers(project: str) -> dict[str, str]:
     return states
 
 
-def task_key(service: str) -> tuple[str, str] | None:
-    if service == "chief":
-        return ("chief", "0")
-    if service.startswith("worker-") and service[7:].isdigit():
-        return ("worker", service[7:])
-    return None
+def scraped_states(prom: Prometheus) -> dict[str, str]:
+    """task -> its last trainer state in Prometheus (for tasks whose containers Docker here cannot see)."""
+    expr = f"last_over_time({c.STATE.name}{rules.JOB_SELECTOR}[{rules.RUN_LOOKBACK}]) == 1"
+    return {c.task_of(s["metric"]): s["metric"].get(c.STATE.client_name, "?") for s in prom.query(expr)}
+
+
+def is_task(service: str) -> bool:
+    """Trainer tasks are the services named as contract.task_name names them."""
+    task_type, index = c.task_labels(service)
+    return index.isdigit() and c.task_name(task_type, index) == service and task_type in (c.CHIEF, c.WORKER)
 
 
 def table(states: Mapping[str, str], query: Query) -> list[tuple[str, ...]]:
     values = {col: query(expr) for col, expr in QUERIES.items()}
-    tasks = sorted((s for s in states if task_key(s)), key=lambda s: (s != "chief", len(s), s))
     rows = [COLUMNS]
-    for service in tasks:
-        key = task_key(service)
-        # 0/0 rates (no step in the window) come back as NaN: show them as missing, like absent series.
-        cells = [FORMATS[c].format(v) if (v := values[c].get(key, math.nan)) == v else "-" for c in QUERIES]
+    for service in sorted(filter(is_task, states), key=c.task_order):
+        # Absent and non-finite values (no step in the window) show as missing.
+        cells = [FORMATS[col].format(x) if math.isfinite(x := values[col].get(service, math.nan)) else "-"
+                 for col in QUERIES]
         rows.append((service, states[service], *cells))
     return rows
 
 
 def render(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def main(argv: list[str]) -> int:
-    url = argv[0] if argv else "http://127.0.0.1:9090"
-    states = containers("mwms")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compose.status", description=__doc__.splitlines()[0])
+    parser.add_argument("--project", default=c.DEFAULT_PROJECT, help="compose project (make's PROJECT)")
+    parser.add_argument("--prometheus", default=DEFAULT_URL, help="Prometheus base URL")
+    parser.add_argument("--no-docker", action="store_true",
+                        help="take the tasks and their states from Prometheus, not from this Docker engine")
+    args = parser.parse_args(argv)
+    prom = Prometheus(url=args.prometheus, timeout=5.0)
+    try:
+        states = scraped_states(prom) if args.no_docker else containers(args.project)
+    except PrometheusError as err:
+        print(f"status: Prometheus at {args.prometheus} does not answer ({err})", file=sys.stderr)
+        return 1
     if not states:
-        print("status: no containers in project mwms: run `make up` first", file=sys.stderr)
+        where = f"Prometheus at {args.prometheus}" if args.no_docker else f"project {args.project}"
+        print(f"status: no trainer tasks in {where}: run `make up PROJECT={args.project}` first", file=sys.stderr)
         return 1
     try:
-        rows = table(states, prometheus(url))
-    except OSError as err:
-        print(f"status: Prometheus at {url} does not answer ({err}); showing container states only",
+        rows = table(states, prom.by_task)
+    except PrometheusError as err:
+        print(f"status: Prometheus at {args.prometheus} does not answer ({err}); showing container states only",
               file=sys.stderr)
         rows = table(states, lambda _expr: {})
     print(render(rows))
@@ -105,4 +116,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make up`: engine -> images -> generated compose files -> build once -> start -> print URLs.
-# Every input arrives through the environment from compose/compose.mk (WORKERS, GPUS, STEPS, ...).
+# Stack settings arrive through the environment from compose/compose.mk's STACK_VARS (WORKERS, GPUS, ...);
+# trainer knobs (STEPS=, TASK=, any trainer flag upper-cased) pass through it untouched to
+# compose.generate, which reads them (compose/knobs.py).
 # Run from the repository root. `up.sh --build-only` stops after building (make images).
 set -euo pipefail
 
@@ -18,13 +20,13 @@ if [[ $BASE_IMAGE == mwms/* ]]; then
   images/images.sh prometheus "$PROMETHEUS_IMAGE"
 fi
 
-# 2. Compose files and Prometheus targets for a chief plus $WORKERS workers.
+# 2. Compose files and Prometheus targets for a chief plus $WORKERS workers; checks the trainer knobs
+#    and that the containers' user can read SCRIPT and DATA, before anything starts.
 args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE"
       --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-3}"
-      --image-repo "${IMAGE_REPO:-mwms/trainer}")
-for var in STEPS TASK PER_REPLICA_BATCH STRATEGY SAVE_EVERY CLUSTER_TIMEOUT SCRIPT DATA ARGS; do
-  [ -n "${!var:-}" ] && args+=("--$(tr 'A-Z_' 'a-z-' <<<"$var")" "${!var}")
-done
+      --image-repo "${IMAGE_REPO:-mwms/trainer}" --args "${ARGS:-}")
+[ -n "${SCRIPT:-}" ] && args+=(--script "$SCRIPT")
+[ -n "${DATA:-}" ] && args+=(--data "$DATA")
 "${PYTHON:-python3}" -m compose.generate "${args[@]}"
 variant=cpu; [ -f "$RUN_DIR/compose.gpu.yaml" ] && variant=gpu
 
@@ -47,7 +49,6 @@ fi
 cat >"$RUN_DIR/stack.env" <<EOF
 COMPOSE_PROJECT_NAME=${PROJECT:-mwms}
 COMPOSE_PROFILES=$profiles
-COMPOSE_BAKE=false
 PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE
 BIND_ADDR=${BIND_ADDR:-127.0.0.1}
 RUN_DIR=$(realpath "$RUN_DIR")
@@ -56,10 +57,22 @@ EOF
 # shellcheck disable=SC2046  # compose.args is a list of -f options
 dc() { docker compose --project-directory . --env-file "$RUN_DIR/stack.env" $(cat "$RUN_DIR/compose.args") "$@"; }
 
+# Compose's own builder, which drives the daemon's BuildKit (RUN --mount works). Its alternative, Bake,
+# needs the buildx plugin, which these hosts do not have. Compose warns either way: unset, that Bake
+# needs buildx; COMPOSE_BAKE=false, that the setting is deprecated (engine.sh pins the Compose version
+# that still has the builder). Neither says anything to act on, so only those lines are dropped.
+BUILDER_WARNINGS='COMPOSE_BAKE=false is deprecated|configured to build using Bake, but buildx'
+build_chief() {
+  local rc=0
+  COMPOSE_BAKE=false dc build --quiet chief 2> >(grep -Ev "$BUILDER_WARNINGS" >&2) || rc=$?
+  wait  # for the filter, so its lines come before the next step's
+  return "$rc"
+}
+
 # 6. Build once, on the chief. Then free what rebuilds leave behind (our superseded images, the
 #    ~340 MB copy of the build context): layers stay cached, so warm builds are still instant.
 say "building ${IMAGE_REPO:-mwms/trainer} ($variant) on the chief service (cold: ~1 min; warm: cached)"
-COMPOSE_BAKE=false dc build --quiet chief
+build_chief
 docker image prune -f --filter label=org.mwms.image=trainer >/dev/null
 docker builder prune -f --filter type=source.local >/dev/null 2>&1
 [ "${1:-}" = --build-only ] && exit 0
@@ -77,4 +90,7 @@ Grafana:    skipped - image $GRAFANA_IMAGE is not present and cannot be pulled (
             make publish-dashboards GRAFANA_URL=https://grafana.example GRAFANA_TOKEN=...
 EOF
 fi
-echo "Follow:     make status (per-task table) | make logs | make wait (blocks, returns the chief's exit code)"
+# Another project's commands need its name: they find its RUN_DIR and Prometheus from it.
+p=""; [ "${PROJECT:-mwms}" = mwms ] || p=" PROJECT=$PROJECT"
+echo "Follow:     make status$p (per-task table) | make logs$p | make wait$p (blocks, returns the chief's exit code)"
+echo "Stop:       make down$p (keeps checkpoints and history) | make clean$p (removes them)"

@@ -2,8 +2,9 @@
 
 The generator must run on a bare `python3` (no PyYAML) because `make up` runs before any venv
 exists. Every string is written as a JSON string, which is a valid YAML double-quoted scalar, so
-nothing is ever mis-typed (`"on"`, `"0"`, `"2222"` stay strings). `$` is doubled because compose
-interpolates every string: generated values are literal.
+nothing is ever mis-typed (`"on"`, `"0"`, `"2222"` stay strings). For Compose `$` is doubled because
+compose interpolates every string: generated values are literal. Kubernetes expands only `$(VAR)` in
+commands and env values, so its emitter escapes those itself and dumps with `dollars=False`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import json
 
 
-def dump(doc: dict, header: str = "") -> str:
+def dump(doc: dict, header: str = "", *, dollars: bool = True) -> str:
     lines = [f"# {line}".rstrip() for line in header.splitlines()]
     lines += _block(doc, 0)
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    return text if dollars else text.replace("$$", "$")  # every `$` was doubled: exactly undone
 
 
 def _scalar(value: object) -> str:

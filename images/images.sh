@@ -14,6 +14,8 @@ ONLINE_PROMETHEUS=prom/prometheus:v2.55.1
 OFFLINE_BASE=mwms/python:3.11-bookworm
 OFFLINE_PROMETHEUS=mwms/prometheus:2.42.0-bookworm
 SUITE=bookworm
+# The locks are compiled for x86_64-manylinux_2_28 (`make lock`): no wheel needs a newer glibc.
+MANYLINUX_MAX=28
 MIRRORS=("deb http://deb.debian.org/debian $SUITE main"
          "deb http://deb.debian.org/debian $SUITE-updates main"
          "deb http://deb.debian.org/debian-security $SUITE-security main")
@@ -66,11 +68,12 @@ wheelhouse() {
   [ "$(cat "$dir/.lock-sha256" 2>/dev/null)" = "$want" ] && return 0
   say "downloading the wheelhouse for $lock into $dir"
   rm -rf "$dir"; mkdir -p "$dir"
-  # pip does not widen --platform: every manylinux tag is listed. --no-deps because the lock is
-  # the full closure (and tf-keras must not pull the GPU tensorflow next to tensorflow-cpu).
-  "${PYTHON:-python3}" -m pip download -q --no-deps --require-hashes --only-binary=:all: \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  # pip does not widen --platform: every manylinux tag the lock may have picked is listed (it is
+  # compiled for manylinux_2_28; the nvidia-* wheels use 2_25 and 2_27). --no-deps because the lock
+  # is the full closure (and tf-keras must not pull the GPU tensorflow next to tensorflow-cpu).
+  local platforms=(--platform manylinux2014_x86_64)
+  for minor in $(seq 17 "$MANYLINUX_MAX"); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
+  "${PYTHON:-python3}" -m pip download -q --no-deps --require-hashes --only-binary=:all: "${platforms[@]}" \
     --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none \
     -r "$lock" -d "$dir" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
   cp "$lock" "$dir/requirements.lock"

@@ -3,8 +3,8 @@
     python -m monitoring.diagnose [--prometheus URL] [--bench .run/bench-comm.json] [--json]
 
 Reads the task-level recording rules (1 minute windows) and the targets, states and build info of
-the last few minutes, then judges with monitoring/verdict.py (the same logic as the dashboard's
-rules in monitoring/prometheus/rules/verdict.yml). Exit 0 healthy (or finished), 1 a problem, 2 no data.
+the last few minutes, then judges with monitoring/verdict.py (which the dashboard's generated rules
+implement in PromQL). Exit 0 healthy (or finished), 1 a problem, 2 no data.
 """
 
 from __future__ import annotations
@@ -17,32 +17,34 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from monitoring import verdict
-from monitoring.promql import Prometheus, PrometheusError
+from monitoring import rules, verdict
+from monitoring.benchcomm_result import Result, ResultError
+from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
+from trainer import contract as c
 
 LOOKBACK = "5m"
 """How far back a target, state or build counts: a task that vanished minutes ago is still named."""
-TRAINER = '{job="trainer"}'
+
+
+def _recent(series: str, lookback: str = LOOKBACK) -> str:
+    return f"last_over_time({series}{rules.JOB_SELECTOR}[{lookback}])"
+
+
 QUERIES = {
-    "up": f"last_over_time(up{TRAINER}[{LOOKBACK}])",
-    "state": f"last_over_time(trainer_state{TRAINER}[1h]) == 1",
-    "last_step_age": "task:trainer_last_step:age_seconds",
-    "step": "task:trainer_step_duration_seconds:mean1m",
-    "compute": "task:trainer_compute_duration_seconds:mean1m",
-    "compute_share": "task:trainer_compute_duration_seconds:share1m",
-    "allreduce_share": "task:trainer_allreduce_duration_seconds:share1m",
-    "input_share": "task:trainer_input_wait_seconds:share1m",
-    "compute_ratio": "task:trainer_compute_duration_seconds:ratio_to_median1m",
-    "busbw": "task:trainer_allreduce_busbw_bytes_per_second:mean1m",
-    "build": f"last_over_time(trainer_build_info{TRAINER}[{LOOKBACK}])",
-    "world_size": f"last_over_time(trainer_world_size{TRAINER}[{LOOKBACK}])",
-    "allreduce_bytes": "task:trainer_allreduce_bytes:per_step1m",
+    "up": _recent("up"),
+    "state": f"{_recent(c.STATE.name, rules.RUN_LOOKBACK)} == 1",
+    "last_step_age": rules.LAST_STEP_AGE,
+    "step": rules.MEAN[c.STEP],
+    "compute": rules.MEAN[c.COMPUTE],
+    "compute_share": rules.SHARE[c.COMPUTE],
+    "allreduce_share": rules.SHARE[c.ALLREDUCE],
+    "input_share": rules.SHARE[c.INPUT_WAIT],
+    "busbw": rules.BUSBW,
+    "build": _recent(rules.BUILD_INFO),
+    "world_size": _recent(c.WORLD_SIZE.name),
+    "allreduce_bytes": rules.BYTES_PER_STEP,
 }
-BUILD_LABELS = ("tf_version", "trainer_version", "strategy", "communication", "task")
-
-
-def task_name(labels: dict) -> str:
-    return f"{labels.get('task_type', '?')}-{labels.get('task_index', '?')}"
+NUMBERS = ("last_step_age", "step", "compute", "compute_share", "allreduce_share", "input_share", "busbw")
 
 
 def _number(value: str) -> float | None:
@@ -50,49 +52,48 @@ def _number(value: str) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _field(name: str, series: dict) -> tuple[str, object] | None:
+    """The TaskSample field one query result gives, None for results that are not per-task fields."""
+    labels, value = series["metric"], series["value"][1]
+    if name == "state":
+        return "state", labels.get(c.STATE.client_name)
+    if name == "build":
+        return "build", tuple(labels.get(k, "") for k in c.BUILD_LABELS)
+    if name == "world_size":
+        return "world_size", int(float(value))
+    return (name, _number(value)) if name in NUMBERS else None
+
+
 def samples(results: dict[str, list[dict]]) -> list[verdict.TaskSample]:
     """TaskSamples from instant-query results (name in QUERIES -> Prometheus vector). Pure."""
-    fields: dict[str, dict] = {}
-    for s in results.get("up", []):
-        fields.setdefault(task_name(s["metric"]), {})["up"] = float(s["value"][1]) == 1
+    fields = {c.task_of(s["metric"]): {"up": float(s["value"][1]) == 1} for s in results.get("up", [])}
     for name, vector in results.items():
         for s in vector:
-            task = task_name(s["metric"])
-            if task not in fields:
-                continue  # a series of a task Prometheus no longer scrapes
-            if name == "state":
-                fields[task]["state"] = s["metric"].get("trainer_state")
-            elif name == "build":
-                fields[task]["build"] = tuple(s["metric"].get(k, "") for k in BUILD_LABELS)
-            elif name == "world_size":
-                fields[task]["world_size"] = int(float(s["value"][1]))
-            elif name not in ("up", "allreduce_bytes"):
-                fields[task]["last_step_age" if name == "last_step_age" else name] = _number(s["value"][1])
-    order = lambda t: (not t.startswith("chief"), t)
-    return [verdict.TaskSample(task=t, **fields[t]) for t in sorted(fields, key=order)]
+            task, field = c.task_of(s["metric"]), _field(name, s)
+            if task in fields and field is not None:  # else a series of a task no longer scraped
+                fields[task][field[0]] = field[1]
+    return [verdict.TaskSample(task=t, **fields[t]) for t in sorted(fields, key=c.task_order)]
 
 
 def link_reference(path: Path, gradient_bytes: float | None) -> tuple[float | None, int | None]:
-    """From `make bench-comm`'s result (if it has run): the best busbw (bytes/s) among its knob settings
-    at the size nearest the training's bytes per all-reduce, and that size; else its overall best."""
+    """From `make bench-comm`'s result (if it has run): the best busbw (bytes/s) at the size nearest
+    the training's bytes per all-reduce, and that size; else its overall best."""
     try:
-        report = json.loads(path.read_text())
-        if not gradient_bytes:
-            return float(report["best"]["busbw"]), int(report["best"]["size"])
-        sizes = {r["size"] for r in report["rows"]}
-        size = min(sizes, key=lambda s: abs(math.log(s / gradient_bytes)))
-        return max(r["busbw"] for r in report["rows"] if r["size"] == size), size
-    except (OSError, ValueError, KeyError, TypeError):
+        return Result.read(path).reference(gradient_bytes)
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ResultError) as err:
+        print(f"diagnose: ignoring the bench-comm result: {err}", file=sys.stderr)
         return None, None
 
 
 def render(d: verdict.Diagnosis) -> str:
-    c = d.cluster
-    lines = [f"cluster: {c.verdict.upper()}" + (f" ({', '.join(c.tasks)})" if c.tasks else "")]
-    lines += [f"  - {e}" for e in c.evidence]
-    if c.advice:
+    cl = d.cluster
+    lines = [f"cluster: {cl.verdict.upper()}" + (f" ({', '.join(cl.tasks)})" if cl.tasks else "")]
+    lines += [f"  - {e}" for e in cl.evidence]
+    if cl.advice:
         lines.append("  advice:")
-        lines += [f"  * {a}" for a in c.advice]
+        lines += [f"  * {a}" for a in cl.advice]
     if d.tasks:
         lines.append("tasks:")
         width = max(map(len, d.tasks))
@@ -114,7 +115,7 @@ def to_json(d: verdict.Diagnosis) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m monitoring.diagnose", description=__doc__.splitlines()[0])
-    p.add_argument("--prometheus", default=os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:9090"))
+    p.add_argument("--prometheus", default=os.environ.get("PROMETHEUS_URL", DEFAULT_URL))
     p.add_argument(
         "--bench",
         type=Path,
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     prom = Prometheus(url=args.prometheus, timeout=5.0)
     try:
         results = {name: prom.query(expr) for name, expr in QUERIES.items()}
-    except (PrometheusError, OSError) as err:  # requests' errors are OSErrors
+    except PrometheusError as err:
         print(f"diagnose: cannot query Prometheus at {args.prometheus}: {err}", file=sys.stderr)
         return verdict.EXIT_NO_DATA
     gradient_bytes = max((_number(s["value"][1]) or 0 for s in results["allreduce_bytes"]), default=None)

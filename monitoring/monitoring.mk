@@ -17,9 +17,14 @@ dashboards: $(VENV)/.stamp ## Regenerate monitoring/grafana/dashboards/*.json fr
 check-dashboards: $(VENV)/.stamp ## Fail if the committed dashboard JSON differs from what the generator writes
 	$(PY) -m monitoring.dashboards --check
 
+.PHONY: rules
+rules: $(VENV)/.stamp ## Regenerate the Prometheus rules, alerts and promtool tests from trainer/contract.py and monitoring/verdict.py
+	$(PY) -m monitoring.rulegen
+
 .PHONY: check-rules
-check-rules: ## promtool: check the Prometheus config and rules, run the alert unit tests
+check-rules: $(VENV)/.stamp ## Generated rules up to date; promtool: check the config and rules, run the rule unit tests
 	@command -v $(PROMTOOL) >/dev/null || { echo "promtool not found: apt-get install prometheus (make engine does)"; exit 1; }
+	$(PY) -m monitoring.rulegen --check
 	$(PROMTOOL) check config $(MONITORING_PROM)/prometheus.yml
 	$(PROMTOOL) check rules $(MONITORING_PROM)/rules/*.yml
 	$(PROMTOOL) test rules $(MONITORING_PROM)/tests/*.yml

@@ -1,5 +1,5 @@
-"""A minimal Prometheus HTTP API client and the Grafana-side query handling the report and the
-live dashboard tests share."""
+"""Grafana-side query handling the report and the live dashboard tests share, and finding the last
+run in Prometheus' data. The HTTP client itself is monitoring/prom_client.py."""
 
 import json
 import math
@@ -9,40 +9,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
+from monitoring import rules
+from monitoring.prom_client import Prometheus, PrometheusError  # noqa: F401  (re-exported for callers)
+from trainer import contract
 
 DASHBOARD_DIR = Path(__file__).resolve().parent / "grafana" / "dashboards"
-
-
-class PrometheusError(RuntimeError):
-    pass
-
-
-@dataclass(frozen=True, kw_only=True)
-class Prometheus:
-    """Prometheus' /api/v1 query endpoints."""
-
-    url: str
-    """Base URL, e.g. http://127.0.0.1:9090."""
-    timeout: float = 10.0
-    """Seconds per HTTP request."""
-
-    def _get(self, path: str, params: dict) -> dict:
-        response = requests.get(f"{self.url.rstrip('/')}/api/v1/{path}", params=params, timeout=self.timeout)
-        is_json = response.headers.get("content-type", "").startswith("application/json")
-        body = response.json() if is_json else {}
-        if response.status_code != 200 or body.get("status") != "success":
-            raise PrometheusError(f"{path} {params.get('query')!r}: {body.get('error', response.text[:200])}")
-        return body["data"]
-
-    def query(self, expr: str, at: float | None = None) -> list[dict]:
-        """Instant vector: [{"metric": {...}, "value": [t, "v"]}, ...]."""
-        params = {"query": expr} | ({"time": at} if at is not None else {})
-        return self._get("query", params)["result"]
-
-    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
-        """Range matrix: [{"metric": {...}, "values": [[t, "v"], ...]}, ...]."""
-        return self._get("query_range", {"query": expr, "start": start, "end": end, "step": step})["result"]
 
 
 def substitute(expr: str, *, rate_interval: str, interval: str, range_: str = "1h",
@@ -90,7 +61,7 @@ def load_dashboards(directory: Path = DASHBOARD_DIR) -> dict[str, dict]:
 
 # --- The current or last run, found from the data itself ---
 
-PRESENCE = 'count(trainer_global_step{job="trainer"})'
+PRESENCE = f"count({contract.GLOBAL_STEP.name}{rules.JOB_SELECTOR})"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,31 +10,28 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on servers and in CI
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from .promql import Prometheus, PrometheusError, Window, find_window  # noqa: E402
+from monitoring import rules as r
+from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring.promql import Window, find_window
+from trainer import contract as c
 
 log = logging.getLogger(__name__)
 
 PARTS = (  # (recording rule, label), stacked bottom to top: together they make the whole step
-    ("task:trainer_compute_duration_seconds:mean1m", "compute"),
-    ("task:trainer_allreduce_duration_seconds:mean1m", "all-reduce"),
-    ("task:trainer_input_wait_seconds:mean1m", "input wait"),
-    ("task:trainer_step_other_seconds:mean1m", "other"),
+    (r.MEAN[c.COMPUTE], "compute"),
+    (r.MEAN[c.ALLREDUCE], "all-reduce"),
+    (r.MEAN[c.INPUT_WAIT], "input wait"),
+    (r.OTHER, "other"),
 )
-# The loss gauge reads 0 until a process's first step: show it only after that.
-LOSS = 'trainer_loss{job="trainer"} and on (job, instance) (trainer_steps_total{job="trainer"} > 0)'
-
-
-def task_name(metric: dict) -> str:
-    return f"{metric.get('task_type', '?')}-{metric.get('task_index', '?')}"
 
 
 def series(prom: Prometheus, expr: str, w: Window) -> dict[str, tuple[list[float], list[float]]]:
     """Task name ("cluster" for series without a task) → (seconds since start, values)."""
     out = {}
     for s in prom.query_range(expr, w.start, w.end, w.step):
-        name = task_name(s["metric"]) if "task_type" in s["metric"] else "cluster"
+        name = c.task_of(s["metric"]) if c.TASK_TYPE in s["metric"] else "cluster"
         out[name] = ([float(t) - w.start for t, _ in s["values"]], [float(v) for _, v in s["values"]])
     return out
 
@@ -42,7 +39,7 @@ def series(prom: Prometheus, expr: str, w: Window) -> dict[str, tuple[list[float
 def plot(*, breakdown: dict[str, dict[str, tuple]], throughput: dict, loss: dict, title: str,
          out: Path) -> None:
     """breakdown: task → part label → (x, y). One stacked panel per task, then throughput and loss."""
-    tasks = sorted(breakdown)
+    tasks = sorted(breakdown, key=c.task_order)
     rows = len(tasks) + 2
     fig, axes = plt.subplots(rows, 1, figsize=(11, 2.4 * rows), sharex=True, squeeze=False)
     axes = axes[:, 0]
@@ -81,13 +78,13 @@ def report(prom: Prometheus, out: Path, *, lookback: float, now: float) -> bool:
             breakdown.setdefault(name, {})[label] = xy
     # Throughput over a short window, as Grafana's $__rate_interval would: a 1 min rate averages in the
     # idle start-up of a short run. (The breakdown is a ratio, which idle time does not skew.)
-    examples = f'rate(trainer_examples_total{{job="trainer"}}[{max(20, 2 * round(w.step))}s])'
+    examples = f"rate({c.EXAMPLES.name}{r.JOB_SELECTOR}[{max(20, 2 * round(w.step))}s])"
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(w.start))
     plot(
         breakdown=breakdown,
         throughput=(series(prom, f"sum by (job) ({examples})", w)
-                    | series(prom, f"sum by (job, instance, task_type, task_index) ({examples})", w)),
-        loss=series(prom, LOSS, w),
+                    | series(prom, f"sum by ({r.BY_TASK}) ({examples})", w)),
+        loss=series(prom, r.loss_after_first_step(), w),
         title=f"Training run from {started}, {w.end - w.start:.0f} s (step breakdown: 1 min means)",
         out=out,
     )
@@ -96,14 +93,14 @@ def report(prom: Prometheus, out: Path, *, lookback: float, now: float) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m monitoring.report", description=__doc__)
-    parser.add_argument("--prometheus", default="http://127.0.0.1:9090", help="Prometheus base URL")
+    parser.add_argument("--prometheus", default=DEFAULT_URL, help="Prometheus base URL")
     parser.add_argument("--out", type=Path, default=Path(".run/report.png"), help="PNG to write")
     parser.add_argument("--lookback", type=float, default=6 * 3600, help="seconds to search back for a run")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         written = report(Prometheus(url=args.prometheus), args.out, lookback=args.lookback, now=time.time())
-    except (PrometheusError, OSError) as e:  # requests' errors are OSErrors
+    except PrometheusError as e:
         log.error("report: cannot query %s: %s", args.prometheus, e)
         return 2
     if not written:

@@ -15,10 +15,11 @@ from trainer.config import Config
 from trainer.errors import ConfigError
 
 COMPONENTS = ("cluster spec", "TensorFlow version", "trainer version", "training settings")
-# Settings every task must share; ports and directories may legitimately differ per task.
+# Settings every task must share; ports and directories may legitimately differ per task. The
+# all-reduce settings too: tasks sending different dtypes or packs would not meet in one collective.
 SHARED_SETTINGS = ("steps", "per_replica_batch", "task", "strategy", "data", "learning_rate",
                    "lr_scaling", "warmup_steps", "seed", "steps_per_call", "measure_every", "save_every",
-                   "log_every")
+                   "log_every", "bytes_per_pack", "allreduce_mode", "allreduce_dtype")
 
 
 def _hash52(value: object) -> float:

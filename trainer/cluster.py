@@ -11,10 +11,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-CHIEF = "chief"
-WORKER = "worker"
+from trainer import contract
+
+CHIEF, WORKER = contract.CHIEF, contract.WORKER
 TASK_TYPES = (CHIEF, WORKER)
-DEFAULT_PORT = 2222  # the TFJob convention
+DEFAULT_PORT = contract.TF_PORT
 
 
 class ClusterSpecError(ValueError):
@@ -29,7 +30,7 @@ class TaskId:
     @property
     def name(self) -> str:
         """The task's name in logs, compose services and DNS: `chief`, `worker-0`, ..."""
-        return CHIEF if self.type == CHIEF else f"{self.type}-{self.index}"
+        return contract.task_name(self.type, self.index)
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,34 @@ class ClusterSpec:
         return int.from_bytes(digest[:8], "big") >> 12
 
 
-def for_hosts(num_workers: int, port: int = DEFAULT_PORT) -> ClusterSpec:
-    """A chief plus `num_workers` workers addressed by service name (`chief:2222`, `worker-0:2222`)."""
+# Where each target's DNS puts a task. Fields: {service} (`chief`, `worker-0`), {type} and {rjob}
+# (`chief`, `worker`), {i} (index), {port}, plus the names a target passes (job, namespace, jobset).
+COMPOSE_ADDRESS = "{service}:{port}"
+"""Compose and Swarm: one service per task, named after it."""
+TFJOB_ADDRESS = "{job}-{type}-{i}.{namespace}.svc:{port}"
+"""Kubeflow training operator v1: a headless Service per pod (genClusterSpec in its tensorflow
+controller; it appends `.<domain>` only when CUSTOM_CLUSTER_DOMAIN is set)."""
+JOBSET_ADDRESS = "{jobset}-{rjob}-0-{i}.{jobset}:{port}"
+"""JobSet: pod hostname `<jobset>-<replicatedJob>-<jobIndex>-<podIndex>` under the subdomain the
+JobSet names after itself; one Job per replicated job, so the job index is always 0."""
+
+
+def from_template(num_workers: int, template: str, *, port: int = DEFAULT_PORT, **names: str) -> ClusterSpec:
+    """A chief plus `num_workers` workers, each address rendered from `template` (the chief's view)."""
     if num_workers < 0:
         raise ClusterSpecError(f"WORKERS={num_workers}: must be 0 or more (a chief plus N workers)")
-    workers = tuple(f"{TaskId(WORKER, i).name}:{port}" for i in range(num_workers))
-    return ClusterSpec(chief=(f"{CHIEF}:{port}",), worker=workers, task=TaskId(CHIEF, 0))
+    tasks = [TaskId(CHIEF, 0)] + [TaskId(WORKER, i) for i in range(num_workers)]
+    try:
+        addrs = [template.format(service=t.name, type=t.type, rjob=t.type, i=t.index, port=port, **names)
+                 for t in tasks]
+    except KeyError as err:
+        raise ClusterSpecError(f"address template {template!r} needs a value for {err.args[0]}") from None
+    return ClusterSpec(chief=(addrs[0],), worker=tuple(addrs[1:]), task=TaskId(CHIEF, 0))
+
+
+def for_hosts(num_workers: int, port: int = DEFAULT_PORT) -> ClusterSpec:
+    """A chief plus `num_workers` workers addressed by service name (`chief:2222`, `worker-0:2222`)."""
+    return from_template(num_workers, COMPOSE_ADDRESS, port=port)
 
 
 def on_ports(host: str, ports: list[int]) -> ClusterSpec:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import importlib.util
 import inspect
 import itertools
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,10 @@ from trainer.errors import ConfigError
 ENV_PREFIX = "TRAINER_"
 STRATEGIES = ("mwms", "mirrored")
 LR_SCALINGS = ("none", "linear")
+ALLREDUCE_MODES = ("serial", "overlap")
+ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
+BUILTIN_TASKS = ("mlp", "cnn")
+"""Names of trainer/tasks.py's built-in tasks, here so that a wrong --task fails before TensorFlow loads."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,11 +40,13 @@ class Config:
     data: str = ""
     """Glob of TFRecord files for the built-in tasks; empty means synthetic data."""
     learning_rate: float = 0.01
-    """Base learning rate for a per-replica batch (before --lr-scaling)."""
-    lr_scaling: str = "none"
-    """`linear` multiplies the learning rate by the replicas in sync, reached after --warmup-steps."""
-    warmup_steps: int = 0
-    """Steps of linear warm-up towards the scaled learning rate (only with --lr-scaling linear)."""
+    """Learning rate for one replica's batch (--per-replica-batch); --lr-scaling turns it into the job's rate."""
+    lr_scaling: str = "linear"
+    """`linear` (default): the rate times the replicas in sync, since the global batch grows with them
+    (Goyal et al.), reached over --warmup-steps; `none`: the same rate whatever the number of workers."""
+    warmup_steps: int = 100
+    """Steps of linear warm-up from the base rate to the scaled one (none when they are equal: 1 replica or
+    --lr-scaling none)."""
     seed: int = 0
     """Seed of the model initialisation and of the synthetic data's teacher."""
     input_delay_ms: float = 0.0
@@ -48,6 +55,11 @@ class Config:
     """Gradient all-reduce packs of this many bytes (CommunicationOptions.bytes_per_pack); 0 = one pack.
 
     On CPU rings, 1 MiB packs doubled the bus bandwidth of a 64 MiB all-reduce (`make bench-comm`)."""
+    allreduce_mode: str = "serial"
+    """`serial`: all-reduce after the last gradient; `overlap`: each --bytes-per-pack pack as soon as it is ready
+    (the all-reduce metric is then the exposed part, from the last gradient to the last reduction)."""
+    allreduce_dtype: str = "float32"
+    """Gradients are cast to this for the all-reduce and back before the update: float32, bfloat16, float16."""
     steps_per_call: int = 0
     """Steps per tf.function call (an in-graph loop spreading the dispatch cost); 0 = auto (~0.5 s calls)."""
     measure_every: int = 1
@@ -80,10 +92,24 @@ class Config:
         _check(self.heartbeat_timeout >= 1, "heartbeat_timeout", "must be 1 or more (seconds)")
         _check(0 <= self.metrics_port < 65536, "metrics_port", "must be a port (0 disables metrics)")
         _check(self.strategy in STRATEGIES, "strategy", f"must be one of {', '.join(STRATEGIES)}")
+        _check(self.allreduce_mode in ALLREDUCE_MODES, "allreduce_mode", f"must be one of {', '.join(ALLREDUCE_MODES)}")
+        _check(self.allreduce_dtype in ALLREDUCE_DTYPES, "allreduce_dtype",
+               f"must be one of {', '.join(ALLREDUCE_DTYPES)}")
         _check(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")
-        _check(self.warmup_steps == 0 or self.lr_scaling == "linear", "warmup_steps",
-               "only applies with --lr-scaling linear")
-        _check(bool(self.task.strip()), "task", "must name a built-in task or package.module:function")
+        _check(_task_found(self.task), "task",
+               f"{self.task!r} is neither a built-in ({', '.join(BUILTIN_TASKS)}) nor an importable "
+               "package.module:function")
+
+
+def _task_found(task: str) -> bool:
+    """A built-in, or `package.module:function` whose top-level package is on the path. Finding the
+    package runs none of its code, so TensorFlow is not imported; loading the function comes later."""
+    if task in BUILTIN_TASKS:
+        return True
+    module, sep, function = task.partition(":")
+    if not sep or not function.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
+        return False
+    return importlib.util.find_spec(module.split(".")[0]) is not None
 
 
 def _check(ok: bool, name: str, problem: str) -> None:

@@ -30,7 +30,7 @@ GRAFANA_PORT = 3000
 
 CHIEF, WORKER = "chief", "worker"
 STATES = ("starting", "waiting_for_peers", "training", "checkpointing", "done", "failed")
-"""Values of the `trainer_state` enum."""
+"""Values of the STATE enum."""
 
 COUNTER, GAUGE, HISTOGRAM, INFO, ENUM = "counter", "gauge", "histogram", "info", "enum"
 
@@ -38,7 +38,15 @@ COUNTER, GAUGE, HISTOGRAM, INFO, ENUM = "counter", "gauge", "histogram", "info",
 def task_name(task_type: str, task_index: int | str) -> str:
     """A task's one name in logs, compose services, DNS, status, diagnose and reports:
     `chief`, `worker-0`, `worker-1`, ..."""
-    return CHIEF if task_type == CHIEF else f"{task_type}-{int(task_index)}"
+    return CHIEF if task_type == CHIEF else f"{task_type}-{task_index}"
+
+
+def task_labels(name: str) -> tuple[str, str]:
+    """(task_type, task_index) of a task name: the inverse of task_name."""
+    if name == CHIEF:
+        return CHIEF, "0"
+    task_type, _, index = name.rpartition("-")
+    return task_type, index
 
 
 def task_order(name: str) -> tuple[int, int]:
@@ -47,6 +55,11 @@ def task_order(name: str) -> tuple[int, int]:
         return (0, 0)
     _, _, index = name.rpartition("-")
     return (1, int(index)) if index.isdigit() else (2, 0)
+
+
+def task_of(labels: dict) -> str:
+    """The task name of a Prometheus series from its labels; `?` for a label that is missing."""
+    return task_name(labels.get(TASK_TYPE, "?"), labels.get(TASK_INDEX, "0"))
 
 
 def full_name(name: str, *, unit: str = "", kind: str = GAUGE) -> str:
@@ -63,6 +76,23 @@ class Metric:
     kind: str
     help: str
 
+    @property
+    def sum(self) -> str:
+        return f"{self.name}_sum"
+
+    @property
+    def count(self) -> str:
+        return f"{self.name}_count"
+
+    @property
+    def bucket(self) -> str:
+        return f"{self.name}_bucket"
+
+    @property
+    def client_name(self) -> str:
+        """The name to give prometheus_client, which appends _total to counters and _info to infos."""
+        return self.name.removesuffix("_total")
+
 
 def _metric(name: str, kind: str, help_text: str, unit: str = "") -> Metric:
     return Metric(full_name(name, unit=unit, kind=kind), kind, help_text)
@@ -73,10 +103,13 @@ INPUT_WAIT = _metric("input_wait", HISTOGRAM, "Waiting for the next distributed 
 COMPUTE = _metric("compute_duration", HISTOGRAM,
                   "Forward, backward and optimizer update on the local replica", "seconds")
 ALLREDUCE = _metric("allreduce_duration", HISTOGRAM,
-                    "Cross-replica gradient all-reduce, including waiting for the slowest task", "seconds")
+                    "Gradient all-reduce from the last gradient to the last reduction, waiting for the slowest "
+                    "task included; with --allreduce-mode overlap only its exposed part (what the step still "
+                    "waits for after its last gradient)", "seconds")
 STEPS = _metric("steps", COUNTER, "Training steps completed by this task")
 EXAMPLES = _metric("examples", COUNTER, "Examples processed by this task's replicas")
-ALLREDUCE_BYTES = _metric("allreduce", COUNTER, "Gradient bytes all-reduced by this task", "bytes")
+ALLREDUCE_BYTES = _metric("allreduce", COUNTER, "Gradient bytes this task hands to the all-reduce per step, "
+                          "in the dtype sent (--allreduce-dtype)", "bytes")
 NET_TRANSMIT = _metric("network_transmit", COUNTER, "Bytes sent on the task's network interfaces", "bytes")
 NET_RECEIVE = _metric("network_receive", COUNTER, "Bytes received on the task's network interfaces", "bytes")
 LOSS = _metric("loss", GAUGE, "Global mean training loss of the last step")
@@ -91,8 +124,23 @@ STEP_PARTS = (INPUT_WAIT, COMPUTE, ALLREDUCE)
 """The histograms a step splits into; the step minus their sum is dispatch and host time."""
 ALL = (STEP, INPUT_WAIT, COMPUTE, ALLREDUCE, STEPS, EXAMPLES, ALLREDUCE_BYTES, NET_TRANSMIT, NET_RECEIVE,
        LOSS, GLOBAL_STEP, WORLD_SIZE, LAST_STEP_TIME, LAST_CHECKPOINT, BUILD_INFO, STATE)
+BUILD_LABELS = ("tf_version", "trainer_version", "strategy", "communication", "task")
+"""The labels of BUILD_INFO: tasks whose values differ cannot train together."""
+TASK_BY = ("job", "instance", *LABELS)
+"""Labels of one task's series in PromQL `by (...)` clauses (Prometheus adds job and instance)."""
 
 
 def exposed_name(metric: Metric) -> str:
     """What an exposition shows for an Info (`_info`) metric; other names are shown as stored."""
     return f"{metric.name}_info" if metric.kind == INFO else metric.name
+
+
+def table() -> str:
+    """The contract as a Markdown table (`python -m trainer.contract`), for docs that must not copy it."""
+    rows = ["| series | type | meaning |", "|---|---|---|"]
+    rows += [f"| `{exposed_name(m)}` | {m.kind} | {m.help} |" for m in ALL]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(table())

@@ -39,6 +39,13 @@ class Synthetic:
         return x, y, np.arange(self.num_examples, dtype=np.int64)
 
 
+def problem(name: str, seed: int) -> Synthetic:
+    """The synthetic problem of built-in task `name` (`mlp`: flat features, else `cnn`: images)."""
+    if name == "mlp":
+        return Synthetic(input_shape=(32,), num_classes=4, num_examples=16384, seed=seed)
+    return Synthetic(input_shape=(16, 16, 3), num_classes=4, num_examples=4096, seed=seed, pool=8)
+
+
 def _pooled(x: np.ndarray, pool: int) -> np.ndarray:
     if pool == 1:
         return x

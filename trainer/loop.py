@@ -1,4 +1,9 @@
-"""The host side of training: run steps until --steps, record metrics, log, checkpoint.
+"""The host side of training: one `Controller` runs the step functions until --steps.
+
+Like orbit's `Controller` (tensorflow/models, orbit/controller.py) it owns the step functions, the
+checkpoints and the metrics, and runs a tuple of actions after each call (`train_actions` there):
+here the progress lines and the preemption check. Per call: run n steps, record every step's
+metrics, run the actions, then save when a --save-every boundary is reached.
 
 The whole step is timed on the host between consecutive step ends (same clock as tf.timestamp(),
 both are Unix time), so step - (input + compute + all-reduce) is the dispatch and host-loop
@@ -10,24 +15,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from trainer import progress
-from trainer.metrics import StepTiming
+from trainer.timing import CallOutput, StepFns, StepTiming
 
 log = logging.getLogger(__name__)
 
+Action = Callable[[CallOutput], None]
+"""Runs after every call, before a save; raising stops the loop there (a preemption does)."""
 
-@dataclass(frozen=True)
-class StepFns:
-    timed: Callable
-    """(iterator, n) -> marks [n, 5] (t_start, t0..t3 of replica 0), stats [loss, accuracy], ids"""
-    plain: Callable
-    """(iterator, n) -> the same arithmetic without marks (marks is then [n, 0])"""
-    allreduce_bytes: int
-    """Gradient bytes each replica all-reduces per step."""
+# Auto steps per call: calls of about this long make dispatch a few percent of the step time
+# (measured: ~3 ms per call plus ~0.15 ms per step in the loop, on 2 shared cores) while metrics
+# still update a couple of times a second; slow (GPU) steps get 1 step per call.
+AUTO_CALL_S = 0.5
+MAX_STEPS_PER_CALL = 100
 
 
 @dataclass
@@ -44,21 +48,23 @@ class LoopSettings:
     task_name: str
     steps: int
     steps_per_call: int
+    """0 = auto: calibrated on the first timed call, then agreed across tasks."""
     measure_every: int
-    log_every: int
     save_every: int
-    global_batch: int
     local_examples: int
     """Examples this task's replicas process per step."""
     classify: bool
     record_ids: bool
 
 
-# Auto steps per call: calls of about this long make dispatch a few percent of the step time
-# (measured: ~3 ms per call plus ~0.15 ms per step in the loop, on 2 shared cores) while metrics
-# still update a couple of times a second; slow (GPU) steps get 1 step per call.
-AUTO_CALL_S = 0.5
-MAX_STEPS_PER_CALL = 100
+class Checkpoints(Protocol):
+    def save(self, step: int) -> None: ...
+
+
+class StepMetrics(Protocol):
+    def state(self, state: str) -> None: ...
+    def checkpointed(self, step: int) -> None: ...
+    def record_step(self, **step) -> None: ...
 
 
 def call_size(step: int, per_call: int, s: LoopSettings) -> int:
@@ -73,61 +79,6 @@ def auto_steps_per_call(step_seconds: float) -> int:
     return max(1, min(MAX_STEPS_PER_CALL, int(AUTO_CALL_S / max(step_seconds, 1e-6))))
 
 
-def train(fns: StepFns, iterator, *, start_step: int, settings: LoopSettings, metrics,
-          save: Callable[[int], None], clock: Callable[[], float] = time.time,
-          agree: Callable[[int], int] = lambda k: k,
-          after_call: Callable[[int], None] = lambda step: None) -> LoopResult:
-    """`agree` makes every task use the same auto steps per call (the cluster's maximum);
-    `after_call(step)` runs at every call boundary (where a preemption may save and exit)."""
-    result = LoopResult(start_step=start_step, final_step=start_step)
-    step, calls, traced = start_step, 0, set()
-    per_call = settings.steps_per_call or 1  # 0 = auto: calibrated on the first timed call
-    interval = progress.Interval(clock())
-    t_prev = clock()
-    while step < settings.steps:
-        n = call_size(step, per_call, settings)
-        timed = calls % settings.measure_every == 0
-        fn = fns.timed if timed else fns.plain
-        marks, stats, ids = fn(iterator, n)
-        stats, marks = stats.numpy(), marks.numpy()
-        now = clock()
-        calls += 1
-        if timed and fn in traced:
-            timings = timings_of(marks, t_prev, now)
-            if settings.steps_per_call == 0:
-                per_call = agree(auto_steps_per_call(sum(t.step for t in timings) / n))
-                log.info("%s: %d steps per call (auto, ~%.0f ms each)", settings.task_name, per_call,
-                         1000 * AUTO_CALL_S)
-                settings = replace(settings, steps_per_call=per_call)
-        else:  # a function's first call traces it (seconds): not a step time anyone should alert on
-            timings = [None] * n
-            if fn not in traced:
-                log.info("%s: traced the %s step function in %.1fs", settings.task_name,
-                         "timed" if timed else "untimed", now - t_prev)
-            traced.add(fn)
-        result.loss, result.final_step = float(stats[0]), step + n
-        result.accuracy = float(stats[1]) if settings.classify else None
-        if settings.record_ids:
-            result.ids.append(ids.numpy())
-        for timing in timings:
-            step += 1
-            metrics.record_step(step=step, loss=result.loss, examples=settings.local_examples,
-                                allreduce_bytes=fns.allreduce_bytes, now=now, timing=timing)
-        interval.steps += n
-        interval.timings.extend(t for t in timings if t is not None)
-        t_prev = now
-        if step // settings.log_every > (step - n) // settings.log_every or step == settings.steps:
-            log.info(progress.line(task=settings.task_name, step=step, total=settings.steps, interval=interval,
-                                   now=clock(), global_batch=settings.global_batch, loss=result.loss,
-                                   accuracy=result.accuracy))
-            interval = progress.Interval(clock())
-        after_call(step)
-        if settings.save_every and step % settings.save_every == 0 and step < settings.steps:
-            save(step)
-            t_prev = clock()
-    return result
-
-
 def timings_of(marks, call_start: float, call_end: float) -> list[StepTiming]:
     """Per step of one call; rows are (t_start, t0, t1, t2, t3) on the Unix clock.
 
@@ -138,6 +89,114 @@ def timings_of(marks, call_start: float, call_end: float) -> list[StepTiming]:
     for i, (t_start, t0, t1, t2, t3) in enumerate(marks):
         begin = call_start if i == 0 else marks[i - 1][4]
         end = call_end if i == len(marks) - 1 else t3
-        out.append(StepTiming(step=end - begin, input=t0 - t_start, compute=(t1 - t0) + (t3 - t2),
-                              allreduce=t2 - t1))
+        out.append(
+            StepTiming(step=end - begin, input=t0 - t_start, compute=(t1 - t0) + (t3 - t2), allreduce=t2 - t1)
+        )
     return out
+
+
+@dataclass
+class _Progress:
+    """Where one `Controller.train` is: the step, the calls made, which functions have traced."""
+
+    step: int
+    per_call: int
+    t_prev: float
+    calls: int = 0
+    traced: set = field(default_factory=set)
+    calibrated: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Controller:
+    """One task's training: the step functions, the checkpoints, the metrics and what runs after each
+    call. `train` runs calls until --steps; `save` is also what a --save-every boundary does."""
+
+    fns: StepFns
+    checkpoints: Checkpoints
+    metrics: StepMetrics
+    settings: LoopSettings
+    actions: tuple[Action, ...] = ()
+    clock: Callable[[], float] = time.time
+    agree: Callable[[int], int] = lambda k: k
+    """Makes every task use the same auto steps per call (the cluster's maximum)."""
+
+    def train(self, iterator, start_step: int) -> LoopResult:
+        s = self.settings
+        result = LoopResult(start_step=start_step, final_step=start_step)
+        at = _Progress(step=start_step, per_call=s.steps_per_call or 1, t_prev=self.clock())
+        while at.step < s.steps:
+            out = self._call(iterator, at)
+            self._record(out, result)
+            for action in self.actions:
+                action(out)
+            if s.save_every and at.step % s.save_every == 0 and at.step < s.steps:
+                self.save(at.step)
+                at.t_prev = self.clock()
+        return result
+
+    def save(self, step: int) -> None:
+        self.metrics.state("checkpointing")
+        self.checkpoints.save(step)
+        self.metrics.checkpointed(step)
+        self.metrics.state("training")
+
+    def _call(self, iterator, at: _Progress) -> CallOutput:
+        """One call of n steps; its first call per function traces (seconds) and is not timed."""
+        n = call_size(at.step, at.per_call, self.settings)
+        timed = at.calls % self.settings.measure_every == 0
+        fn = self.fns.timed if timed else self.fns.plain
+        marks, stats, ids = fn(iterator, n)
+        stats, marks = stats.numpy(), marks.numpy()
+        now = self.clock()
+        at.calls += 1
+        if timed and fn in at.traced:
+            timings = timings_of(marks, at.t_prev, now)
+            self._calibrate(at, timings)
+        else:  # a function's first call traces it (seconds): not a step time anyone should alert on
+            timings = [None] * n
+            if fn not in at.traced:
+                log.info(
+                    "%s: traced the %s step function in %.1fs",
+                    self.settings.task_name,
+                    "timed" if timed else "untimed",
+                    now - at.t_prev,
+                )
+            at.traced.add(fn)
+        at.step, at.t_prev = at.step + n, now
+        return CallOutput(
+            step=at.step,
+            timings=tuple(timings),
+            loss=float(stats[0]),
+            accuracy=float(stats[1]) if self.settings.classify else None,
+            ids=ids.numpy() if self.settings.record_ids else None,
+            now=now,
+        )
+
+    def _calibrate(self, at: _Progress, timings: list[StepTiming]) -> None:
+        """--steps-per-call 0: size later calls from the first timed one, agreed by every task."""
+        if self.settings.steps_per_call or at.calibrated:
+            return
+        at.calibrated = True
+        at.per_call = self.agree(auto_steps_per_call(sum(t.step for t in timings) / len(timings)))
+        log.info(
+            "%s: %d steps per call (auto, ~%.0f ms each)",
+            self.settings.task_name,
+            at.per_call,
+            1000 * AUTO_CALL_S,
+        )
+
+    def _record(self, out: CallOutput, result: LoopResult) -> None:
+        result.loss, result.final_step, result.accuracy = out.loss, out.step, out.accuracy
+        if out.ids is not None:
+            result.ids.append(out.ids)
+        first = out.step - out.steps
+        for i, timing in enumerate(out.timings, start=1):
+            self.metrics.record_step(
+                step=first + i,
+                loss=out.loss,
+                examples=self.settings.local_examples,
+                allreduce_bytes=self.fns.allreduce_bytes,
+                now=out.now,
+                timing=timing,
+            )

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one task: the names, labels and types here are a contract.
+"""Prometheus metrics of one task, exported under the names, types and help of trainer/contract.py.
 
 Dashboards, alerts and tests depend on them. Every series carries `task_type` and `task_index`.
 A dedicated CollectorRegistry is passed in (no global default registry), and `NullMetrics` is the
@@ -8,7 +8,6 @@ same interface doing nothing, for --metrics-port 0.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from prometheus_client import (
     CollectorRegistry,
@@ -21,9 +20,11 @@ from prometheus_client import (
     start_http_server,
 )
 
+from trainer import contract as c
 from trainer.cluster import TaskId
 from trainer.errors import ConfigError
 from trainer.netdev import LabelledCollector, NetworkCollector
+from trainer.timing import StepTiming
 
 log = logging.getLogger(__name__)
 
@@ -31,31 +32,19 @@ log = logging.getLogger(__name__)
 # slow peer): dense around 2-50 ms where CPU steps live, then roughly x2 steps up to 60 s.
 BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
            0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
-STATES = ("starting", "waiting_for_peers", "training", "checkpointing", "done", "failed")
-LABELS = ("task_type", "task_index")
 
 
-@dataclass(frozen=True)
-class StepTiming:
-    """One step's breakdown in seconds; `other` is what the parts do not explain (dispatch, host)."""
-
-    step: float
-    input: float
-    compute: float
-    allreduce: float
-
-    @property
-    def other(self) -> float:
-        return self.step - self.input - self.compute - self.allreduce
+def _labels(task: TaskId) -> dict[str, str]:
+    return dict(zip(c.LABELS, (task.type, str(task.index)), strict=True))
 
 
 class TaskMetrics:
     """What every task exports, also a bring-your-own script: build info, state, process, network."""
 
     def __init__(self, registry: CollectorRegistry, task: TaskId) -> None:
-        self.labels = {"task_type": task.type, "task_index": str(task.index)}
-        self._info = Info("trainer_build", "Versions and setup of this task", LABELS, registry=registry)
-        self._state = Enum("trainer_state", "Lifecycle state of this task", LABELS, states=list(STATES),
+        self.labels = _labels(task)
+        self._info = Info(c.BUILD_INFO.client_name, c.BUILD_INFO.help, c.LABELS, registry=registry)
+        self._state = Enum(c.STATE.client_name, c.STATE.help, c.LABELS, states=list(c.STATES),
                            registry=registry).labels(**self.labels)
         registry.register(NetworkCollector(self.labels))
         registry.register(LabelledCollector(ProcessCollector(registry=None), self.labels))
@@ -71,34 +60,27 @@ class Metrics:
     """All metrics of a training task (TaskMetrics plus the per-step series)."""
 
     def __init__(self, registry: CollectorRegistry, task: TaskId) -> None:
-        labels = {"task_type": task.type, "task_index": str(task.index)}
+        labels = _labels(task)
         self.registry = registry
 
-        def histogram(name: str, doc: str):
-            return Histogram(name, doc, LABELS, buckets=BUCKETS, registry=registry).labels(**labels)
+        def make(metric: c.Metric, cls, **kwargs):
+            return cls(metric.client_name, metric.help, c.LABELS, registry=registry, **kwargs).labels(**labels)
 
-        def counter(name: str, doc: str):
-            return Counter(name, doc, LABELS, registry=registry).labels(**labels)
+        def histogram(metric: c.Metric):
+            return make(metric, Histogram, buckets=BUCKETS)
 
-        def gauge(name: str, doc: str):
-            return Gauge(name, doc, LABELS, registry=registry).labels(**labels)
-
-        self.step = histogram("trainer_step_duration_seconds", "Whole training step, host wall clock")
-        self.input = histogram("trainer_input_wait_seconds", "Waiting for the next distributed batch")
-        self.compute = histogram("trainer_compute_duration_seconds",
-                                 "Forward, backward and optimizer update on the local replica")
-        self.allreduce = histogram("trainer_allreduce_duration_seconds",
-                                   "Cross-replica gradient all-reduce, including waiting for the slowest task")
-        self.dispatch = histogram("trainer_dispatch_duration_seconds",
-                                  "Step time the parts do not explain: function dispatch and host loop")
-        self.steps = counter("trainer_steps", "Training steps completed by this task")
-        self.examples = counter("trainer_examples", "Examples processed by this task's replicas")
-        self.allreduce_bytes = counter("trainer_allreduce_bytes", "Gradient bytes all-reduced by this task")
-        self.loss = gauge("trainer_loss", "Global mean training loss of the last step")
-        self.global_step = gauge("trainer_global_step", "Optimizer step (continues after a resume)")
-        self.world_size = gauge("trainer_world_size", "Replicas in sync")
-        self.last_step = gauge("trainer_last_step_timestamp_seconds", "Unix time the last step finished")
-        self.last_checkpoint = gauge("trainer_last_checkpoint_step", "Step of the last checkpoint saved")
+        self.step = histogram(c.STEP)
+        self.input = histogram(c.INPUT_WAIT)
+        self.compute = histogram(c.COMPUTE)
+        self.allreduce = histogram(c.ALLREDUCE)
+        self.steps = make(c.STEPS, Counter)
+        self.examples = make(c.EXAMPLES, Counter)
+        self.allreduce_bytes = make(c.ALLREDUCE_BYTES, Counter)
+        self.loss = make(c.LOSS, Gauge)
+        self.global_step = make(c.GLOBAL_STEP, Gauge)
+        self.world_size = make(c.WORLD_SIZE, Gauge)
+        self.last_step = make(c.LAST_STEP_TIME, Gauge)
+        self.last_checkpoint = make(c.LAST_CHECKPOINT, Gauge)
         self._task = TaskMetrics(registry, task)
 
     def build_info(self, **info: str) -> None:
@@ -120,7 +102,6 @@ class Metrics:
             self.input.observe(timing.input)
             self.compute.observe(timing.compute)
             self.allreduce.observe(timing.allreduce)
-            self.dispatch.observe(max(0.0, timing.other))
 
     def checkpointed(self, step: int) -> None:
         self.last_checkpoint.set(step)

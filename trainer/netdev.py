@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from trainer import contract
+
 PROC_NET_DEV = "/proc/net/dev"
 
 
@@ -37,7 +39,7 @@ def read_proc(path: str = PROC_NET_DEV) -> str:
 
 
 class NetworkCollector(Collector):
-    """trainer_network_{receive,transmit}_bytes_total for one task."""
+    """contract.NET_RECEIVE and NET_TRANSMIT for one task."""
 
     def __init__(self, labels: Mapping[str, str], read: Callable[[], str] = read_proc) -> None:
         self._labels = dict(labels)
@@ -47,10 +49,8 @@ class NetworkCollector(Collector):
         rx, tx = parse(self._read())
         names = list(self._labels)
         values = list(self._labels.values())
-        for direction, value in (("receive", rx), ("transmit", tx)):
-            family = CounterMetricFamily(f"trainer_network_{direction}_bytes",
-                                         f"Bytes {direction}d on this task's network interfaces (no loopback)",
-                                         labels=names)
+        for metric, value in ((contract.NET_RECEIVE, rx), (contract.NET_TRANSMIT, tx)):
+            family = CounterMetricFamily(metric.client_name, f"{metric.help} (no loopback)", labels=names)
             family.add_metric(values, value)
             yield family
 

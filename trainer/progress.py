@@ -8,9 +8,14 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trainer.metrics import StepTiming
+from trainer.timing import CallOutput, StepTiming
+
+log = logging.getLogger(__name__)
 
 
 def format_eta(seconds: float) -> str:
@@ -34,23 +39,58 @@ class Interval:
         if not self.timings:
             return None
         n = len(self.timings)
-        return StepTiming(step=sum(t.step for t in self.timings) / n, input=sum(t.input for t in self.timings) / n,
-                          compute=sum(t.compute for t in self.timings) / n,
-                          allreduce=sum(t.allreduce for t in self.timings) / n)
+        return StepTiming(
+            step=sum(t.step for t in self.timings) / n,
+            input=sum(t.input for t in self.timings) / n,
+            compute=sum(t.compute for t in self.timings) / n,
+            allreduce=sum(t.allreduce for t in self.timings) / n,
+        )
 
 
-def line(*, task: str, step: int, total: int, interval: Interval, now: float, global_batch: int,
-         loss: float, accuracy: float | None) -> str:
+@dataclass(frozen=True)
+class Job:
+    """What a progress line says about the whole run, besides the interval."""
+
+    task: str
+    total: int
+    """The last step (--steps)."""
+    global_batch: int
+
+
+def line(job: Job, interval: Interval, out: CallOutput, now: float) -> str:
     elapsed = max(now - interval.start_time, 1e-9)
     rate = interval.steps / elapsed
-    fields = [task, f"step {step}/{total}", f"{rate:.1f} steps/s", f"{rate * global_batch:.0f} ex/s",
-              f"loss {loss:.3f}"]
-    if accuracy is not None:
-        fields.append(f"acc {accuracy:.2f}")
+    fields = [
+        job.task,
+        f"step {out.step}/{job.total}",
+        f"{rate:.1f} steps/s",
+        f"{rate * job.global_batch:.0f} ex/s",
+        f"loss {out.loss:.3f}",
+    ]
+    if out.accuracy is not None:
+        fields.append(f"acc {out.accuracy:.2f}")
     mean = interval.mean()
     if mean is not None:
         ms = lambda s: f"{s * 1000:.1f}"
-        fields.append(f"{ms(mean.step)} ms = compute {ms(mean.compute)} + allreduce {ms(mean.allreduce)}"
-                      f" + input {ms(mean.input)} + other {ms(mean.other)}")
-    fields.append(f"eta {format_eta((total - step) / rate) if rate > 0 else '?'}")
+        fields.append(
+            f"{ms(mean.step)} ms = compute {ms(mean.compute)} + allreduce {ms(mean.allreduce)}"
+            f" + input {ms(mean.input)} + other {ms(mean.other)}"
+        )
+    fields.append(f"eta {format_eta((job.total - out.step) / rate) if rate > 0 else '?'}")
     return " | ".join(fields)
+
+
+class ProgressLog:
+    """An action of the loop: logs a line when a call passes a multiple of `every`, and at the end."""
+
+    def __init__(self, job: Job, every: int, clock: Callable[[], float] = time.time) -> None:
+        self.job, self.every, self.clock = job, every, clock
+        self.interval = Interval(clock())
+
+    def __call__(self, out: CallOutput) -> None:
+        self.interval.steps += out.steps
+        self.interval.timings.extend(t for t in out.timings if t is not None)
+        before = out.step - out.steps
+        if out.step // self.every > before // self.every or out.step == self.job.total:
+            log.info(line(self.job, self.interval, out, self.clock()))
+            self.interval = Interval(self.clock())

@@ -17,6 +17,8 @@ import os
 
 import tensorflow as tf
 
+from trainer import data
+from trainer.config import BUILTIN_TASKS
 from trainer.data import AUTOTUNE, Synthetic, finish
 
 log = logging.getLogger(__name__)
@@ -68,15 +70,13 @@ def write(problem: Synthetic, out_dir: str, num_files: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from trainer import tasks
-
     p = argparse.ArgumentParser(prog="python -m trainer.records", description="Write synthetic TFRecords")
-    p.add_argument("--task", default="mlp", choices=sorted(tasks.BUILTIN))
+    p.add_argument("--task", default="mlp", choices=BUILTIN_TASKS)
     p.add_argument("--out", required=True)
     p.add_argument("--files", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    paths = write(tasks.problem(args.task, args.seed), args.out, args.files)
+    paths = write(data.problem(args.task, args.seed), args.out, args.files)
     print(f"wrote {len(paths)} files to {args.out}")
 
 

@@ -5,8 +5,17 @@ the one fused step cost 0.97-1.05x the untimed step, while host-timing split tf.
 to 1.2x and a host-side next(iterator) up to 1.2x. So the iterator is consumed inside the function
 and five marks split the step:
 
-    t_start -> next(iterator) -> t0 -> forward+backward -> t1 -> all-reduce -> t2 -> apply -> t3
+    t_start -> next(iterator) -> t0 -> forward+backward -> t1 -> all-reduce -> t2 -> update -> t3
     input = t0 - t_start   compute = (t1 - t0) + (t3 - t2)   all-reduce = t2 - t1
+
+t3 waits for every stateful op of the step (variable and optimizer-slot writes, batch norm's moving
+averages), not only for apply_gradients' return value, which is just the iteration count's increment:
+the update is compute, it must not leak into the next step (tests/unit/test_step_graph.py reads the
+traced graph to check it). With --allreduce-mode overlap the all-reduce does not wait for t1: packs
+(--bytes-per-pack, formed by the strategy in reverse, the order backprop produces gradients) start as
+soon as their gradients exist, and t2 - t1 is the EXPOSED communication, what the step waits for
+after its last gradient. With --allreduce-dtype the gradients travel cast (bfloat16/float16) and are
+cast back before the update.
 
 Several steps run per call in an in-graph loop (--steps-per-call; by default sized so a call takes
 about 0.5 s, which makes the ~3 ms dispatch per call a few percent of the step time). A step lasts from the previous
@@ -25,34 +34,99 @@ copy of a scalar computed from the tensors it follows; the copy completes only a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import tensorflow as tf
 
-from trainer.loop import StepFns
 from trainer.tasks import Task
+from trainer.timing import StepFns
+
+# The step's last timestamp (named so that tests can find it in the traced graph).
+END_MARK = "step_end"
 
 
-def build(strategy: tf.distribute.Strategy, task: Task, optimizer, global_batch: int) -> StepFns:
+@dataclass(frozen=True)
+class StepOptions:
+    mode: str = "serial"
+    """serial: the all-reduce starts after every gradient (t1); overlap: each pack starts when ready."""
+    dtype: str = "float32"
+    """What the gradients are cast to for the all-reduce (cast back to float32 before the update)."""
+    bytes_per_pack: int = 0
+    """Packs of the all-reduce (CommunicationOptions.bytes_per_pack); 0 = one pack."""
+
+    @classmethod
+    def of(cls, config) -> StepOptions:
+        return cls(mode=config.allreduce_mode, dtype=config.allreduce_dtype, bytes_per_pack=config.bytes_per_pack)
+
+
+def build(strategy: tf.distribute.Strategy, task: Task, optimizer, global_batch: int,
+          options: StepOptions = StepOptions()) -> StepFns:
     """Functions running n steps per call: one dispatch serves n steps (n=1 is a plain step).
 
     Per call the host pays a function dispatch of a few ms (measured 2-11 ms on 2 shared cores);
     looping inside the function spreads it over n steps. The marks still time every step.
     """
+    timed_steps, plain_steps = functions(strategy, task, optimizer, global_batch, options)
+
+    def timed(iterator, n: int):
+        return timed_steps(iterator, tf.constant(n, tf.int32))  # a tensor: one trace for every n
+
+    def plain(iterator, n: int):
+        return plain_steps(iterator, tf.constant(n, tf.int32))
+
+    return StepFns(timed=timed, plain=plain, allreduce_bytes=payload_bytes(task.model.trainable_variables, options))
+
+
+def payload_bytes(variables, options: StepOptions) -> int:
+    """Gradient bytes each replica hands to the all-reduce per step, in the dtype actually sent."""
+    return sum(v.shape.num_elements() for v in variables) * tf.as_dtype(options.dtype).size
+
+
+def functions(strategy, task: Task, optimizer, global_batch: int, options: StepOptions):
+    """(timed_steps, plain_steps): the tf.functions behind build(), (iterator, n tensor) -> results."""
     variables = task.model.trainable_variables
     on_gpu = bool(tf.config.list_logical_devices("GPU"))
+    wire = tf.as_dtype(options.dtype)
+    packing = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=options.bytes_per_pack)
 
     def first(value):
         return strategy.experimental_local_results(value)[0]
 
-    def mark(after, timed):
+    def mark(after, timed, name=None):
         if not timed:
             return []
         with tf.control_dependencies(_settled(after, on_gpu)):
-            return [tf.timestamp()]
+            return [tf.timestamp(name=name)]
+
+    def all_reduce(grads, stats, t1):
+        """Serial: every pack waits for t1 (all gradients). Overlap: no barrier, so the packs (which
+        the strategy forms in reverse order, the order backprop produces them) start when ready."""
+        barrier = t1 if options.mode == "serial" else []
+        with tf.control_dependencies(barrier):
+            # tf.identity: all_reduce needs tensors produced in this replica function
+            sent = [tf.identity(tf.cast(g, wire)) for g in grads]
+            ctx, total = tf.distribute.get_replica_context(), tf.distribute.ReduceOp.SUM
+            if wire == tf.float32:  # loss and accuracy ride in the gradients' collective
+                reduced = ctx.all_reduce(total, [*sent, tf.identity(stats)], options=packing)
+                return reduced[:-1], reduced[-1]
+            reduced = ctx.all_reduce(total, sent, options=packing)
+            return [tf.cast(r, g.dtype) for r, g in zip(reduced, grads)], ctx.all_reduce(total, stats)
+
+    def apply(reduced, since: int):
+        """The update, waiting for every stateful op the step made since op number `since`: the
+        variable writes are not ancestors of apply_gradients' return value (`iterations.assign_add`),
+        nor are batch normalisation's moving averages of the loss, so the end mark waits for them."""
+        applied = optimizer.apply_gradients(zip(reduced, variables), skip_gradients_aggregation=True)
+        made = [op for op in _ops()[since:] if op._is_stateful]
+        with tf.control_dependencies(made):
+            # On GPU the end mark settles on the updated values, read after their writes.
+            return [tf.identity(applied)] + ([tf.reshape(v.value(), [-1])[:1] for v in variables] if on_gpu else [])
 
     def replica_step(batch, timed):
         no_ids = tf.zeros([0], tf.int64)  # not a module constant: it would initialise TF's context
         x, y, ids = (*batch, no_ids)[:3] if isinstance(batch, tuple) else (batch, None, no_ids)
         t0 = mark([t for t in tf.nest.flatten((x, y)) if t is not None], timed)
+        since = len(_ops())
         with tf.control_dependencies(t0):
             with tf.GradientTape() as tape:
                 logits = task.model(x, training=True)
@@ -62,16 +136,13 @@ def build(strategy: tf.distribute.Strategy, task: Task, optimizer, global_batch:
             grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
             stats = tf.stack([tf.cast(loss, tf.float32), _accuracy(task, y, logits, global_batch)])
         t1 = mark(grads, timed)
-        with tf.control_dependencies(t1):
-            # tf.identity: all_reduce needs tensors produced in this replica function
-            reduced = tf.distribute.get_replica_context().all_reduce(
-                tf.distribute.ReduceOp.SUM, [tf.identity(g) for g in grads] + [stats])
-        t2 = mark(reduced, timed)
+        reduced, stats = all_reduce(grads, stats, t1)
+        t2 = mark(reduced + [stats], timed)
         with tf.control_dependencies(t2):
-            applied = optimizer.apply_gradients(zip(reduced[:-1], variables), skip_gradients_aggregation=True)
-        t3 = mark([applied], timed)
-        with tf.control_dependencies([applied]):
-            return _stack(t0 + t1 + t2 + t3), tf.identity(reduced[-1]), tf.reshape(ids, [-1])
+            done = apply(reduced, since)
+        t3 = mark(done, timed, name=END_MARK)
+        with tf.control_dependencies(done):
+            return _stack(t0 + t1 + t2 + t3), tf.identity(stats), tf.reshape(ids, [-1])
 
     def one_step(iterator, after, timed):
         t_start = mark([after], timed)
@@ -100,14 +171,11 @@ def build(strategy: tf.distribute.Strategy, task: Task, optimizer, global_batch:
     def plain_steps(iterator, n):
         return steps(iterator, n, False)
 
-    def timed(iterator, n: int):
-        return timed_steps(iterator, tf.constant(n, tf.int32))  # a tensor: one trace for every n
+    return timed_steps, plain_steps
 
-    def plain(iterator, n: int):
-        return plain_steps(iterator, tf.constant(n, tf.int32))
 
-    nbytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
-    return StepFns(timed=timed, plain=plain, allreduce_bytes=nbytes)
+def _ops() -> list:
+    return tf.compat.v1.get_default_graph().get_operations()
 
 
 def _stack(marks: list):
@@ -135,6 +203,17 @@ def learning_rate(config, replicas: int):
     if config.lr_scaling == "linear":
         return WarmupLinear(config.learning_rate, config.learning_rate * replicas, config.warmup_steps)
     return config.learning_rate
+
+
+def describe_lr(config, replicas: int) -> str:
+    """The start-up line saying what batch and rate the job trains with, e.g.
+    `global batch 128 = 4 x 32, lr 0.04 = 4 x 0.01, warm-up 100 steps`."""
+    batch, base = f"global batch {config.per_replica_batch * replicas} = {replicas} x {config.per_replica_batch}", \
+        config.learning_rate
+    if config.lr_scaling == "linear" and replicas > 1:
+        warmup = f"warm-up {config.warmup_steps} steps" if config.warmup_steps else "no warm-up"
+        return f"{batch}, lr {base * replicas:g} = {replicas} x {base:g} (--lr-scaling linear), {warmup}"
+    return f"{batch}, lr {base:g} ({'--lr-scaling none' if replicas > 1 else 'one replica: nothing to scale'})"
 
 
 def optimizer(config, replicas: int):

@@ -11,8 +11,12 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from trainer.loop import LoopResult
 
 MAX_IDS = 200_000
 
@@ -37,13 +41,21 @@ def weights_digest(variables) -> str:
     return h.hexdigest()
 
 
-def build(*, task: str, start_step: int, final_step: int, loss: float, accuracy: float | None,
-          variables, ids: list[np.ndarray]) -> Summary:
+def build(task: str, result: LoopResult, variables) -> Summary:
+    """`result`: the loop's, whose `ids` are the example ids of each call."""
+    ids = result.ids
     all_ids = np.sort(np.concatenate(ids)) if ids else np.zeros(0, np.int64)
-    return Summary(task=task, start_step=start_step, final_step=final_step, loss=loss, accuracy=accuracy,
-                   weights_sha256=weights_digest(variables), examples=int(all_ids.size),
-                   example_ids_sha256=hashlib.sha256(all_ids.astype("<i8").tobytes()).hexdigest(),
-                   example_ids=all_ids.tolist() if all_ids.size <= MAX_IDS else None)
+    return Summary(
+        task=task,
+        start_step=result.start_step,
+        final_step=result.final_step,
+        loss=result.loss,
+        accuracy=result.accuracy,
+        weights_sha256=weights_digest(variables),
+        examples=int(all_ids.size),
+        example_ids_sha256=hashlib.sha256(all_ids.astype("<i8").tobytes()).hexdigest(),
+        example_ids=all_ids.tolist() if all_ids.size <= MAX_IDS else None,
+    )
 
 
 def write(summary: Summary, output_dir: str) -> str:

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from trainer import contract
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_GAVE_UP, EXIT_MISSING_PEERS, EXIT_OK, is_retryable
 
+ENTRY = ("python", "-m", "trainer.supervise", "--")
+"""What every emitter puts before the task's command."""
 MAX_RESTARTS_ENV = "SUPERVISE_MAX_RESTARTS"
 """The budget K; the compose generator writes it from MAX_RESTARTS."""
 DEFAULT_MAX_RESTARTS = 3

@@ -21,6 +21,9 @@ from functools import partial
 import tensorflow as tf
 
 from trainer import data, records
+from trainer.config import BUILTIN_TASKS
+from trainer.data import problem
+from trainer.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -30,12 +33,6 @@ class Task:
     dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset]
     classify: bool = False
     """Logits over classes and integer labels: the loop then also reports accuracy."""
-
-
-def problem(name: str, seed: int) -> data.Synthetic:
-    if name == "mlp":
-        return data.Synthetic(input_shape=(32,), num_classes=4, num_examples=16384, seed=seed)
-    return data.Synthetic(input_shape=(16, 16, 3), num_classes=4, num_examples=4096, seed=seed, pool=8)
 
 
 def _sparse_ce(labels, logits):
@@ -92,6 +89,7 @@ def cnn(*, per_replica_batch: int, seed: int, data: str = "", input_delay_ms: fl
 
 
 BUILTIN = {"mlp": mlp, "cnn": cnn}
+assert tuple(BUILTIN) == BUILTIN_TASKS, "config.BUILTIN_TASKS names the built-ins before TensorFlow loads"
 
 
 def load(name: str) -> Callable[..., Task | tuple]:
@@ -100,11 +98,11 @@ def load(name: str) -> Callable[..., Task | tuple]:
         return BUILTIN[name]
     module_name, sep, attr = name.partition(":")
     if not sep:
-        raise ValueError(f"--task {name!r}: not a built-in ({', '.join(BUILTIN)}) nor package.module:function")
+        raise ConfigError(f"--task {name!r}: not a built-in ({', '.join(BUILTIN)}) nor package.module:function")
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
-        raise ValueError(f"--task {name!r}: cannot load it ({err})") from None
+        raise ConfigError(f"--task {name!r}: cannot load it ({err})") from None
 
 
 def build(fn: Callable[..., Task | tuple], **kwargs) -> Task:

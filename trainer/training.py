@@ -1,20 +1,29 @@
 """Build everything TensorFlow needs for one task and train it. Imported only after the config is
 valid and the peers answer, because importing TensorFlow takes seconds.
+
+Top-down: `run` builds the strategy (a `Context`), then `_run` checks that the tasks agree, builds
+the model, optimizer and checkpoints (a `Trainable`), resumes, and hands the step functions, the
+checkpoints, the metrics and the after-call actions to one `loop.Controller`; at the end the final
+checkpoint, the exported model and the summary.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import tensorflow as tf
 
 import trainer
-from trainer import agreement, loop, step, summary, tasks
+from trainer import agreement, device, loop, progress, step, summary, tasks
 from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
 from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
+from trainer.timing import CallOutput
 
 log = logging.getLogger(__name__)
 # What a dead peer looks like from a survivor: the collective is aborted, sticky for the process.
@@ -65,6 +74,33 @@ def configure_coordination(config: Config, cluster: tf.train.ClusterSpec) -> Non
     context.context().coordination_service.cluster_register_with_barrier = True
 
 
+@dataclass(frozen=True)
+class Context:
+    """Where this task trains: its configuration, its place in the cluster, the strategy built for it."""
+
+    config: Config
+    spec: ClusterSpec | None
+    task_id: TaskId
+    strategy: tf.distribute.Strategy
+
+    @property
+    def is_chief(self) -> bool:
+        return self.spec.is_chief if self.spec else True
+
+    @property
+    def global_batch(self) -> int:
+        return self.config.per_replica_batch * self.strategy.num_replicas_in_sync
+
+
+@dataclass(frozen=True)
+class Trainable:
+    """What this task trains, built under the strategy's scope."""
+
+    task: tasks.Task
+    optimizer: tf.keras.optimizers.Optimizer
+    checkpoints: Checkpointer | NoCheckpoints
+
+
 def run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics,
         release_port: Callable[[], None]) -> None:
     release_port()
@@ -75,7 +111,7 @@ def run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics,
                                 f"a peer accepts connections but never joined ({_first_line(err)}); check that "
                                 "every task runs with the same TF_CONFIG cluster") from None
     try:
-        _run(config, spec, task_id, metrics, strategy)
+        _run(Context(config, spec, task_id, strategy), metrics)
     except PEER_LOST as err:
         raise PeerLostError(f"a peer was lost, the collective is aborted ("
                             f"{_first_line(err)}); restart every task to resume") from None
@@ -85,63 +121,59 @@ def _first_line(err: Exception) -> str:
     return f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"
 
 
-def _run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics, strategy) -> None:
+def _run(ctx: Context, metrics) -> None:
     if tf.keras.__name__.split(".")[0] != "tf_keras":
         raise ConfigError("tf.keras is Keras 3, which cannot train under MWMS: install tf-keras "
                           "and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported")
-    if spec is not None:
-        mine = agreement.fingerprints(spec, config, tf.__version__, trainer.__version__)
-        agreement.check([t.name for t in spec.tasks], agreement.gather(strategy, mine))
-    _describe(config, strategy, metrics)
-    task, optimizer, ckpt = _build(config, strategy, is_chief=spec.is_chief if spec else True)
-    start = _resume(config, strategy, spec, task_id, task, optimizer, ckpt)
-    on_call = _preemption(config, strategy, spec, ckpt, metrics)
-    result = _train(config, strategy, task_id, task, optimizer, ckpt, metrics, start, on_call)
-    if config.checkpoint_dir:
-        metrics.state("checkpointing")
-        if result.final_step > start:  # a run resumed at its last step has nothing new to save
-            ckpt.save(result.final_step)
-        metrics.checkpointed(result.final_step)
-        log.info("%s: exported the final model to %s", task_id.name, ckpt.export())
-    ckpt.close()
-    if config.output_dir:
-        path = summary.write(summary.build(task=task_id.name, start_step=start, final_step=result.final_step,
-                                           loss=result.loss, accuracy=result.accuracy,
-                                           variables=task.model.variables, ids=result.ids), config.output_dir)
-        log.info("%s: summary in %s", task_id.name, path)
+    if ctx.spec is not None:
+        mine = agreement.fingerprints(ctx.spec, ctx.config, tf.__version__, trainer.__version__)
+        agreement.check([t.name for t in ctx.spec.tasks], agreement.gather(ctx.strategy, mine))
+    _describe(ctx, metrics)
+    log.info("%s: %s", ctx.task_id.name, device.describe(_gpu_names(), tf.sysconfig.get_build_info(), os.environ))
+    job = _build(ctx)
+    start = _resume(ctx, job)
+    result = _train(ctx, job, metrics, start)
+    _finish(ctx, job, metrics, result)
 
 
-def _describe(config: Config, strategy, metrics) -> None:
-    metrics.world_size.set(strategy.num_replicas_in_sync)
+def _describe(ctx: Context, metrics) -> None:
+    config = ctx.config
+    metrics.world_size.set(ctx.strategy.num_replicas_in_sync)
     metrics.build_info(tf_version=tf.__version__, trainer_version=trainer.__version__, strategy=config.strategy,
                        communication="AUTO" if config.strategy == "mwms" else "local", task=config.task,
                        timing="every step" if config.measure_every == 1 else f"1 call in {config.measure_every}")
 
 
-def _build(config: Config, strategy, *, is_chief: bool):
-    with strategy.scope():
+def _gpu_names() -> list[str]:
+    gpus = tf.config.list_physical_devices("GPU")
+    return [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in gpus]
+
+
+def _build(ctx: Context) -> Trainable:
+    config = ctx.config
+    with ctx.strategy.scope():
         task = tasks.build(tasks.load(config.task), per_replica_batch=config.per_replica_batch,
                            seed=config.seed, data=config.data, input_delay_ms=config.input_delay_ms)
-        optimizer = step.optimizer(config, strategy.num_replicas_in_sync)
+        optimizer = step.optimizer(config, ctx.strategy.num_replicas_in_sync)
         optimizer.build(task.model.trainable_variables)  # slots exist before restore and broadcast
-        ckpt = (Checkpointer(config.checkpoint_dir, is_chief, task.model, optimizer)
+        ckpt = (Checkpointer(config.checkpoint_dir, ctx.is_chief, task.model, optimizer)
                 if config.checkpoint_dir else NoCheckpoints())
-    return task, optimizer, ckpt
+    return Trainable(task, optimizer, ckpt)
 
 
-def _resume(config: Config, strategy, spec, task_id: TaskId, task, optimizer, ckpt) -> int:
+def _resume(ctx: Context, job: Trainable) -> int:
     """Restore what this task can read, then take the chief's values: the step to start from."""
-    restored = ckpt.restore()
-    if spec is not None:
-        broadcast_from_chief(strategy, task.model.variables + optimizer.variables)
-    start = int(optimizer.iterations.numpy())
-    log.info("%s: %s, %d replicas in sync, global batch %d", task_id.name,
+    restored = job.checkpoints.restore()
+    if ctx.spec is not None:
+        broadcast_from_chief(ctx.strategy, job.task.model.variables + job.optimizer.variables)
+    start = int(job.optimizer.iterations.numpy())
+    log.info("%s: %s, %d replicas in sync, %s", ctx.task_id.name,
              f"resumed at step {start} from {restored}" if restored else f"starting at step {start}",
-             strategy.num_replicas_in_sync, config.per_replica_batch * strategy.num_replicas_in_sync)
+             ctx.strategy.num_replicas_in_sync, step.describe_lr(ctx.config, ctx.strategy.num_replicas_in_sync))
     return start
 
 
-def _preemption(config: Config, strategy, spec, ckpt, metrics) -> Callable[[int], None]:
+def _preemption(ctx: Context, job: Trainable, metrics) -> tuple[loop.Action, ...]:
     """SIGTERM on any task -> every task saves the same step, then exits 201 (restart, 0 steps lost).
 
     TensorFlow's runtime swallows SIGTERM once MWMS is up; PreemptionCheckpointHandler installs its
@@ -149,8 +181,8 @@ def _preemption(config: Config, strategy, spec, ckpt, metrics) -> Callable[[int]
     which all save (the save needs every task). Its call counter is part of the checkpoint, which
     only the chief restores, so every task restarts it from 0 to keep the counters equal.
     """
-    if spec is None or not config.checkpoint_dir:
-        return lambda at: None
+    if ctx.spec is None or not ctx.config.checkpoint_dir:
+        return ()
     saved = {"step": 0}
 
     def exit_fn() -> None:
@@ -159,37 +191,51 @@ def _preemption(config: Config, strategy, spec, ckpt, metrics) -> Callable[[int]
                              "restart every task to resume with no step lost")
 
     handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        strategy.cluster_resolver, ckpt.manager,
+        ctx.strategy.cluster_resolver, job.checkpoints.manager,
         termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn))
     handler._run_counter = 0  # noqa: SLF001 (see the docstring)
 
-    def on_call(at: int) -> None:
-        saved["step"] = at
-        handler.save_checkpoint_if_preempted(checkpoint_number=at)
+    def on_call(out: CallOutput) -> None:
+        saved["step"] = out.step
+        handler.save_checkpoint_if_preempted(checkpoint_number=out.step)
 
-    return on_call
+    return (on_call,)
 
 
-def _train(config: Config, strategy, task_id: TaskId, task, optimizer, ckpt, metrics, start: int,
-           on_call: Callable[[int], None]):
-    global_batch = config.per_replica_batch * strategy.num_replicas_in_sync
+def _agree(strategy, k: int) -> int:
+    """The cluster's maximum of every task's `k`."""
+    return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
+
+
+def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult:
+    config = ctx.config
+    preemption = _preemption(ctx, job, metrics)
+    iterator = iter(ctx.strategy.distribute_datasets_from_function(job.task.dataset_fn))
     settings = loop.LoopSettings(
-        task_name=task_id.name, steps=config.steps, steps_per_call=config.steps_per_call,
-        measure_every=config.measure_every, log_every=config.log_every, save_every=config.save_every,
-        global_batch=global_batch, local_examples=config.per_replica_batch * len(strategy.extended.worker_devices),
-        classify=task.classify, record_ids=bool(config.output_dir))
-
-    def save(at: int) -> None:
-        metrics.state("checkpointing")
-        ckpt.save(at)
-        metrics.checkpointed(at)
-        metrics.state("training")
-
-    def agree(k: int) -> int:
-        return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
-
-    iterator = iter(strategy.distribute_datasets_from_function(task.dataset_fn))
-    fns = step.build(strategy, task, optimizer, global_batch)
+        task_name=ctx.task_id.name, steps=config.steps, steps_per_call=config.steps_per_call,
+        measure_every=config.measure_every, save_every=config.save_every,
+        local_examples=config.per_replica_batch * len(ctx.strategy.extended.worker_devices),
+        classify=job.task.classify, record_ids=bool(config.output_dir))
+    controller = loop.Controller(
+        fns=step.build(ctx.strategy, job.task, job.optimizer, ctx.global_batch, step.StepOptions.of(config)),
+        checkpoints=job.checkpoints,
+        metrics=metrics, settings=settings, agree=partial(_agree, ctx.strategy),
+        actions=(progress.ProgressLog(progress.Job(ctx.task_id.name, config.steps, ctx.global_batch),
+                                      config.log_every), *preemption))
     metrics.state("training")
-    return loop.train(fns, iterator, start_step=start, settings=settings, metrics=metrics, save=save, agree=agree,
-                      after_call=on_call)
+    return controller.train(iterator, start)
+
+
+def _finish(ctx: Context, job: Trainable, metrics, result: loop.LoopResult) -> None:
+    """The final checkpoint and model (chief's directory), then this task's summary."""
+    config, name = ctx.config, ctx.task_id.name
+    if config.checkpoint_dir:
+        metrics.state("checkpointing")
+        if result.final_step > result.start_step:  # a run resumed at its last step has nothing new to save
+            job.checkpoints.save(result.final_step)
+        metrics.checkpointed(result.final_step)
+        log.info("%s: exported the final model to %s", name, job.checkpoints.export())
+    job.checkpoints.close()
+    if config.output_dir:
+        path = summary.write(summary.build(name, result, job.task.model.variables), config.output_dir)
+        log.info("%s: summary in %s", name, path)

@@ -9,16 +9,20 @@ from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
 from grafana_foundation_sdk.models import common, dashboard
 from grafana_foundation_sdk.models import prometheus as promql
 
+from monitoring import rules
+from trainer import contract
+
 DATASOURCE = dashboard.DataSourceRef(type_val="prometheus", uid="prometheus")
 TASK_LEGEND = "{{task_type}}-{{task_index}}"
-JOB = 'job="trainer"'
+"""Legends show chief as `chief-0`; every graph renames it to contract.task_name's `chief`."""
+JOB = rules.JOB_SELECTOR[1:-1]
 TAG = "mwms"
 
 
 def step_quantile(q: float, selector: str) -> str:
     """The q-quantile of each task's step time over Grafana's rate interval."""
-    return (f"histogram_quantile({q}, sum by (job, instance, task_type, task_index, le) "
-            f"(rate(trainer_step_duration_seconds_bucket{{{selector}}}[$__rate_interval])))")
+    return (f"histogram_quantile({q}, sum by ({rules.BY_TASK}, le) "
+            f"(rate({contract.STEP.bucket}{{{selector}}}[$__rate_interval])))")
 
 
 def query(expr: str, legend: str = "", *, ref_id: str = "A", instant: bool = False):
@@ -56,6 +60,8 @@ def graph(ids: itertools.count, title: str, description: str, unit: str, exprs, 
                 .placement(common.LegendPlacement.BOTTOM))
         .line_width(1).fill_opacity(40 if stacked else 10)
     )
+    p = p.with_transformation(dashboard.DataTransformerConfig(
+        id_val="renameByRegex", options={"regex": f"{contract.CHIEF}-0(.*)", "renamePattern": f"{contract.CHIEF}$1"}))
     if min_zero:
         p = p.min(0)
     if stacked:
@@ -106,7 +112,7 @@ def task_variable(*, multi: bool):
     v = (
         db.QueryVariable("task").label("Task")
         .datasource(DATASOURCE)
-        .query(f"label_values(trainer_world_size{{{JOB}}}, instance)")
+        .query(f"label_values({contract.WORLD_SIZE.name}{{{JOB}}}, instance)")
         .regex("/(?<value>(?<text>[^:]+).*)/")
         .refresh(dashboard.VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(dashboard.VariableSort.ALPHABETICAL_ASC)

@@ -1,6 +1,6 @@
 """Local MWMS clusters of real TensorFlow processes (chief + workers on 127.0.0.1), tiny MLP.
 
-What the issue asks of a cluster: loss falls, replicas end bit-identical, tasks see disjoint
+What a cluster must do: loss falls, replicas end bit-identical, tasks see disjoint
 examples, every metric is exposed with sane values while training, the breakdown adds up, only
 the chief writes checkpoints, a killed cluster resumes, a missing peer exits 3 naming it.
 """
@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from trainer.cluster import TaskId, on_ports
-from trainer.launch import free_ports
+from trainer.host.launch import free_ports
 
 pytestmark = pytest.mark.cluster
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -33,11 +33,11 @@ for _key in [k for k in BASE_ENV if k.startswith("TRAINER_") or k == "TF_CONFIG"
 
 
 class Launch:
-    """`python -m trainer.launch` in the background, its output collected line by line."""
+    """`python -m trainer.host.launch` in the background, its output collected line by line."""
 
     def __init__(self, *args: str, workers: int = 2) -> None:
         self.lines: list[str] = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "trainer.launch", "--workers", str(workers), *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "trainer.host.launch", "--workers", str(workers), *args],
                                      cwd=ROOT, env=BASE_ENV, text=True, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT)
         threading.Thread(target=self._read, daemon=True).start()

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
+from monitoring import rules
+from monitoring.prom_client import Prometheus
 from monitoring.promql import (
-    Prometheus,
     find_window,
     finite_series,
     load_dashboards,
@@ -18,6 +19,7 @@ from monitoring.promql import (
     substitute,
     wait_for_data,
 )
+from trainer import contract
 
 pytestmark = pytest.mark.docker
 
@@ -28,7 +30,7 @@ RATE_INTERVAL = f"{max(STEP + SCRAPE, 4 * SCRAPE)}s"
 # Panels that are empty on a healthy run by design; their queries must still be valid PromQL.
 MAY_BE_EMPTY = {("trainer-overview", "Firing alerts", True)}
 # The most derived recording rule: once it has a value for every task, every panel can have data.
-READY = "task:trainer_allreduce_busbw_bytes_per_second:mean1m"
+READY = rules.BUSBW
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +40,10 @@ def trained(stack):
     prom = Prometheus(url=stack.prometheus_url)
     wait_for_data(prom, READY, tasks=stack.workers + 1, timeout=240)
     window = find_window(prom, lookback=3600, now=time.time())  # the run so far (or all of it)
-    sizes = prom.query_range('trainer_world_size{job="trainer"}', window.start, window.end, STEP)
+    sizes = prom.query_range(f"{contract.WORLD_SIZE.name}{rules.JOB_SELECTOR}", window.start, window.end, STEP)
     tasks = finite_series(sizes)
-    assert sorted((m["task_type"], m["task_index"]) for m in tasks.values()) == \
-        [("chief", "0")] + [("worker", str(i)) for i in range(stack.workers)]
+    assert sorted((contract.task_of(m) for m in tasks.values()), key=contract.task_order) == \
+        [contract.CHIEF] + [contract.task_name(contract.WORKER, i) for i in range(stack.workers)]
     return prom, window, tasks
 
 

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from monitoring.promql import Prometheus, wait_for_data
+from monitoring import rules
+from monitoring.prom_client import Prometheus
+from monitoring.promql import wait_for_data
 
 pytestmark = pytest.mark.docker
 
@@ -14,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_make_report_writes_a_png(stack):
     # The report plots the recording rules: wait until every task has them.
-    wait_for_data(Prometheus(url=stack.prometheus_url), "task:trainer_step_other_seconds:mean1m",
+    wait_for_data(Prometheus(url=stack.prometheus_url), rules.OTHER,
                   tasks=stack.workers + 1, timeout=240)
     out = Path(stack.run_dir) / "report.png"  # kept with the run: a CI artifact
     out.unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""trainer/bench_comm.py and trainer/scaling.py: the arithmetic and formatting, no TensorFlow."""
+"""trainer/allreduce_sweep.py, trainer/host/bench_comm.py and trainer/host/scaling.py: the arithmetic
+and formatting, no TensorFlow."""
 
 from __future__ import annotations
 
@@ -6,25 +7,26 @@ import json
 
 import pytest
 
-from trainer import bench_comm as bc
-from trainer import scaling
+from trainer import allreduce_sweep as sweep
+from trainer.host import bench_comm as bc
+from trainer.host import scaling
 
 
 @pytest.mark.parametrize(
     "text, want", [("0", 0), ("4096", 4096), ("256KiB", 256 * 1024), ("16MiB", 16 << 20), ("1gib", 1 << 30)]
 )
 def test_parse_bytes(text, want):
-    assert bc.parse_bytes(text) == want
+    assert sweep.parse_bytes(text) == want
 
 
 @pytest.mark.parametrize("bad", ["", "4 MB", "-1", "MiB"])
 def test_parse_bytes_rejects(bad):
     with pytest.raises(ValueError):
-        bc.parse_bytes(bad)
+        sweep.parse_bytes(bad)
 
 
 def test_sizes_go_from_4_kib_to_64_mib():
-    assert bc.SIZES[0] == 4 * 1024 and bc.SIZES[-1] == 64 << 20
+    assert sweep.SIZES[0] == 4 * 1024 and sweep.SIZES[-1] == 64 << 20
 
 
 @pytest.mark.parametrize("n, factor", [(2, 1.0), (3, 4 / 3), (4, 1.5), (8, 1.75)])
@@ -33,9 +35,9 @@ def test_busbw_is_nccl_tests_definition(n, factor):
 
 
 def test_iterations_amortise_small_sizes_and_stay_at_least_two():
-    assert bc.iterations(4096) == 20
-    assert bc.iterations(4 << 20) == 4
-    assert bc.iterations(64 << 20) == 2
+    assert sweep.iterations(4096) == 20
+    assert sweep.iterations(4 << 20) == 4
+    assert sweep.iterations(64 << 20) == 2
 
 
 def test_rows_take_the_slowest_task_and_best_picks_the_largest_size():

@@ -14,13 +14,14 @@ import pytest
 from compose import generate
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-FIXED = ["--base-image", "mwms/python:3.11-bookworm", "--steps", "200"]
+FIXED = ["--base-image", "mwms/python:3.11-bookworm"]
+KNOBS = {"STEPS": "200"}
 
 
 def render(workers: int, variant: str, out: Path) -> dict[str, str]:
     gpu_flag = ["--gpus", "0"] if variant == "cpu" else ["--gpus", "0,1,2,3", "--gpus-per-worker", "1"]
     ns = generate.parse_args(["--workers", str(workers), "--out", str(out), *gpu_flag, *FIXED])
-    generate.write(generate.config_from_args(ns, runner=lambda _cmd: ""), out)
+    generate.write(generate.config_from_args(ns, runner=lambda _cmd: "", environ=KNOBS), out)
     files = {"compose.tasks.yaml": out / "compose.tasks.yaml", "targets.json": out / "targets" / "trainers.json"}
     if variant == "gpu":
         files = {"compose.gpu.yaml": out / "compose.gpu.yaml"}

@@ -1,27 +1,58 @@
-"""`make status`: the per-task table from container states and Prometheus series."""
+"""`make status`: the per-task table, its project, and its figures evaluated by a real PromQL engine
+(promtool) on series like a real run's, not stubbed query results."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
+import yaml
+
 from compose import status
+from monitoring import promtests
+from trainer import contract
+
+# `promtool`: the fixture in tests/conftest.py (fails in CI, skips elsewhere when it is missing).
+
+
+def test_steps_per_second_is_per_second_of_training(promtool, tmp_path: Path) -> None:
+    """A 100-step run over in 1.25 s must show 80 steps/s, during the 1 minute window and after it
+    (not 100 steps / 60 s), and a long run its steady 10 steps/s."""
+    doc = {"evaluation_interval": "5s", "tests": [{
+        "interval": "5s", "input_series": promtests.short_run_series() + promtests.long_run_series(),
+        "promql_expr_test": promtests.steps_expectations(status.QUERIES["steps/s"])}]}
+    path = tmp_path / "status_test.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = subprocess.run([promtool, "test", "rules", str(path)], check=False, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_table_rows_per_task_in_order() -> None:
-    states = {"worker-1": "running", "prometheus": "running", "chief": "exited (0)", "worker-0": "running"}
-    values = {"step": {("chief", "0"): 120.0, ("worker", "0"): 118.0}, "steps/s": {("chief", "0"): 2.5, ("worker", "0"): float("nan")},
-              "step time": {("chief", "0"): 0.4}, "all-reduce": {("chief", "0"): 0.25},
-              "input wait": {("chief", "0"): 0.05}, "checkpoint": {("chief", "0"): 100.0}}
-    expr_to_col = {expr: col for col, expr in status.QUERIES.items()}
-    rows = status.table(states, lambda expr: values.get(expr_to_col[expr], {}))
+    states = {"worker-1": "running", "prometheus": "running", "chief": "exited (0)", "worker-0": "running",
+              "worker-10": "running", "worker-2": "running"}
+    values = {"step": {"chief": 120.0, "worker-0": 118.0}, "steps/s": {"chief": 80.0},
+              "step time": {"chief": 0.0125}, "all-reduce": {"chief": 0.25}, "input wait": {"chief": 0.05},
+              "checkpoint": {"chief": 100.0}}
+    columns = {expr: col for col, expr in status.QUERIES.items()}
+    rows = status.table(states, lambda expr: values.get(columns[expr], {}))
     assert rows[0] == status.COLUMNS
-    assert rows[1] == ("chief", "exited (0)", "120", "2.50", "0.400 s", "25%", "5%", "100")
-    assert [r[0] for r in rows[1:]] == ["chief", "worker-0", "worker-1"]
+    assert rows[1] == ("chief", "exited (0)", "120", "80.0", "0.013 s", "25%", "5%", "100")
+    assert [r[0] for r in rows[1:]] == ["chief", "worker-0", "worker-1", "worker-2", "worker-10"]
     assert rows[2][2:4] == ("118", "-")
-    assert rows[3][2:] == ("-",) * 6
-    text = status.render(rows)
-    assert text.splitlines()[0].startswith("task ")
+    assert status.render(rows).splitlines()[0].startswith("task ")
 
 
-def test_task_keys() -> None:
-    assert status.task_key("chief") == ("chief", "0")
-    assert status.task_key("worker-12") == ("worker", "12")
-    assert status.task_key("prometheus") is None
+def test_services_that_are_tasks() -> None:
+    assert [s for s in ("chief", "worker-12", "prometheus", "grafana", "worker-x", "chief-0")
+            if status.is_task(s)] == ["chief", "worker-12"]
+
+
+def test_project_comes_from_the_arguments(monkeypatch, capsys) -> None:
+    asked = []
+    monkeypatch.setattr(status, "containers", lambda project: asked.append(project) or {})
+    assert status.main(["--project", "mwms-x"]) == 1
+    assert asked == ["mwms-x"]
+    assert "no trainer tasks in project mwms-x" in capsys.readouterr().err
+    status.main([])
+    assert asked[-1] == contract.DEFAULT_PROJECT

@@ -1,5 +1,5 @@
 """monitoring/diagnose.py: Prometheus answers -> samples -> text / JSON / exit code, against a fake
-Prometheus HTTP API on loopback; and the promtool tests of verdict.yml."""
+Prometheus HTTP API on loopback."""
 
 from __future__ import annotations
 
@@ -12,19 +12,21 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from monitoring import diagnose
+from monitoring.benchcomm_result import Result, Row
+from trainer import contract
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def vec(name: str, value: float | str, /, **labels: str) -> dict:
-    task_type, index = name.rsplit("-", 1)
+    task_type, index = contract.task_labels(name)
     return {
         "metric": {"job": "trainer", "task_type": task_type, "task_index": index, **labels},
         "value": [1000.0, str(value)],
     }
 
 
-def healthy(tasks=("chief-0", "worker-0", "worker-1"), **override) -> dict[str, list[dict]]:
+def healthy(tasks=("chief", "worker-0", "worker-1"), **override) -> dict[str, list[dict]]:
     build = dict(
         tf_version="2.21.0", trainer_version="0.1.0", strategy="mwms", communication="AUTO", task="mlp"
     )
@@ -36,7 +38,6 @@ def healthy(tasks=("chief-0", "worker-0", "worker-1"), **override) -> dict[str, 
         "compute_share": 0.7,
         "allreduce_share": 0.2,
         "input_share": 0.05,
-        "compute_ratio": 1.0,
         "busbw": 4e7,
         "world_size": 3,
     }
@@ -45,15 +46,15 @@ def healthy(tasks=("chief-0", "worker-0", "worker-1"), **override) -> dict[str, 
     out["build"] = [vec(t, 1, **build) for t in tasks]
     for name, per_task in override.items():
         for t, value in per_task.items():
-            out[name] = [s for s in out[name] if diagnose.task_name(s["metric"]) != t] + [vec(t, value)]
+            out[name] = [s for s in out[name] if contract.task_of(s["metric"]) != t] + [vec(t, value)]
     return out
 
 
 def test_samples_from_vectors():
     samples = diagnose.samples(healthy(input_share={"worker-1": "NaN"}))
-    assert [s.task for s in samples] == ["chief-0", "worker-0", "worker-1"]
+    assert [s.task for s in samples] == ["chief", "worker-0", "worker-1"]
     chief = samples[0]
-    assert (chief.up, chief.state, chief.world_size, chief.compute_ratio) == (True, "training", 3, 1.0)
+    assert (chief.up, chief.state, chief.world_size, chief.compute) == (True, "training", 3, 0.07)
     assert chief.build == ("2.21.0", "0.1.0", "mwms", "AUTO", "mlp")
     assert samples[2].input_share is None, "NaN (0/0 when no step in the window) is unknown, not a number"
 
@@ -61,7 +62,7 @@ def test_samples_from_vectors():
 def test_series_of_tasks_no_longer_scraped_are_ignored():
     results = healthy()
     results["step"].append(vec("worker-7", 0.1))
-    assert [s.task for s in diagnose.samples(results)] == ["chief-0", "worker-0", "worker-1"]
+    assert [s.task for s in diagnose.samples(results)] == ["chief", "worker-0", "worker-1"]
 
 
 class FakePrometheus(BaseHTTPRequestHandler):
@@ -92,11 +93,11 @@ def prometheus():
 
 
 def test_straggler_is_named_with_exit_1(prometheus, capsys, tmp_path):
-    FakePrometheus.answers = healthy(compute_ratio={"worker-0": 3.0}, compute={"worker-0": 0.21})
+    FakePrometheus.answers = healthy(compute={"worker-0": 0.21})
     code = diagnose.main(["--prometheus", prometheus, "--bench", str(tmp_path / "none.json")])
     out = capsys.readouterr().out
     assert code == 1
-    assert out.startswith("cluster: STRAGGLER (worker-0)\n  - worker-0 computes 3.0x the median task")
+    assert out.startswith("cluster: STRAGGLER (worker-0)\n  - worker-0 computes 3.0x the others")
     assert "advice:" in out and "worker-0  straggler" in out
 
 
@@ -105,34 +106,43 @@ def test_healthy_json_exit_0(prometheus, capsys, tmp_path):
     code = diagnose.main(["--prometheus", prometheus, "--json", "--bench", str(tmp_path / "none.json")])
     out = json.loads(capsys.readouterr().out)
     assert (code, out["verdict"], out["code"], out["exit_code"]) == (0, "healthy", 0, 0)
-    assert set(out["tasks"]) == {"chief-0", "worker-0", "worker-1"}
+    assert set(out["tasks"]) == {"chief", "worker-0", "worker-1"}
+
+
+def bench_result(*rows: tuple[str, int, float]) -> Result:
+    return Result(where="local processes", n=2, tf_version="2.21.0", tcp=1e9,
+                  rows=tuple(Row(variant, size, size / busbw, busbw, busbw) for variant, size, busbw in rows))
 
 
 def test_bench_comm_result_is_the_reference(prometheus, capsys, tmp_path):
     bench = tmp_path / "bench-comm.json"
-    bench.write_text(
-        json.dumps(
-            {
-                "best": {"busbw": 5e8, "size": 64 << 20},
-                "rows": [
-                    {"variant": "RING/0", "size": 256 << 10, "busbw": 7e7},
-                    {"variant": "RING/1MiB", "size": 256 << 10, "busbw": 8e7},
-                    {"variant": "RING/0", "size": 64 << 20, "busbw": 5e8},
-                ],
-            }
-        )
-    )
-    FakePrometheus.answers = healthy(allreduce_share={t: 0.7 for t in ("chief-0", "worker-0", "worker-1")})
-    FakePrometheus.answers["allreduce_bytes"] = [vec(t, 300_000) for t in ("chief-0", "worker-0", "worker-1")]
+    bench_result(("RING/0", 256 << 10, 7e7), ("RING/1MiB", 256 << 10, 8e7), ("RING/0", 64 << 20, 5e8)).write(bench)
+    FakePrometheus.answers = healthy(allreduce_share={t: 0.7 for t in ("chief", "worker-0", "worker-1")})
+    FakePrometheus.answers["allreduce_bytes"] = [vec(t, 300_000) for t in ("chief", "worker-0", "worker-1")]
     assert diagnose.main(["--prometheus", prometheus, "--bench", str(bench)]) == 1
     assert "50% of the 80 MB/s `make bench-comm` measured for 256 KiB" in capsys.readouterr().out
 
 
 def test_bench_reference_without_gradient_size_is_the_overall_best(tmp_path):
     bench = tmp_path / "bench-comm.json"
-    bench.write_text(json.dumps({"best": {"busbw": 5e8, "size": 64 << 20}, "rows": []}))
+    bench_result(("RING/0", 4 << 10, 1e6), ("RING/0", 64 << 20, 5e8)).write(bench)
     assert diagnose.link_reference(bench, None) == (5e8, 64 << 20)
     assert diagnose.link_reference(tmp_path / "missing.json", 1e6) == (None, None)
+
+
+def test_an_unreadable_bench_result_is_named_and_ignored(tmp_path, capsys):
+    bench = tmp_path / "bench-comm.json"
+    bench.write_text(json.dumps({"best": {"busbw": 5e8, "size": 64 << 20}, "rows": []}))  # before the schema
+    assert diagnose.link_reference(bench, 1e6) == (None, None)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "schema None" in err and "run `make bench-comm` again" in err
+
+
+def test_bench_result_round_trips(tmp_path):
+    result = bench_result(("RING/0", 4 << 10, 1e6), ("RING/0", 64 << 20, 5e8))
+    result.write(tmp_path / "r.json")
+    assert Result.read(tmp_path / "r.json") == result
+    assert json.loads((tmp_path / "r.json").read_text())["best"]["busbw"] == 5e8
 
 
 def test_no_targets_exit_2(prometheus, capsys):

@@ -10,21 +10,14 @@ import yaml
 
 from monitoring import dashboards
 from monitoring.promql import DASHBOARD_DIR, load_dashboards, panel_queries, substitute
+from trainer import contract
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((ROOT / "monitoring" / "prometheus" / "rules").glob("*.yml"))
 
-# The trainer's metric names (issue 2, item 7): the dashboards may use these and nothing else.
-CONTRACT = {
-    "trainer_step_duration_seconds", "trainer_input_wait_seconds", "trainer_compute_duration_seconds",
-    "trainer_allreduce_duration_seconds", "trainer_steps_total", "trainer_examples_total",
-    "trainer_allreduce_bytes_total", "trainer_network_transmit_bytes_total",
-    "trainer_network_receive_bytes_total", "trainer_loss", "trainer_global_step", "trainer_world_size",
-    "trainer_last_step_timestamp_seconds", "trainer_last_checkpoint_step", "trainer_build_info",
-    "trainer_state",
-}
-HISTOGRAMS = {h for h in CONTRACT if h.endswith("_seconds") and "timestamp" not in h}
-HISTOGRAM_SERIES = {f"{h}{s}" for h in HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
+# The dashboards may use the contract's series and nothing else.
+CONTRACT = {contract.exposed_name(m) for m in contract.ALL}
+HISTOGRAM_SERIES = {s for m in contract.ALL if m.kind == contract.HISTOGRAM for s in (m.bucket, m.sum, m.count)}
 
 COMMITTED = load_dashboards()
 
@@ -88,7 +81,7 @@ def test_queries_use_only_contract_metrics_and_recorded_rules():
                 assert name in CONTRACT | HISTOGRAM_SERIES, (q.panel, name)
 
 
-def test_overview_has_the_panels_the_issue_asks_for():
+def test_overview_has_the_panels_users_asked_for():
     titles = {p["title"] for p in panels(COMMITTED["training-overview.json"])}
     assert {"Throughput", "Steps per second", "Loss", "Step time p50 / p95 per task", "Step breakdown: $task",
             "Straggler ratio", "All-reduce bus bandwidth", "Network traffic per task", "Build info per task",

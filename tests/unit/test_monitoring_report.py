@@ -14,8 +14,8 @@ def test_last_run_is_the_last_stretch_without_a_long_gap():
 def test_plot_writes_a_png(tmp_path):
     xs = [0.0, 5.0, 10.0]
     parts = {label: (xs, [0.01, 0.012, 0.011]) for _, label in PARTS}
-    breakdown = {"chief-0": parts, "worker-0": parts}
+    breakdown = {"chief": parts, "worker-0": parts}
     out = tmp_path / "report.png"
     plot(breakdown=breakdown, throughput={"cluster": (xs, [100.0, 120.0, 110.0])},
-         loss={"chief-0": (xs, [2.3, 2.0, 1.8])}, title="test", out=out)
+         loss={"chief": (xs, [2.3, 2.0, 1.8])}, title="test", out=out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000

@@ -1,14 +1,16 @@
-"""Prometheus config, recording rules and alerts: promtool's own checks and unit tests, plus the
-conventions promtool cannot see (rule names, alert annotations, a test per alert)."""
+"""Prometheus config, the generated rules, alerts and promtool tests: they equal what `make rules`
+writes, pass promtool's checks and unit tests, and keep the conventions promtool cannot see (rule
+names, alert annotations, a firing and a non-firing case per alert)."""
 
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+
+from monitoring import alerts as alert_defs
+from monitoring import rulegen as generator
+from trainer import contract
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "prometheus"
 RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))
@@ -16,15 +18,16 @@ TEST_FILES = sorted((PROM_DIR / "tests").glob("*.yml"))
 ALERTS = {"TrainerDown", "TrainingStalled", "Straggler", "InputBound", "CommunicationBound", "LossNotFinite"}
 
 
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    """promtool from PATH (Debian's prometheus package; `make engine` installs it in CI)."""
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("promtool not on PATH in CI: `make engine` installs it (apt-get install prometheus)")
-        pytest.skip("promtool not on PATH (apt-get install prometheus)")
-    return path
+def test_committed_files_are_what_the_generator_writes():
+    assert generator.main(["--check"]) == 0, "run `make rules`"
+    assert set(generator.files()) == set(RULE_FILES) | set(TEST_FILES), "a rule or test file nobody generates"
+
+
+def test_every_alert_is_generated():
+    assert {a.name for a in alert_defs.ALERTS} == ALERTS
+
+
+# `promtool`: the fixture in tests/conftest.py (fails in CI, skips elsewhere when it is missing).
 
 
 def run(promtool: str, *args: str) -> subprocess.CompletedProcess:
@@ -64,7 +67,7 @@ def test_every_alert_has_for_severity_and_names_the_task():
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
         for key in ("summary", "description"):
             text = rule["annotations"][key]
-            assert "$labels.task_type" in text and "$labels.task_index" in text, (name, key)
+            assert alert_defs.TASK in text, (name, key)  # the task as contract.task_name names it
 
 
 def test_every_alert_has_a_firing_and_a_non_firing_case():
@@ -80,7 +83,9 @@ def test_every_alert_has_a_firing_and_a_non_firing_case():
 def test_scrape_config_matches_the_deployment_contract():
     config = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
     assert config["global"]["scrape_interval"] == "5s"
-    (trainer,) = [job for job in config["scrape_configs"] if job["job_name"] == "trainer"]
+    (trainer,) = [job for job in config["scrape_configs"] if job["job_name"] == contract.JOB]
+    (own,) = [job for job in config["scrape_configs"] if job["job_name"] == "prometheus"]
+    assert own["static_configs"][0]["targets"] == [f"localhost:{contract.PROMETHEUS_PORT}"]
     assert trainer["honor_labels"] is True
     # Relative to the config file: /etc/prometheus/targets in the container.
     assert trainer["file_sd_configs"][0]["files"] == ["targets/*.json"]

@@ -31,7 +31,7 @@ def child(tmp_path: Path, body: str) -> tuple[str, ...]:
         runs.write_text("x" * run)
         def checkpoint(step):
             Path({str(tmp_path / 'step')!r}).write_text(str(step))
-            time.sleep(0.3)  # a few polls see it
+            time.sleep(1.0)  # polls (every 0.05 s) see it, even on a loaded machine
         """) + textwrap.dedent(body))
     return (sys.executable, str(script))
 

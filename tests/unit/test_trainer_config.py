@@ -47,7 +47,6 @@ def test_empty_env_means_default():
     (["--metrics-port", "70000"], {}, "--metrics-port"),
     (["--cluster-timeout", "0"], {}, "--cluster-timeout"),
     (["--heartbeat-timeout", "0.5"], {}, "--heartbeat-timeout"),
-    (["--warmup-steps", "5"], {}, "--warmup-steps"),
     (["--save-every", "-1"], {}, "--save-every"),
     ([], {"TRAINER_BYTES_PER_PACK": "-1"}, "TRAINER_BYTES_PER_PACK"),
     ([], {"TRAINER_INPUT_DELAY_MS": "x"}, "TRAINER_INPUT_DELAY_MS"),

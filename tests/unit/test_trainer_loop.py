@@ -5,13 +5,41 @@ import logging
 import numpy as np
 
 from trainer import loop, progress
-from trainer.loop import LoopSettings, StepFns
+from trainer.loop import Controller, LoopSettings
+from trainer.timing import CallOutput, StepFns
 
 
 def _settings(**kw):
-    base = {"task_name": "worker-0", "steps": 25, "steps_per_call": 10, "measure_every": 1, "log_every": 10,
-            "save_every": 0, "global_batch": 96, "local_examples": 32, "classify": True, "record_ids": True}
+    base = {
+        "task_name": "worker-0",
+        "steps": 25,
+        "steps_per_call": 10,
+        "measure_every": 1,
+        "save_every": 0,
+        "local_examples": 32,
+        "classify": True,
+        "record_ids": True,
+    }
     return LoopSettings(**{**base, **kw})
+
+
+def _train(fns, settings, *, start_step=0, **controller):
+    """A Controller with a recorder for metrics and checkpoints, the progress lines as its first action."""
+    clock = controller.pop("clock")
+    metrics = controller.pop("metrics", Recorder())
+    log_every = controller.pop("log_every", 10)
+    lines = progress.ProgressLog(progress.Job(settings.task_name, settings.steps, 96), log_every, clock)
+    actions = (lines, *controller.pop("actions", ()))
+    c = Controller(
+        fns=fns,
+        checkpoints=metrics,
+        metrics=metrics,
+        settings=settings,
+        actions=actions,
+        clock=clock,
+        **controller,
+    )
+    return c.train(iter(()), start_step)
 
 
 class T:
@@ -45,15 +73,27 @@ def _fns(clock, per_step=0.01):
 
 
 class Recorder:
+    """Metrics and checkpoints both: what the controller recorded and saved, in order."""
+
     def __init__(self):
-        self.calls = []
+        self.calls, self.saves, self.events = [], [], []
 
     def record_step(self, **kw):
         self.calls.append(kw)
 
+    def state(self, state):
+        self.events.append(("state", state))
+
+    def checkpointed(self, step):
+        self.events.append(("checkpointed", step))
+
+    def save(self, step):
+        self.saves.append(step)
+        self.events.append(("save", step))
+
 
 def test_call_size_stops_at_saves_and_end():
-    s = _settings(steps=25, steps_per_call=10, log_every=10, save_every=7)
+    s = _settings(steps=25, steps_per_call=10, save_every=7)
     sizes, step = [], 0
     while step < s.steps:
         n = loop.call_size(step, 10, s)
@@ -65,14 +105,15 @@ def test_call_size_stops_at_saves_and_end():
 def test_auto_steps_per_call_is_calibrated_and_agreed():
     clock, rec, sizes, agreed = FakeClock(), Recorder(), [], []
     fns = _fns(clock)
-    sized = StepFns(timed=lambda it, n: (sizes.append(n), fns.timed(it, n))[1], plain=fns.plain, allreduce_bytes=1)
+    sized = StepFns(
+        timed=lambda it, n: (sizes.append(n), fns.timed(it, n))[1], plain=fns.plain, allreduce_bytes=1
+    )
 
     def agree(k):
         agreed.append(k)
         return k + 1  # the cluster's maximum wins
 
-    loop.train(sized, iter(()), start_step=0, settings=_settings(steps=200, steps_per_call=0, log_every=50),
-               metrics=rec, save=lambda s: None, clock=clock, agree=agree)
+    _train(sized, _settings(steps=200, steps_per_call=0), metrics=rec, clock=clock, agree=agree, log_every=50)
     assert agreed == [50] and sizes[:4] == [1, 1, 51, 51]  # trace, calibrate (10 ms steps), then 0.5 s calls
     assert loop.auto_steps_per_call(2.0) == 1 and loop.auto_steps_per_call(1e-5) == loop.MAX_STEPS_PER_CALL
 
@@ -88,14 +129,19 @@ def test_timings_cover_the_wall_time():
 
 def test_train_records_every_step_and_logs(caplog):
     caplog.set_level(logging.INFO)
-    clock, rec, saves = FakeClock(), Recorder(), []
-    result = loop.train(_fns(clock), iter(()), start_step=3, settings=_settings(save_every=10), metrics=rec,
-                        save=saves.append, clock=clock)
+    clock, rec = FakeClock(), Recorder()
+    result = _train(_fns(clock), _settings(save_every=10), start_step=3, metrics=rec, clock=clock)
     assert (result.start_step, result.final_step) == (3, 25)
     assert [c["step"] for c in rec.calls] == list(range(4, 26))
     assert all(c["examples"] == 32 for c in rec.calls)
     assert [c["timing"] is None for c in rec.calls] == [True] * 7 + [False] * 15  # the first call traces
-    assert saves == [10, 20]
+    assert rec.saves == [10, 20]
+    assert rec.events[:4] == [
+        ("state", "checkpointing"),
+        ("save", 10),
+        ("checkpointed", 10),
+        ("state", "training"),
+    ]
     lines = [r.message for r in caplog.records if "| step" in r.message]
     assert [ln.split(" | ")[1] for ln in lines] == ["step 10/25", "step 20/25", "step 25/25"]
     assert result.accuracy == 0.75 and sum(len(i) for i in result.ids) == 44
@@ -103,16 +149,15 @@ def test_train_records_every_step_and_logs(caplog):
 
 def test_measure_every_times_one_call_in_k():
     clock, rec = FakeClock(), Recorder()
-    loop.train(_fns(clock), iter(()), start_step=0, settings=_settings(steps=40, measure_every=2), metrics=rec,
-               save=lambda s: None, clock=clock)
+    _train(_fns(clock), _settings(steps=40, measure_every=2), metrics=rec, clock=clock)
     timed = [c["timing"] is not None for c in rec.calls]
     assert timed == [False] * 20 + [True] * 10 + [False] * 10  # first calls trace, then 1 call in 2
 
 
 def test_progress_line_fixed_fields():
     interval = progress.Interval(start_time=0.0, steps=10)
-    line = progress.line(task="worker-1", step=120, total=1000, interval=interval, now=1.2, global_batch=64,
-                         loss=0.412, accuracy=None)
+    out = CallOutput(step=120, timings=(None,) * 10, loss=0.412, accuracy=None, ids=None, now=1.2)
+    line = progress.line(progress.Job("worker-1", 1000, 64), interval, out, now=1.2)
     assert line.startswith("worker-1 | step 120/1000 | 8.3 steps/s | 533 ex/s | loss 0.412 | eta 1m46s")
 
 
@@ -120,10 +165,17 @@ def test_format_eta():
     assert [progress.format_eta(s) for s in (5, 106, 7260)] == ["5s", "1m46s", "2h01m"]
 
 
-def test_after_call_runs_at_every_call_boundary_before_the_save():
-    clock, rec, events = FakeClock(), Recorder(), []
-    loop.train(_fns(clock), iter(()), start_step=3, settings=_settings(save_every=10), metrics=rec,
-               save=lambda s: events.append(("save", s)), clock=clock, after_call=lambda s: events.append(("call", s)))
+def test_actions_run_at_every_call_boundary_before_the_save():
+    clock, rec = FakeClock(), Recorder()
+    _train(
+        _fns(clock),
+        _settings(save_every=10),
+        start_step=3,
+        metrics=rec,
+        clock=clock,
+        actions=(lambda out: rec.events.append(("call", out.step)),),
+    )
+    events = [e for e in rec.events if e[0] in ("call", "save")]
     assert events == [("call", 10), ("save", 10), ("call", 20), ("save", 20), ("call", 25)]
 
 
@@ -131,14 +183,13 @@ def test_a_preemption_at_a_call_boundary_stops_the_loop_there():
     class Preempted(Exception):
         pass
 
-    def after_call(step):
-        if step >= 10:
-            raise Preempted(step)
+    def after_call(out):
+        if out.step >= 10:
+            raise Preempted(out.step)
 
     clock, rec = FakeClock(), Recorder()
     try:
-        loop.train(_fns(clock), iter(()), start_step=0, settings=_settings(), metrics=rec, save=lambda s: None,
-                   clock=clock, after_call=after_call)
+        _train(_fns(clock), _settings(), metrics=rec, clock=clock, actions=(after_call,))
     except Preempted as stop:
         assert stop.args == (10,)
     assert [c["step"] for c in rec.calls][-1] == 10  # every step before the save was recorded, none after

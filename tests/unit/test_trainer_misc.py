@@ -8,10 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from trainer import agreement, launch, summary
+from trainer import agreement, summary
 from trainer.cluster import TaskId, on_ports
 from trainer.config import Config
 from trainer.errors import ConfigError
+from trainer.host import launch
+from trainer.loop import LoopResult
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,8 +45,8 @@ class V:
 
 
 def test_summary_written_atomically(tmp_path):
-    s = summary.build(task="worker-0", start_step=0, final_step=10, loss=0.1, accuracy=0.9,
-                      variables=[V([1, 2]), V([3])], ids=[np.array([5, 1]), np.array([3])])
+    result = LoopResult(start_step=0, final_step=10, loss=0.1, accuracy=0.9, ids=[np.array([5, 1]), np.array([3])])
+    s = summary.build("worker-0", result, [V([1, 2]), V([3])])
     path = summary.write(s, str(tmp_path))
     with open(path) as f:
         doc = json.load(f)

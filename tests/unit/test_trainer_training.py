@@ -11,11 +11,13 @@ import pytest
 
 import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 
-import tensorflow as tf  # noqa: E402 (after trainer: Keras 2 under MWMS)
+# isort: split
+import tensorflow as tf  # after trainer: Keras 2 under MWMS
 
-from trainer import records, step, tasks, training
+from trainer import data, records, step, tasks, training
 from trainer.cluster import TaskId
 from trainer.config import Config
+from trainer.errors import ConfigError
 
 
 class Recorder:
@@ -92,15 +94,15 @@ def test_plugin_task(tmp_path):
 
 
 def test_unknown_task_names_the_flag():
-    with pytest.raises(ValueError, match="--task 'nope'"):
+    with pytest.raises(ConfigError, match="--task 'nope'"):
         tasks.load("nope")
-    with pytest.raises(ValueError, match="cannot load"):
+    with pytest.raises(ConfigError, match="cannot load"):
         tasks.load("no_such_module:fn")
 
 
 def test_tfrecord_input(tmp_path, caplog):
     caplog.set_level(logging.INFO)
-    records.write(tasks.problem("mlp", 0), str(tmp_path / "data"), 3)
+    records.write(data.problem("mlp", 0), str(tmp_path / "data"), 3)
     rec, summary = _train(tmp_path, data=str(tmp_path / "data" / "*.tfrecord"), steps=40)
     assert any("auto-shard policy FILE" in r.message for r in caplog.records)
     assert _mean_loss(rec, -10) < _mean_loss(rec, 5)
@@ -136,7 +138,7 @@ def test_input_delay_shows_as_input_wait(tmp_path):
 @pytest.mark.parametrize("num_files, policy", [(3, "FILE"), (2, "DATA")])
 def test_tfrecord_shards_are_disjoint(tmp_path, caplog, num_files, policy):
     caplog.set_level(logging.INFO)
-    prob = tasks.problem("mlp", 0)
+    prob = data.problem("mlp", 0)
     records.write(prob, str(tmp_path), num_files)
     seen = []
     for i in range(3):

@@ -1,4 +1,4 @@
-"""`python -m trainer.launch --workers N [trainer flags]`: a chief and N workers as local processes.
+"""`python -m trainer.host.launch --workers N [trainer flags]`: a chief and N workers as local processes.
 
 Each task gets a free 127.0.0.1 port in a generated TF_CONFIG and its own metrics port, its output
 is prefixed with its name, and if any task fails the others are stopped and the launcher exits with
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from trainer.cluster import on_ports
 
@@ -48,7 +48,8 @@ def _pump(name: str, stream, out) -> None:
 
 
 def start(argv: Sequence[str], workers: int, *, module: str = "trainer", metrics_port: int | None = None,
-          env: Mapping[str, str] = os.environ, host: str = "127.0.0.1") -> list[tuple[str, subprocess.Popen]]:
+          host: str = "127.0.0.1") -> list[tuple[str, subprocess.Popen]]:
+    """Every task as a child of this process, with this process's environment plus its own TF_CONFIG."""
     spec = on_ports(host, free_ports(workers + 1, host))
     if metrics_port == 0:
         mports = [0] * (workers + 1)
@@ -58,7 +59,7 @@ def start(argv: Sequence[str], workers: int, *, module: str = "trainer", metrics
         mports = [metrics_port + i for i in range(workers + 1)]
     procs = []
     for task, mport in zip(spec.tasks, mports):
-        child_env = {**env, "TF_CONFIG": spec.with_task(task).to_tf_config(), "TRAINER_METRICS_PORT": str(mport),
+        child_env = {**os.environ, "TF_CONFIG": spec.with_task(task).to_tf_config(), "TRAINER_METRICS_PORT": str(mport),
                      "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen([sys.executable, "-m", module, *argv], env=child_env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -100,7 +101,7 @@ def stop(procs: list[tuple[str, subprocess.Popen]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.launch", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python -m trainer.host.launch", description=__doc__.splitlines()[0],
                                 epilog="Other flags go to every task (see python -m trainer --help).")
     p.add_argument("--workers", type=int, default=2, help="workers besides the chief (default 2)")
     p.add_argument("--metrics-port", type=int, default=None,

@@ -1,8 +1,8 @@
 """`make scaling`: the same short job on a chief + 0, 1, ..., N workers; where does scaling break?
 
-    python -m trainer.scaling --max-workers 2 [--seconds 20] [--out .run/scaling] [trainer flags]
+    python -m trainer.host.scaling --max-workers 2 [--seconds 20] [--out .run/scaling] [trainer flags]
 
-Each size is a fresh local cluster (trainer.launch) trained for the same wall time. Every task's
+Each size is a fresh local cluster (trainer.host.launch) trained for the same wall time. Every task's
 /metrics is read twice a second; the figures are the difference between the first reading past the
 warm-up (tracing, first collectives) and the last one, so start-up does not count. Per size:
 cluster throughput (examples/s, all tasks), scaling efficiency throughput_r / (r x throughput_1)
@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from trainer.host import projection
 
 PARTS = ("compute", "allreduce", "input")
 HISTOGRAMS = {
@@ -50,6 +52,8 @@ class Point:
     allreduce_ms: float
     input_ms: float
     efficiency: float = 1.0
+    allreduce_bytes_per_step: float = 0.0
+    """Gradient bytes each task all-reduces per step (for the projection's model check)."""
 
     @property
     def other_ms(self) -> float:
@@ -57,7 +61,7 @@ class Point:
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    wanted = {"trainer_steps_total", "trainer_examples_total"} | {
+    wanted = {"trainer_steps_total", "trainer_examples_total", "trainer_allreduce_bytes_total"} | {
         f"{h}_{s}" for h in HISTOGRAMS.values() for s in ("sum", "count")
     }
     return {
@@ -81,7 +85,10 @@ def point(tasks: int, first: list[Snapshot], last: list[Snapshot]) -> Point:
             if delta(i, f"{hist}_count") > 0
         ]
         means[part] = 1000 * sum(per_task) / len(per_task) if per_task else float("nan")
-    return Point(tasks, examples, steps, means["step"], means["compute"], means["allreduce"], means["input"])
+    step_count = delta(0, "trainer_steps_total")
+    nbytes = delta(0, "trainer_allreduce_bytes_total") / step_count if step_count else 0.0
+    return Point(tasks, examples, steps, means["step"], means["compute"], means["allreduce"], means["input"],
+                 allreduce_bytes_per_step=nbytes)
 
 
 def with_efficiency(points: list[Point]) -> list[Point]:
@@ -117,7 +124,7 @@ def scrape(port: int) -> Snapshot | None:
 
 def run_size(workers: int, seconds: float, warmup: float, trainer_args: list[str], log: Path) -> Point:
     """Train on a fresh chief + `workers` cluster until `seconds` past the warm-up, then stop it."""
-    from trainer import launch
+    from trainer.host import launch
 
     tasks = workers + 1
     base = consecutive_free_ports(tasks)
@@ -196,7 +203,7 @@ def format_table(points: list[Point]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m trainer.scaling",
+        prog="python -m trainer.host.scaling",
         description=__doc__.splitlines()[0],
         epilog="Other flags go to every trainer task (python -m trainer --help).",
     )
@@ -206,6 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--warmup", type=float, default=5.0, help="seconds from a task's first step before measuring"
     )
     p.add_argument("--out", type=Path, default=Path(".run/scaling"))
+    p.add_argument("--bench-comm", type=Path, default=Path(".run/bench-comm.json"),
+                   help="make bench-comm's result, to fit the projection's all-reduce model")
     args, trainer_args = p.parse_known_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     log = args.out.with_suffix(".log")
@@ -234,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + "\n"
     )
     write_png(points, args.out.with_suffix(".png"))
+    print(projection.main(args.out.with_suffix(".json"), args.bench_comm))
     print(
         f"scaling: wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}", file=sys.stderr
     )

@@ -1,14 +1,12 @@
 """`make bench-comm`: TensorFlow's own all-reduce from 4 KiB to 64 MiB, next to raw TCP (iperf3).
 
-    python -m trainer.bench_comm [--where auto|local|docker] [--workers 1] [--out .run/bench-comm]
-    python -m trainer.bench_comm task ...   # one task of the sweep (TF_CONFIG set by the driver)
+    python -m trainer.host.bench_comm [--where auto|local|docker] [--workers 1] [--out .run/bench-comm]
 
-The driver starts one sweep task per cluster task, either as local processes on 127.0.0.1 (a fresh
-chief + --workers workers, like trainer.launch) or, when the compose stack's trainer image is
-there, inside containers on the stack's network (its running trainer containers, else temporary
-ones from the same image). Every task builds a MultiWorkerMirroredStrategy and, per knob setting
-(CommunicationOptions implementation and bytes_per_pack) and size, times chained all-reduces of
-the payload split into 8 tensors, like a gradient list. Bandwidths follow nccl-tests:
+Runs on the host only (drives Docker and iperf3). It starts one sweep task per cluster task
+(`python -m trainer.allreduce_sweep`, the in-container half), either as local processes on
+127.0.0.1 (a fresh chief + --workers workers, like trainer.host.launch) or, when the compose
+stack's trainer image is there, inside containers on the stack's network (its running trainer
+containers, else temporary ones from the same image). Bandwidths follow nccl-tests:
 algbw = bytes / time, busbw = algbw x 2(n-1)/n. iperf3 measures TCP between the first two tasks'
 network namespaces (nsenter for containers). Writes <out>.json, <out>.png and prints a table.
 """
@@ -18,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -26,12 +23,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-KIB, MIB = 1024, 1024 * 1024
-SIZES = tuple(4 * KIB * 4**i for i in range(8))  # 4 KiB ... 64 MiB
-VARIANTS = ("RING/0", "AUTO/0", "RING/1MiB", "RING/16MiB")
-"""implementation/bytes_per_pack; 0 = one pack (everything concatenated into one collective)."""
-TENSORS = 8
-RESULT = "BENCH_RESULT "
+from trainer.allreduce_sweep import RESULT, SIZES, VARIANTS, human, parse_bytes
+
 BENCH_PORT = 2223  # beside the trainer's 2222, so a bench can run in the trainer's own containers
 
 
@@ -46,20 +39,8 @@ class Row:
     busbw: float
 
 
-def parse_bytes(text: str) -> int:
-    units = {"kib": KIB, "mib": MIB, "gib": 1024 * MIB, "": 1}
-    low = text.strip().lower()
-    for unit in ("kib", "mib", "gib", ""):
-        if low.endswith(unit) and low[: len(low) - len(unit)].isdigit():
-            return int(low[: len(low) - len(unit)]) * units[unit]
-    raise ValueError(f"{text!r}: a byte count such as 0, 4096, 256KiB or 16MiB")
 
 
-def human(n: float) -> str:
-    for unit, size in (("MiB", MIB), ("KiB", KIB)):
-        if n >= size:
-            return f"{n / size:g} {unit}"
-    return f"{n:g} B"
 
 
 def busbw(algbw: float, n: int) -> float:
@@ -67,9 +48,6 @@ def busbw(algbw: float, n: int) -> float:
     return algbw * 2 * (n - 1) / n
 
 
-def iterations(size: int) -> int:
-    """All-reduces chained per timed call: enough to amortise dispatch on small sizes."""
-    return max(2, min(20, (16 * MIB) // size))
 
 
 def rows(timings: list[dict], n: int) -> list[Row]:
@@ -119,82 +97,6 @@ def iperf_bytes_per_second(report: dict) -> float:
     return report["end"]["sum_received"]["bits_per_second"] / 8
 
 
-# --- One task of the sweep (TensorFlow) ---
-
-
-def task_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.bench_comm task")
-    p.add_argument("--sizes", default=",".join(map(str, SIZES)))
-    p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--repeats", type=int, default=3)
-    args = p.parse_args(argv)
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
-    from trainer.cluster import parse_tf_config
-
-    spec = parse_tf_config(os.environ.get("TF_CONFIG"))
-    resolver = None
-    if spec is not None:
-        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(spec.cluster_dict()),
-            task_type=spec.task.type,
-            task_id=spec.task.index,
-            rpc_layer="grpc",
-        )
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
-    impl = tf.distribute.experimental.CommunicationImplementation
-    timings = []
-    for variant in args.variants.split(","):
-        name, pack = variant.split("/")
-        options = tf.distribute.experimental.CommunicationOptions(
-            implementation=getattr(impl, name), bytes_per_pack=parse_bytes(pack)
-        )
-        for size in map(int, args.sizes.split(",")):
-            seconds = _time_all_reduce(tf, strategy, options, size, iterations(size), args.repeats)
-            timings.append({"variant": variant, "size": size, "seconds": seconds})
-            print(f"{variant:>11} {human(size):>9}: {seconds * 1e3:9.3f} ms", file=sys.stderr, flush=True)
-    print(
-        RESULT
-        + json.dumps(
-            {
-                "task": spec.task.name if spec else "chief",
-                "n": strategy.num_replicas_in_sync,
-                "tf_version": tf.__version__,
-                "timings": timings,
-            }
-        ),
-        flush=True,
-    )
-    return 0
-
-
-def _time_all_reduce(tf, strategy, options, size: int, iters: int, repeats: int) -> float:
-    """Median seconds of one all-reduce of `size` bytes as TENSORS float32 tensors, chained `iters`
-    times per call (each depends on the previous: they cannot overlap)."""
-    elements = max(1, size // 4 // TENSORS)
-
-    @tf.function
-    def chain():
-        def replica_fn():
-            values = [tf.fill([elements], 1.0 + i) for i in range(TENSORS)]
-            ctx = tf.distribute.get_replica_context()
-            for _ in range(iters):
-                values = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, values, options=options)
-            return values[0][0]
-
-        return strategy.run(replica_fn)
-
-    float(chain())  # trace, build the collective groups, warm up
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        float(chain())  # the fetch waits for the last all-reduce (CPU: eager is synchronous anyway)
-        samples.append((time.perf_counter() - start) / iters)
-    return statistics.median(samples)
-
-
 # --- The driver: where the tasks run, iperf3, table, JSON, PNG ---
 
 
@@ -215,7 +117,7 @@ def local_endpoints(workers: int) -> list[Endpoint]:
 
 def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> list[dict]:
     from trainer.cluster import ClusterSpec
-    from trainer.launch import _die_with_parent, free_ports, stop
+    from trainer.host.launch import _die_with_parent, free_ports, stop
 
     ports = free_ports(len(endpoints)) if not endpoints[0].exec_prefix else [BENCH_PORT] * len(endpoints)
     addrs = [f"{e.address}:{p}" for e, p in zip(endpoints, ports)]
@@ -223,7 +125,7 @@ def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> list[dict]:
     procs = []
     for e in endpoints:
         tf_config = spec.with_task(_task_id(e.task)).to_tf_config()
-        cmd = [sys.executable, "-m", "trainer.bench_comm", "task", *task_args]
+        cmd = [sys.executable, "-m", "trainer.allreduce_sweep", *task_args]
         env = {**os.environ, "TF_CONFIG": tf_config, "PYTHONUNBUFFERED": "1"}
         if e.exec_prefix:  # the container's own Python and TF_CONFIG
             cmd = [
@@ -423,10 +325,7 @@ def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Pat
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["task"]:
-        return task_main(argv[1:])
-    p = argparse.ArgumentParser(prog="python -m trainer.bench_comm", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m trainer.host.bench_comm", description=__doc__.splitlines()[0])
     p.add_argument(
         "--where",
         choices=("auto", "local", "docker"),

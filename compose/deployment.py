@@ -1,0 +1,176 @@
+"""The one description of a deployment, which every target's emitter translates.
+
+    Deployment (frozen)  ->  compose/generate.py   Compose files (one host)
+                         ->  compose/k8s.py        Kubernetes TFJob v1 and JobSet
+                         ->  (a Swarm stack emitter builds on it the same way)
+
+It holds what the cluster needs (a chief plus `workers` workers, addressed by each target's template
+in trainer/cluster.py) and what running it needs: the image, GPUs per task, ports (trainer/contract.py),
+checkpoint storage, the metrics endpoint, the trainer's knobs and the restart budget. Emitters never
+add knobs of their own: whatever a target cannot express, its emitter reports as a `Change`.
+Standard library only: `make up` runs the Compose emitter with a bare python3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from compose import knobs as trainer_knobs
+from trainer import __version__, contract
+from trainer.cluster import COMPOSE_ADDRESS, ClusterSpec, TaskId, from_template
+from trainer.config import ENV_PREFIX, Config
+
+TF_PORT = contract.TF_PORT
+METRICS_PORT = contract.METRICS_PORT
+METRICS_LINGER_SECONDS = 12
+"""Two 5 s scrape intervals (monitoring/prometheus/prometheus.yml) plus margin: Prometheus records the
+final step and the `done` state before a finished task's container exits."""
+CHECKPOINT_DIR = "/checkpoints"
+SCRIPT_DIR = "/script"
+DATA_DIR = "/data"
+UID = GID = 1000
+"""The unprivileged user every trainer runs as (images/trainer.Dockerfile creates it)."""
+STOP_GRACE_SECONDS = 60
+"""Time between SIGTERM and SIGKILL: the preemption save of every task must fit in it."""
+SHM_GIB = 2
+"""/dev/shm of a GPU task: NCCL's shared-memory transport fails with Docker's 64 MB (NVIDIA/nccl#342)."""
+KNOB_FIELDS = tuple(f.name for f in dataclasses.fields(Config))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deployment:
+    """What one deployment asks for, whatever the target. Unset knobs keep the trainer's defaults."""
+
+    workers: int
+    """Workers besides the chief: workers=2 is three tasks."""
+    base_image: str = "mwms/python:3.11-bookworm"
+    """The image the trainer image is built on (Compose builds it; other targets pull a pushed image)."""
+    image_repo: str = "mwms/trainer"
+    """Repository of the trainer image; tagged `<version>-<variant>` (IMAGE_REPO=)."""
+    image_ref: str = ""
+    """A pinned reference (`registry:5000/mwms/trainer@sha256:...`, what `make push` prints) that targets
+    which pull use instead of the tag; empty: `<image_repo>:<version>-<variant>`."""
+    gpu_ids: Mapping[str, tuple[str, ...]] | None = None
+    """Task name -> GPU indices on the host (compose/gpus.py assigns them); None for a CPU run.
+    Targets with a scheduler keep only the count per task."""
+    knobs: tuple[tuple[str, str], ...] = ()
+    """Trainer settings as (trainer.config.Config field, value), passed as TRAINER_<FIELD>
+    (compose/knobs.py reads them from the environment: STEPS=, TASK=, ...)."""
+    max_restarts: int = 3
+    """Restart budget: automatic restarts before the run fails for good."""
+    checkpoint_storage: str = "1Gi"
+    """Size of the checkpoint volume where a target needs one declared (a Kubernetes PVC)."""
+    script: str | None = None
+    """Host path of a user's MWMS script, run instead of `python -m trainer` (SCRIPT=)."""
+    data: str | None = None
+    """Host path mounted read-only at /data (DATA=)."""
+    extra_args: tuple[str, ...] = ()
+    """Appended to every task's command: trainer flags, or the user script's own arguments (ARGS=)."""
+
+    def __post_init__(self) -> None:
+        if self.max_restarts < 0:
+            raise ValueError(f"MAX_RESTARTS={self.max_restarts}: must be 0 or more")
+        for name, _ in self.knobs:
+            if name not in KNOB_FIELDS:
+                raise ValueError(f"trainer knob {name!r} is not a trainer setting (python -m trainer --help)")
+        counts = {len(ids) for ids in (self.gpu_ids or {}).values()}
+        if len(counts) > 1:
+            raise ValueError(f"GPU ids {dict(self.gpu_ids)}: every task needs the same number of GPUs")
+
+    @property
+    def tasks(self) -> tuple[TaskId, ...]:
+        return self.cluster().tasks
+
+    def cluster(self, template: str = COMPOSE_ADDRESS, **names: str) -> ClusterSpec:
+        """Every task's address under a target's template (trainer/cluster.py: *_ADDRESS)."""
+        return from_template(self.workers, template, port=TF_PORT, **names)
+
+    @property
+    def gpus_per_task(self) -> int:
+        return len(next(iter(self.gpu_ids.values()))) if self.gpu_ids else 0
+
+    @property
+    def variant(self) -> str:
+        return "gpu" if self.gpu_ids else "cpu"
+
+    def image(self, variant: str | None = None) -> str:
+        return f"{self.image_repo}:{__version__}-{variant or self.variant}"
+
+    @property
+    def pulled_image(self) -> str:
+        """What a node pulls: the pinned reference when one is given."""
+        return self.image_ref or self.image()
+
+
+@dataclass(frozen=True)
+class Change:
+    """One setting an emitter dropped or rewrote for its target, and why."""
+
+    setting: str
+    became: str
+    """What it became on the target; empty when dropped."""
+    why: str
+
+    def line(self) -> str:
+        what = f"rewrote {self.setting} -> {self.became}" if self.became else f"dropped {self.setting}"
+        return f"  {what}: {self.why}"
+
+
+def report(target: str, changes: Sequence[Change]) -> str:
+    """The translation report an emitter prints: one line per change, or a line saying there were none."""
+    if not changes:
+        return f"{target}: nothing dropped"
+    head = f"{target}: {len(changes)} setting(s) dropped or rewritten"
+    return "\n".join([head, *(c.line() for c in changes)])
+
+
+def trainer_env(d: Deployment) -> dict[str, str]:
+    """The environment every task gets besides TF_CONFIG, the same on every target."""
+    env = {"TRAINER_METRICS_PORT": str(METRICS_PORT), "TRAINER_METRICS_LINGER": str(METRICS_LINGER_SECONDS),
+           "TRAINER_CHECKPOINT_DIR": CHECKPOINT_DIR}
+    env.update({ENV_PREFIX + name.upper(): value for name, value in d.knobs})
+    if d.data:
+        env["TRAINER_DATA"] = DATA_DIR
+    return env
+
+
+def command(d: Deployment) -> list[str]:
+    if d.script:
+        return ["python", "-m", "trainer.run_script", f"{SCRIPT_DIR}/{Path(d.script).name}", *d.extra_args]
+    return ["python", "-m", "trainer", *d.extra_args]
+
+
+def fake_gpu_ids(workers: int, per_task: int) -> dict[str, tuple[str, ...]] | None:
+    """GPU ids for a target that only needs the count per task (its scheduler picks the devices)."""
+    if per_task < 0:
+        raise ValueError(f"GPUS_PER_WORKER={per_task}: must be 0 (CPU) or more")
+    if not per_task:
+        return None
+    names = [t.name for t in from_template(workers, COMPOSE_ADDRESS).tasks]
+    return {n: tuple(str(k * per_task + j) for j in range(per_task)) for k, n in enumerate(names)}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags every emitter's CLI shares: the cluster, the image, the restart budget. Trainer knobs are
+    not flags: every emitter reads them from its environment (compose/knobs.py)."""
+    p.add_argument("--workers", type=int, required=True, help="workers besides the chief")
+    p.add_argument("--base-image", default=Deployment.base_image)
+    p.add_argument("--image-repo", default=Deployment.image_repo)
+    p.add_argument("--script", help="host path of your MWMS script, run in every task")
+    p.add_argument("--data", help="host folder mounted read-only at /data")
+    p.add_argument("--args", default="", help="extra arguments for every task's command (shell-quoted)")
+    p.add_argument("--max-restarts", type=int, default=Deployment.max_restarts)
+
+
+def from_args(ns: argparse.Namespace, gpu_ids: Mapping[str, tuple[str, ...]] | None,
+              environ: Mapping[str, str] | None = None, **more: object) -> Deployment:
+    """The Deployment the shared flags and the knobs in `environ` describe (`more`: target-specific
+    fields such as checkpoint_storage)."""
+    return Deployment(workers=ns.workers, base_image=ns.base_image, image_repo=ns.image_repo, gpu_ids=gpu_ids,
+                      knobs=trainer_knobs.from_environ(environ or {}), max_restarts=ns.max_restarts,
+                      script=ns.script, data=ns.data, extra_args=tuple(shlex.split(ns.args)), **more)

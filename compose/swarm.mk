@@ -1,0 +1,49 @@
+# Docker Swarm: the same run as a stack across hosts, tried on a swarm of Docker-in-Docker nodes here.
+# Included by the top Makefile after compose/compose.mk (WORKERS, IMAGE_REPO, ... come from there; trainer
+# knobs such as STEPS= reach compose.stack through the environment, compose/knobs.py).
+
+SWARM_NAME ?= mwms-swarm
+# The nodes' /24 on this host (node-N is .1N, the registry .10): another swarm on the same host needs its own.
+SWARM_SUBNET ?= 10.210.0
+NODES ?= 3
+STACK ?= mwms
+# How the images reach the nodes: registry (push once, nodes pull by digest) or load (docker save | load).
+TRANSPORT ?= registry
+# REGISTRY is where the host pushes; NODE_REGISTRY is the same registry as the nodes reach it.
+REGISTRY ?= $(BIND_ADDR):5000
+NODE_REGISTRY ?= $(REGISTRY)
+GRAFANA_IMAGE ?=
+SWARM_DIR = $(RUN_DIR)/swarm
+SWARM_ENV = SWARM_NAME='$(SWARM_NAME)' SWARM_SUBNET='$(SWARM_SUBNET)' NODES='$(NODES)' BIND_ADDR='$(BIND_ADDR)'
+NODES_SH = $(SWARM_ENV) compose/swarm/nodes.sh
+MANAGER = docker exec $(SWARM_NAME)-node-1 docker
+TRAINER_IMAGE = $(IMAGE_REPO):$$($(PYTHON) -c 'import trainer; print(trainer.__version__)')-cpu
+PROMETHEUS_IMAGE ?= mwms/prometheus:2.42.0-bookworm
+
+##@ Swarm (multi-host)
+
+.PHONY: nodes-up
+nodes-up: ## Start NODES (3) Docker-in-Docker nodes on this host and join them into a swarm, labelled org.mwms.node=node-N
+	@$(NODES_SH) up
+
+.PHONY: nodes-down
+nodes-down: ## Remove the swarm nodes, their volumes, network and registry (the host engine is never in swarm mode)
+	@$(NODES_SH) down
+
+.PHONY: push
+push: ## Push the trainer image to REGISTRY=host:port; prints the digest reference nodes pull
+	@$(NODES_SH) push "$(TRAINER_IMAGE)" "$(REGISTRY)"
+
+.PHONY: stack-up
+stack-up: ## Deploy the run as swarm stack STACK on the nodes (nodes-up, images, push or load, deploy; TRANSPORT=registry|load)
+	@$(foreach v,$(STACK_VARS) SWARM_NAME SWARM_SUBNET NODES STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE,$(v)='$($(v))') \
+	  SWARM_DIR='$(SWARM_DIR)' compose/swarm/stack-up.sh
+
+.PHONY: stack-down
+stack-down: ## Remove stack STACK from the swarm (the chief's checkpoint volume stays on its node)
+	@$(MANAGER) stack rm $(STACK)
+
+.PHONY: stack-status
+stack-status: ## Where every task of STACK runs and its state, then the per-task training table from its Prometheus
+	@$(MANAGER) stack ps $(STACK) --format 'table {{.Name}}\t{{.Node}}\t{{.CurrentState}}\t{{.Error}}'
+	@$(PYTHON) -m compose.status --no-docker --prometheus http://$$($(NODES_SH) ip 1):9090

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `make stack-up`: nodes -> images -> into the nodes (registry by digest, or save|load) -> the stack
+# bundle (python -m compose.stack, which prints its translation report) -> deploy from the manager.
+# Every input arrives through the environment from compose/swarm.mk. Run from the repository root.
+set -euo pipefail
+
+SWARM_NAME=${SWARM_NAME:-mwms-swarm}
+STACK=${STACK:-mwms}
+SWARM_DIR=${SWARM_DIR:-.run/swarm}
+NODES_SH=compose/swarm/nodes.sh
+say() { echo "stack-up: $*" >&2; }
+export SWARM_NAME SWARM_SUBNET NODES BIND_ADDR
+
+"$NODES_SH" up
+# The trainer and Prometheus images, built offline exactly as `make up` builds them.
+compose/up.sh --build-only
+version=$("${PYTHON:-python3}" -c 'import trainer; print(trainer.__version__)')
+trainer=${IMAGE_REPO:-mwms/trainer}:$version-cpu
+prometheus=${PROMETHEUS_IMAGE:-mwms/prometheus:2.42.0-bookworm}
+
+start=$(date +%s)
+if [ "${TRANSPORT:-registry}" = registry ]; then
+  registry=${REGISTRY:-127.0.0.1:5000}
+  # Our own registry when none is given on the nodes' side (NODE_REGISTRY defaults to REGISTRY).
+  if [ "${NODE_REGISTRY:-$registry}" = "$registry" ] && [[ $registry == 127.* ]]; then
+    REGISTRY_PORT=${registry##*:} "$NODES_SH" registry
+    NODE_REGISTRY=$("$NODES_SH" registry-addr)
+  fi
+  trainer_ref=$("$NODES_SH" push "$trainer" "$registry")
+  prometheus_ref=$("$NODES_SH" push "$prometheus" "$registry")
+  # The same bytes by digest, under the name the nodes reach the registry by.
+  trainer_ref=${NODE_REGISTRY:-$registry}/${trainer_ref#*/}
+  prometheus_ref=${NODE_REGISTRY:-$registry}/${prometheus_ref#*/}
+else
+  "$NODES_SH" load "$trainer" "$prometheus"
+  trainer_ref=$trainer prometheus_ref=$prometheus
+fi
+say "images on the nodes by ${TRANSPORT:-registry} in $(($(date +%s) - start)) s: $trainer_ref"
+
+args=(--workers "${WORKERS:-2}" --nodes "${NODES:-3}" --out "$SWARM_DIR" --image "$trainer_ref"
+      --prometheus-image "$prometheus_ref" --max-restarts "${MAX_RESTARTS:-3}")
+# Trainer knobs (STEPS=, SAVE_EVERY=, any trainer flag) reach compose.stack through the environment.
+for var in ARGS GRAFANA_IMAGE; do
+  [ -n "${!var:-}" ] && args+=("--$(tr 'A-Z_' 'a-z-' <<<"$var")" "${!var}")
+done
+"${PYTHON:-python3}" -m compose.stack "${args[@]}"
+
+# The bundle is self-contained: copy it to the manager and deploy there (the host is no swarm member).
+manager=$SWARM_NAME-node-1
+docker exec "$manager" rm -rf "/stacks/$STACK"
+docker exec "$manager" mkdir -p /stacks
+docker cp "$SWARM_DIR" "$manager:/stacks/$STACK"
+docker exec -w "/stacks/$STACK" "$manager" docker stack deploy --resolve-image never -c stack.yaml "$STACK"
+echo
+echo "Prometheus: http://$("$NODES_SH" ip 1):9090   (published mode host on node-1)"
+echo "Follow:     make stack-status STACK=$STACK | docker exec $manager docker service logs -f ${STACK}_chief"

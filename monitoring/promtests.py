@@ -1,0 +1,203 @@
+"""promtool unit tests, written by `make rules` (monitoring/rulegen.py).
+
+verdict_tests: every case of monitoring/verdict_cases.py as series scraped every 5 s for 4 minutes,
+with the task and cluster verdict codes the case table expects and the alerts (labels and rendered
+prose) that its figures must fire. rate_tests: steps per second of a short finished run and a long
+one, through the recording rules and through the very queries `make status` sends.
+"""
+
+from __future__ import annotations
+
+import math
+
+from monitoring import alerts
+from monitoring import rules as r
+from monitoring import verdict as v
+from monitoring.verdict_cases import CASES, Case, Task, sample
+from trainer import contract as c
+
+INTERVAL = 5
+END = 240
+"""Seconds: the cases are evaluated at 4m, when every `for:` of the alerts has elapsed."""
+POINTS = END // INTERVAL
+
+
+def labels(task: str, /, **extra: str) -> str:
+    task_type, index = c.task_labels(task)
+    pairs = {"job": c.JOB, "instance": f"{task}:{c.METRICS_PORT}", c.TASK_TYPE: task_type,
+             c.TASK_INDEX: index, **extra}
+    return "{" + ", ".join(f'{k}="{val}"' for k, val in pairs.items()) + "}"
+
+
+def _num(x: float) -> str:
+    return format(round(x, 9), ".12g")
+
+
+def _grow(per_interval: float) -> str:
+    return f"0+{_num(per_interval)}x{POINTS}"
+
+
+def _flat(value: float) -> str:
+    return f"{_num(value)}x{POINTS}"
+
+
+def _timed(t: Task) -> dict[str, str]:
+    """Histograms and counters: steps per interval times mean seconds of each part."""
+    steps = INTERVAL / t.step if t.stepping else 0.0
+    seconds = {c.STEP: t.step, c.COMPUTE: t.compute, c.ALLREDUCE: t.allreduce, c.INPUT_WAIT: t.input}
+    out = {c.STEPS.name: _grow(steps)}
+    for m, mean in seconds.items():
+        out |= {m.count: _grow(steps), m.sum: _grow(steps * mean)}
+    return out
+
+
+def _repeat(x: float) -> str:
+    """A non-finite value at every point (promtool's `NxM` expansion takes finite numbers only)."""
+    return " ".join(["Inf" if x > 0 else "-Inf" if x < 0 else "NaN"] * (POINTS + 1))
+
+
+def _last_step(t: Task) -> str:
+    if t.last_step_age is None:
+        return _flat(0)
+    if t.stepping:
+        return f"{_num(-t.last_step_age)}+{INTERVAL}x{POINTS}"
+    return _flat(END - t.last_step_age)
+
+
+def task_series(t: Task) -> list[dict]:
+    """What Prometheus scrapes from this task; a task that is down left only its earlier state."""
+    up = [{"series": f"up{labels(t.name)}", "values": _flat(1 if t.up else 0)}]
+    state = f"{c.STATE.name}{labels(t.name, **{c.STATE.client_name: t.state})}"
+    if not t.up:
+        return up + [{"series": state, "values": f"1x{POINTS // 4} stale"}]
+    build = dict(zip(c.BUILD_LABELS, t.build, strict=True))
+    series = {state: _flat(1), f"{c.LAST_STEP_TIME.name}{labels(t.name)}": _last_step(t),
+              f"{c.WORLD_SIZE.name}{labels(t.name)}": _flat(t.world_size),
+              f"{c.LOSS.name}{labels(t.name)}": _flat(t.loss) if math.isfinite(t.loss) else _repeat(t.loss),
+              f"{r.BUILD_INFO}{labels(t.name, **build)}": _flat(1)}
+    series |= {f"{name}{labels(t.name)}": values for name, values in _timed(t).items()}
+    return up + [{"series": k, "values": val} for k, val in series.items()]
+
+
+def _codes(case: Case) -> list[dict]:
+    code = {name: k for k, name in v.NAMES.items()}
+    task_samples = [{"labels": f"{r.VERDICT_CODE}{labels(t)}", "value": code[name]}
+                    for t, name in case.per_task.items()]
+    cluster = code[case.verdict]
+    cluster_samples = [{"labels": f'{r.CLUSTER_VERDICT_CODE}{{job="{c.JOB}"}}', "value": cluster}] if cluster >= 0 else []
+    at = f"{END}s"
+    return [{"expr": r.VERDICT_CODE, "eval_time": at, "exp_samples": task_samples},
+            {"expr": r.CLUSTER_VERDICT_CODE, "eval_time": at, "exp_samples": cluster_samples}]
+
+
+def firing(case: Case) -> dict[str, dict[str, float]]:
+    """Alert -> task -> value, by the thresholds of monitoring/verdict.py."""
+    samples = {t.name: sample(t) for t in case.tasks}
+    timed = {t.name: samples[t.name] for t in case.tasks if t.stepping}
+    ratios = v.compute_ratios(list(timed.values()))
+    return {
+        "TrainerDown": {t.name: 0.0 for t in case.tasks if not t.up and t.state != "done"},
+        "TrainingStalled": {t.name: t.last_step_age for t in case.tasks if t.up and v.stalled(samples[t.name])},
+        "Straggler": {n: x for n, x in ratios.items() if x > v.STRAGGLER_RATIO},
+        "InputBound": {n: s.input_share for n, s in timed.items() if s.input_share > v.INPUT_SHARE},
+        "CommunicationBound": {n: s.allreduce_share for n, s in timed.items()
+                               if s.allreduce_share > v.ALLREDUCE_SHARE},
+        "LossNotFinite": {t.name: t.loss for t in case.tasks if t.up and not math.isfinite(t.loss)},
+    }
+
+
+def _alert_tests(case: Case) -> list[dict]:
+    tests = []
+    for name, tasks in firing(case).items():
+        alert = alerts.BY_NAME[name]
+        expected = [{"exp_labels": {"severity": alert.severity, **_label_dict(task)},
+                     "exp_annotations": alert.render(task, value)} for task, value in tasks.items()]
+        tests.append({"eval_time": f"{END}s", "alertname": name, "exp_alerts": expected})
+    return tests
+
+
+def _label_dict(task: str) -> dict[str, str]:
+    task_type, index = c.task_labels(task)
+    return {"job": c.JOB, "instance": f"{task}:{c.METRICS_PORT}", c.TASK_TYPE: task_type, c.TASK_INDEX: index}
+
+
+def verdict_tests() -> dict:
+    groups = [{"name": case.name, "interval": f"{INTERVAL}s",
+               "input_series": [s for t in case.tasks for s in task_series(t)],
+               "promql_expr_test": _codes(case), "alert_rule_test": _alert_tests(case)} for case in CASES]
+    return {"rule_files": ["../rules/trainer.rules.yml", "../rules/verdict.yml", "../rules/trainer.alerts.yml"],
+            "evaluation_interval": f"{INTERVAL}s", "tests": groups}
+
+
+# --- Steps per second ---
+
+SHORT = {"steps": 100, "seconds": 1.25}
+"""100 steps in 1.25 s of step time (80 steps/s), finished before Prometheus' second scrape."""
+LONG = {"steps_per_interval": 50, "allreduce": 0.05, "bytes_per_step": 3000, "examples_per_step": 16, "world": 4}
+"""10 steps/s for minutes; 0.05 s and 3000 bytes per all-reduce, world size 4: algbw 60000 B/s,
+busbw 60000 * 2*3/4 = 90000 B/s; 16 examples per step: 160 examples/s."""
+
+
+def short_run_series(task: str = c.CHIEF) -> list[dict]:
+    """A run over between two scrapes: 0 at t=0, all its steps at t=5s, then unchanged."""
+    n, seconds = SHORT["steps"], SHORT["seconds"]
+    values = {c.STEP.count: n, c.STEP.sum: seconds, c.STEPS.name: n, c.LAST_STEP_TIME.name: 1000 + seconds}
+    return [{"series": f"{name}{labels(task)}", "values": f"0 {_num(x)}x{POINTS - 1}"} for name, x in values.items()]
+
+
+def long_run_series(task: str = "worker-0") -> list[dict]:
+    """A step ends every 0.1 s, each 0.1 s long."""
+    n = LONG["steps_per_interval"]
+    values = {c.STEP.count: _grow(n), c.STEP.sum: _grow(INTERVAL), c.STEPS.name: _grow(n),
+              c.ALLREDUCE.count: _grow(n), c.ALLREDUCE.sum: _grow(n * LONG["allreduce"]),
+              c.ALLREDUCE_BYTES.name: _grow(n * LONG["bytes_per_step"]),
+              c.EXAMPLES.name: _grow(n * LONG["examples_per_step"]),
+              c.WORLD_SIZE.name: _flat(LONG["world"]),
+              c.LAST_STEP_TIME.name: f"0+{INTERVAL}x{POINTS}"}
+    return [{"series": f"{name}{labels(task)}", "values": val} for name, val in values.items()]
+
+
+def rounded(expr: str) -> str:
+    """promtool compares exactly; rates of exact series still carry float rounding."""
+    return f"round({expr}, {PRECISION})"
+
+
+PRECISION = 0.001
+
+
+def expect(expr: str, at: str, values: dict[str, float]) -> dict:
+    """A promql_expr_test: expr (rounded) at `at` gives these values per task."""
+    samples = [{"labels": labels(task), "value": round(x / PRECISION) * PRECISION} for task, x in values.items()]
+    return {"expr": rounded(expr), "eval_time": at, "exp_samples": samples}
+
+
+def expect_cluster(expr: str, at: str, value: float) -> dict:
+    return {"expr": rounded(expr), "eval_time": at,
+            "exp_samples": [{"labels": f'{{job="{c.JOB}"}}', "value": round(value / PRECISION) * PRECISION}]}
+
+
+def steps_expectations(status_query: str) -> list[dict]:
+    """While the short run is in the 1 minute window (30s) and after it (100s)."""
+    short, long = SHORT["steps"] / SHORT["seconds"], LONG["steps_per_interval"] / INTERVAL
+    return [expect(status_query, "30s", {c.CHIEF: short, "worker-0": long}),
+            expect(status_query, "100s", {c.CHIEF: short, "worker-0": long})]
+
+
+def rate_tests() -> dict:
+    from compose import status  # the queries `make status` really sends
+
+    short, long = SHORT["steps"] / SHORT["seconds"], LONG["steps_per_interval"] / INTERVAL
+    algbw = LONG["bytes_per_step"] / LONG["allreduce"]
+    world = LONG["world"]
+    tests = [
+        expect(r.STEPS_PER_SECOND, "30s", {c.CHIEF: short, "worker-0": long}),
+        expect(r.STEPS_PER_SECOND_RUN, "100s", {c.CHIEF: short, "worker-0": long}),
+        expect_cluster(r.CLUSTER_STEPS, "30s", long),
+        expect(r.ALGBW, "100s", {"worker-0": algbw}),
+        expect_cluster(r.CLUSTER_BUSBW, "100s", algbw * 2 * (world - 1) / world),
+        expect_cluster(r.CLUSTER_EXAMPLES, "100s", long * LONG["examples_per_step"]),
+        *steps_expectations(status.QUERIES["steps/s"]),
+    ]
+    group = {"name": "steps per second", "interval": f"{INTERVAL}s",
+             "input_series": short_run_series() + long_run_series(), "promql_expr_test": tests}
+    return {"rule_files": ["../rules/trainer.rules.yml"], "evaluation_interval": f"{INTERVAL}s", "tests": [group]}

@@ -1,0 +1,236 @@
+"""The Prometheus side of the contract: recording-rule names and their PromQL, built from
+trainer/contract.py (metric names) and monitoring/verdict.py (thresholds, codes). Dashboards,
+alerts, `make status`, `make diagnose` and `make report` take rule names and raw queries from here;
+monitoring/rulegen.py (`make rules`) writes the rule files.
+
+Rule names are level:metric:operation; `task:` rules are by (job, instance, task_type, task_index),
+`cluster:` rules by (job). Ratios aggregate numerator and denominator separately, then divide
+(averaging per-scrape ratios would weight idle and busy intervals alike).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from monitoring import verdict as v
+from trainer import contract as c
+
+PROM_DIR = Path(__file__).resolve().parent / "prometheus"
+JOB_SELECTOR = f'{{job="{c.JOB}"}}'
+BY_TASK = ", ".join(c.TASK_BY)
+WINDOW = "1m"
+RUN_LOOKBACK = "1h"
+"""How long after a task stops its whole-run figures stay queryable (`make status` after a run)."""
+
+
+def task_rule(name: str, op: str) -> str:
+    return f"task:{name}:{op}"
+
+
+def cluster_rule(name: str, op: str) -> str:
+    return f"cluster:{name}:{op}"
+
+
+PARTS = (c.STEP, *c.STEP_PARTS)
+SUM_RATE = {m: task_rule(m.sum, "rate1m") for m in PARTS}
+COUNT_RATE = {m: task_rule(m.count, "rate1m") for m in PARTS}
+MEAN = {m: task_rule(m.name, "mean1m") for m in PARTS}
+"""Mean seconds per step of the whole step and of each part."""
+OTHER = task_rule(f"{c.NAMESPACE}_step_other_seconds", "mean1m")
+SHARE = {m: task_rule(m.name, "share1m") for m in c.STEP_PARTS}
+STEPS_PER_SECOND = task_rule(c.STEPS.client_name, "per_second1m")
+STEPS_PER_SECOND_RUN = task_rule(c.STEPS.client_name, "per_second_run")
+EXAMPLES_PER_STEP = task_rule(c.EXAMPLES.client_name, "per_step1m")
+EXAMPLES_PER_SECOND = task_rule(c.EXAMPLES.client_name, "per_second1m")
+BYTES_PER_STEP = task_rule(c.ALLREDUCE_BYTES.client_name, "per_step1m")
+ALGBW = task_rule(f"{c.NAMESPACE}_allreduce_algbw_bytes_per_second", "mean1m")
+BUSBW = task_rule(f"{c.NAMESPACE}_allreduce_busbw_bytes_per_second", "mean1m")
+NET_RATE = {m: task_rule(m.client_name, "rate1m") for m in (c.NET_TRANSMIT, c.NET_RECEIVE)}
+COMPUTE_RATIO = task_rule(c.COMPUTE.name, "ratio_to_others1m")
+LAST_STEP_AGE = task_rule(f"{c.NAMESPACE}_last_step", "age_seconds")
+VERDICT_CODE = task_rule(f"{c.NAMESPACE}_verdict", "code")
+VERDICT_NAMED = task_rule(f"{c.NAMESPACE}_verdict", "named")
+
+CLUSTER_EXAMPLES = cluster_rule(c.EXAMPLES.client_name, "per_second1m")
+CLUSTER_STEPS = cluster_rule(c.STEPS.client_name, "per_second1m")
+CLUSTER_STEPS_RUN = cluster_rule(c.STEPS.client_name, "per_second_run")
+CLUSTER_SHARE = {m: cluster_rule(m.name, "share1m") for m in (c.ALLREDUCE, c.INPUT_WAIT)}
+COMPUTE_REFERENCE = cluster_rule(c.COMPUTE.name, "reference1m")
+STRAGGLER_RATIO = cluster_rule(c.COMPUTE.name, "straggler_ratio1m")
+CLUSTER_ALGBW = cluster_rule(f"{c.NAMESPACE}_allreduce_algbw_bytes_per_second", "max1m")
+CLUSTER_BUSBW = cluster_rule(f"{c.NAMESPACE}_allreduce_busbw_bytes_per_second", "max1m")
+CLUSTER_NET_RATE = {m: cluster_rule(m.client_name, "rate1m") for m in (c.NET_TRANSMIT, c.NET_RECEIVE)}
+TARGETS = cluster_rule(f"{c.NAMESPACE}_targets", "count")
+TARGETS_UP = cluster_rule(f"{c.NAMESPACE}_targets_up", "sum")
+BUILDS = cluster_rule(c.exposed_name(c.BUILD_INFO), "distinct")
+CLUSTER_VERDICT_CODE = cluster_rule(f"{c.NAMESPACE}_verdict", "code")
+CLUSTER_VERDICT_NAMED = cluster_rule(f"{c.NAMESPACE}_verdict", "named")
+
+UP = f"up{JOB_SELECTOR}"
+BUILD_INFO = c.exposed_name(c.BUILD_INFO)
+BUILD_BY = ", ".join(c.BUILD_LABELS)
+
+
+# --- Raw queries: what the rules record, written so they also run without the rules ---
+
+def rate(series: str, window: str = WINDOW) -> str:
+    """Per-task rate of a counter (or histogram _sum/_count) series."""
+    return f"sum by ({BY_TASK}) (rate({series}{JOB_SELECTOR}[{window}]))"
+
+
+def steps_per_second(window: str = WINDOW) -> str:
+    """Steps per second of step time while training: the step histogram's count rate over its sum
+    rate. Dividing the steps seen in a window by the window's length would count the idle start-up
+    and the time after the last step (a 1.5 s run would show 100 steps / 60 s)."""
+    return f"{rate(c.STEP.count, window)} / ({rate(c.STEP.sum, window)} > 0)"
+
+
+def steps_per_second_run(lookback: str = RUN_LOOKBACK) -> str:
+    """Steps per second of step time over this process's whole run, also after it finished: the
+    step histogram's count over its sum (cumulative). Not steps / (last - first step's end): every
+    step of a call shares the call's end time, so a run of two calls would count double."""
+    def last(series: str) -> str:
+        return f"max by ({BY_TASK}) (last_over_time({series}{JOB_SELECTOR}[{lookback}]))"
+    return f"{last(c.STEP.count)} / ({last(c.STEP.sum)} > 0)"
+
+
+def last_value(m: c.Metric, lookback: str = RUN_LOOKBACK) -> str:
+    """A task's last value of a gauge in the lookback: figures of tasks that have exited."""
+    return f"max by ({BY_TASK}) (last_over_time({m.name}{JOB_SELECTOR}[{lookback}]))"
+
+
+def loss_after_first_step(selector: str = JOB_SELECTOR) -> str:
+    """The loss gauge reads 0 until a process's first step: only after that."""
+    return f"{c.LOSS.name}{selector} and on (job, instance) ({c.STEPS.name}{selector} > 0)"
+
+
+def by_job(op: str, expr: str) -> str:
+    return f"{op} by (job) ({expr})"
+
+
+# --- Recording rules ---
+
+def _per_task_rules() -> list[tuple[str, str]]:
+    rules = []
+    for m in PARTS:
+        rules += [(SUM_RATE[m], rate(m.sum)), (COUNT_RATE[m], rate(m.count))]
+    rules += [(MEAN[m], f"{SUM_RATE[m]} / {COUNT_RATE[m]}") for m in PARTS]
+    # Not clamped at 0: a negative value means the parts were measured wrongly, and must stay visible.
+    rules.append((OTHER, " - ".join(MEAN[m] for m in PARTS)))
+    rules += [(SHARE[m], f"{SUM_RATE[m]} / {SUM_RATE[c.STEP]}") for m in c.STEP_PARTS]
+    rules += [
+        (STEPS_PER_SECOND, f"{COUNT_RATE[c.STEP]} / ({SUM_RATE[c.STEP]} > 0)"),
+        (STEPS_PER_SECOND_RUN, steps_per_second_run()),
+        # Per step from the counters, not the histogram's count: right when only one step in K is timed.
+        (EXAMPLES_PER_STEP, f"{rate(c.EXAMPLES.name)} / ({rate(c.STEPS.name)} > 0)"),
+        (EXAMPLES_PER_SECOND, f"{EXAMPLES_PER_STEP} * {STEPS_PER_SECOND}"),
+        (BYTES_PER_STEP, f"{rate(c.ALLREDUCE_BYTES.name)} / ({rate(c.STEPS.name)} > 0)"),
+    ]
+    rules += [(NET_RATE[m], rate(m.name)) for m in NET_RATE]
+    world = f"max by ({BY_TASK}) ({c.WORLD_SIZE.name})"
+    rules += [
+        # nccl-tests definitions: algbw = bytes / time; busbw = algbw * 2(n-1)/n, comparable across
+        # cluster sizes and with the link's bandwidth (n = 1 gives 0: nothing crosses a link).
+        (ALGBW, f"{BYTES_PER_STEP} / {MEAN[c.ALLREDUCE]}"),
+        (BUSBW, f"{ALGBW} * on ({BY_TASK}) (2 * ({world} - 1) / {world})"),
+        (LAST_STEP_AGE, f"time() - max by ({BY_TASK}) ({c.LAST_STEP_TIME.name} > 0)"),
+    ]
+    return rules
+
+
+def _straggler_rules() -> list[tuple[str, str]]:
+    """verdict.compute_reference in PromQL: the median of the tasks once the slowest is set aside,
+    i.e. the quantile (n-2)/(2(n-1)) of all n (one task: itself). In synchronous training a
+    straggler's step time looks like everyone's (the others wait for it inside all-reduce), so
+    compute time names it. quantile takes one scalar: this assumes one trainer job per Prometheus."""
+    timed = f"({MEAN[c.COMPUTE]}{JOB_SELECTOR} >= 0)"  # drops NaN: tasks with no step in the window
+    n = f"count({timed})"
+    others_median = f"quantile by (job) (scalar(({n} - 2) / (2 * ({n} - 1))), {timed})"
+    return [
+        (COMPUTE_REFERENCE, f"({others_median} > 0) or {by_job('max', timed)}"),
+        (COMPUTE_RATIO, f"{timed} / on (job) group_left {COMPUTE_REFERENCE}"),
+        (STRAGGLER_RATIO, f"{by_job('max', timed)} / {COMPUTE_REFERENCE}"),
+    ]
+
+
+def _cluster_rules() -> list[tuple[str, str]]:
+    def share(m: c.Metric) -> str:
+        return f"{by_job('sum', SUM_RATE[m])} / {by_job('sum', SUM_RATE[c.STEP])}"
+    return [
+        (CLUSTER_EXAMPLES, by_job("sum", EXAMPLES_PER_SECOND)),
+        # Synchronous: the cluster steps at its slowest task's pace.
+        (CLUSTER_STEPS, by_job("min", STEPS_PER_SECOND)),
+        (CLUSTER_STEPS_RUN, by_job("min", STEPS_PER_SECOND_RUN)),
+        *[(CLUSTER_SHARE[m], share(m)) for m in CLUSTER_SHARE],
+        # The task that waits least inside all-reduce (the slowest) measures closest to the transfer.
+        (CLUSTER_ALGBW, by_job("max", ALGBW)),
+        (CLUSTER_BUSBW, by_job("max", BUSBW)),
+        *[(CLUSTER_NET_RATE[m], by_job("sum", NET_RATE[m])) for m in CLUSTER_NET_RATE],
+        (TARGETS, by_job("count", UP)),
+        (TARGETS_UP, by_job("sum", UP)),
+        (BUILDS, f"count by (job) (count by (job, {BUILD_BY}) ({BUILD_INFO}))"),
+    ]
+
+
+def recording_rules() -> dict:
+    rules = _per_task_rules() + _straggler_rules() + _cluster_rules()
+    # One group: a group evaluates in order, so later rules see this evaluation's results.
+    return {"groups": [{"name": "trainer_recording", "rules": [{"record": r, "expr": e} for r, e in rules]}]}
+
+
+# --- The verdict in PromQL (monitoring/verdict.py) ---
+
+def _task_code(condition: str, code: int) -> str:
+    return f"(0 * max by ({BY_TASK}) ({condition}) + {code})"
+
+
+def down_condition() -> str:
+    """Not answering, and not because it finished (its last scraped state was done)."""
+    done = f'last_over_time({c.STATE.name}{{{c.STATE.client_name}="done"}}[{RUN_LOOKBACK}]) == 1'
+    return f"{UP} == 0 unless on (job, instance) ({done})"
+
+
+def stall_condition(age: str) -> str:
+    busy = f'{c.STATE.name}{{{c.STATE.client_name}=~"done|checkpointing"}} == 1'
+    return f"{age} > {v.STALL_SECONDS:g} unless on ({BY_TASK}) ({busy})"
+
+
+def _mismatch_condition() -> str:
+    per_task = f"count by ({BY_TASK}, {BUILD_BY}) ({BUILD_INFO})"
+    per_build = f"count by (job, {BUILD_BY}) ({BUILD_INFO})"
+    return (f"({per_task} * on (job, {BUILD_BY}) group_left {per_build})"
+            f" < on (job) group_left max by (job) ({per_build})"
+            f" or {c.WORLD_SIZE.name} < on (job) group_left max by (job) ({c.WORLD_SIZE.name})")
+
+
+def _named(code_rule: str) -> str:
+    return " or ".join(f'label_replace({code_rule} == {code}, "verdict", "{v.NAMES[code]}", "", "")'
+                       for code in range(v.DOWN, v.HEALTHY - 1, -1))
+
+
+def verdict_rules() -> dict:
+    # Each branch of an `or` chain carries the same labels, so `or` keeps the first (highest) code.
+    task = " or ".join([
+        _task_code(down_condition(), v.DOWN),
+        _task_code(stall_condition(LAST_STEP_AGE), v.STALLED),
+        _task_code(_mismatch_condition(), v.MISMATCH),
+        _task_code(f"{COMPUTE_RATIO} > {v.STRAGGLER_RATIO:g}", v.STRAGGLER),
+        _task_code(f"{SHARE[c.INPUT_WAIT]} > {v.INPUT_SHARE:g}", v.INPUT),
+        _task_code(f"{SHARE[c.ALLREDUCE]} > {v.ALLREDUCE_SHARE:g}", v.COMMUNICATION),
+        _task_code(f"{COUNT_RATE[c.STEP]} > 0", v.HEALTHY),
+    ])
+    worst = by_job("max", VERDICT_CODE)
+    worlds = f'count by (job) (count_values by (job) ("world_size", {c.WORLD_SIZE.name}))'
+    # The worst task, except that communication-bound needs every task (if only some wait in
+    # all-reduce, nobody is clearly to blame), and a mismatch is also two equal halves.
+    cluster = " or ".join([
+        f"({worst} >= {v.MISMATCH})",
+        f"(0 * ({BUILDS} > 1) + {v.MISMATCH})",
+        f"(0 * ({worlds} > 1) + {v.MISMATCH})",
+        f"({worst} >= {v.INPUT})",
+        f"(0 * ({by_job('min', SHARE[c.ALLREDUCE])} > {v.ALLREDUCE_SHARE:g}) + {v.COMMUNICATION})",
+        f"(0 * {worst})",
+    ])
+    rules = [(VERDICT_CODE, task), (CLUSTER_VERDICT_CODE, cluster),
+             (VERDICT_NAMED, _named(VERDICT_CODE)), (CLUSTER_VERDICT_NAMED, _named(CLUSTER_VERDICT_CODE))]
+    return {"groups": [{"name": "trainer_verdict", "rules": [{"record": r, "expr": e} for r, e in rules]}]}

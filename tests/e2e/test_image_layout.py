@@ -1,0 +1,84 @@
+"""The trainer image holds the in-container trainer and nothing host-side (trainer/host/, make
+fragments): the Dockerfile's own COPY lines built with its own .dockerignore by Compose's builder
+(BuildKit reads `<Dockerfile>.dockerignore`), on an empty base so no wheelhouse or base image is needed."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import tarfile
+import uuid
+from pathlib import Path
+
+from tests.e2e.conftest import ROOT, engine_ready
+
+DOCKERFILE = ROOT / "images" / "trainer.Dockerfile"
+
+
+def _probe_dockerfile(tmp: Path) -> Path:
+    """The real COPY lines (code from the build context) on `FROM scratch`, beside the real ignore file."""
+    copies = [
+        line
+        for line in DOCKERFILE.read_text().splitlines()
+        if line.startswith("COPY ") and "--from" not in line
+    ]
+    assert copies, f"{DOCKERFILE} copies nothing from the context"
+    probe = tmp / "probe.Dockerfile"
+    probe.write_text("FROM scratch\n" + "\n".join(copies) + "\n")
+    shutil.copy(
+        DOCKERFILE.with_name(DOCKERFILE.name + ".dockerignore"), tmp / "probe.Dockerfile.dockerignore"
+    )
+    return probe
+
+
+def _files_in(image: str) -> set[str]:
+    cid = subprocess.run(
+        ["docker", "create", image, "none"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    try:
+        tar = subprocess.run(["docker", "export", cid], capture_output=True, check=True).stdout
+    finally:
+        subprocess.run(["docker", "rm", cid], capture_output=True)
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        return {m.name for m in t.getmembers() if m.isfile()}
+
+
+def _build(tmp_path: Path) -> set[str]:
+    image = f"mwms-layout-probe/{uuid.uuid4().hex[:12]}:probe"
+    compose = tmp_path / "compose.yaml"
+    compose.write_text(
+        f"services:\n  probe:\n    image: {image}\n    build:\n"
+        f"      context: {ROOT}\n      dockerfile: {_probe_dockerfile(tmp_path)}\n"
+    )
+    build = subprocess.run(
+        [
+            "docker",
+            "compose",
+            "-p",
+            f"mwms-layout-{uuid.uuid4().hex[:8]}",
+            "-f",
+            str(compose),
+            "build",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "COMPOSE_BAKE": "false"},
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    try:
+        return _files_in(image)
+    finally:
+        subprocess.run(["docker", "rmi", image], capture_output=True)
+
+
+def test_image_has_the_trainer_and_no_host_tool(tmp_path):
+    engine_ready()
+    files = _build(tmp_path)
+    code = {f.removeprefix("app/") for f in files if f.startswith("app/")}
+    host = sorted(f for f in code if f.startswith("trainer/host/") or f.endswith(".mk"))
+    assert not host, f"host-side files in the trainer image: {host}"
+    wanted = {str(p.relative_to(ROOT)) for p in (ROOT / "trainer").glob("*.py")}
+    assert wanted <= code, f"trainer modules missing from the image: {sorted(wanted - code)}"

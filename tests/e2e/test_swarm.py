@@ -1,0 +1,226 @@
+"""The stack across hosts: a 3-node swarm of Docker-in-Docker nodes, driven by the make targets a user runs.
+
+One deployment for the module (`make nodes-up`, `make stack-up` with the registry transport): chief
+and two workers, one per node by label, over an overlay network. The tests then read outcomes where
+an operator would: Prometheus in the swarm, `docker stack ps`, the chief's logs, the node's engine.
+
+Node kill = SIGKILL of a worker's whole DinD container (its engine, its tasks): a host crash. The
+node is started again once the manager has marked it Down. Recovery time = kill -> the chief's
+first step after the resume; steps lost = the chief's last step before the kill - the step resumed from.
+The host engine stays out of swarm mode; with CI=true a missing engine fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import pytest
+import yaml
+
+from compose import stack
+from tests.e2e.conftest import ROOT, engine_ready, trainer_targets
+
+pytestmark = pytest.mark.docker
+
+SWARM = "mwms-swarm-e2e"
+STACK = "mwms"
+# The registry's host side (a loopback address no other e2e test publishes on) and the node subnet.
+BIND = "127.0.0.5"
+SUBNET = "10.212.0"
+PROM = f"http://{SUBNET}.11:9090"  # node-1's own address: Prometheus is published in host mode there
+# ~20 steps/s: the kill lands well before the end wherever the first checkpoint is seen.
+STEPS = 1500
+SAVE_EVERY = 50
+HEARTBEAT_S = 5
+# Covers the manager noticing the dead node (~15 s), the restart and the restarted node's engine.
+CLUSTER_TIMEOUT_S = 180
+TRAINER_ARGS = f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}"
+VARS = [f"SWARM_NAME={SWARM}", f"SWARM_SUBNET={SUBNET}", f"STACK={STACK}", f"BIND_ADDR={BIND}", "RUN_DIR=.run/swarm-e2e", "WORKERS=2",
+        "NODES=3", "OFFLINE=1", "GPUS=0", f"STEPS={STEPS}", f"SAVE_EVERY={SAVE_EVERY}",
+        f"CLUSTER_TIMEOUT={CLUSTER_TIMEOUT_S}", f"ARGS={TRAINER_ARGS}"]
+STEP_LINE = re.compile(r"^(\S+) .*chief \| step (\d+)/")
+RESUMED = re.compile(r"^(\S+) .*chief: resumed at step (\d+)")
+FIGURES = os.environ.get("SWARM_RESULTS")
+
+
+def make(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", *args, *VARS], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def node(n: int, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "exec", f"{SWARM}-node-{n}", "docker", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def prom(expr: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"{PROM}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=5) as r:
+        result = json.load(r)["data"]["result"]
+    return {s["metric"].get("task_type", "") + s["metric"].get("task_index", ""): float(s["value"][1])
+            for s in result}
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
+
+
+def chief_log() -> list[str]:
+    out = node(1, "service", "logs", "--raw", "-t", f"{STACK}_chief")
+    return (out.stdout + out.stderr).splitlines()
+
+
+def matches(pattern: re.Pattern, lines: list[str]) -> list[tuple[float, int]]:
+    return [(stamp(m[1]), int(m[2])) for m in map(pattern.match, lines) if m]
+
+
+def wait_until(what: str, check, timeout: float, interval: float = 0.5):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if value := check():
+                return value
+        except (OSError, ValueError):
+            pass  # Prometheus or a node engine still starting
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def figure(name: str, value: float) -> None:
+    print(f"{name}: {value:.1f}")
+    if FIGURES:
+        with open(FIGURES, "a") as f:
+            f.write(json.dumps({name: round(value, 1)}) + "\n")
+
+
+@dataclass(frozen=True)
+class Deployed:
+    started: float
+    """When `make stack-up` began (wall clock)."""
+
+
+@pytest.fixture(scope="module")
+def swarm() -> Iterator[Deployed]:
+    engine_ready()
+    make("nodes-down", timeout=300)
+    started = time.time()
+    up = make("stack-up", timeout=1800)
+    try:
+        assert up.returncode == 0, f"make stack-up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
+        figure("stack-up seconds (images on nodes included)", time.time() - started)
+        yield Deployed(started=started)
+    finally:
+        make("stack-down", timeout=300)
+        down = make("nodes-down", timeout=300)
+        left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=org.mwms.swarm={SWARM}"],
+                              capture_output=True, text=True).stdout.split()
+        assert down.returncode == 0 and not left, f"make nodes-down left {left}: {down.stderr[-2000:]}"
+
+
+def test_host_engine_stays_out_of_swarm_mode(swarm: Deployed) -> None:
+    state = subprocess.run(["docker", "info", "-f", "{{.Swarm.LocalNodeState}}"], capture_output=True, text=True)
+    assert state.stdout.strip() == "inactive"
+
+
+def test_one_task_per_node_and_prometheus_sees_every_task_over_the_overlay(swarm: Deployed) -> None:
+    want = {("chief", "0"), ("worker", "0"), ("worker", "1")}
+    first = wait_until("the first step in Prometheus", lambda: prom("trainer_steps_total > 0"), timeout=600)
+    figure("stack-up start -> first step in Prometheus, seconds", time.time() - swarm.started)
+    assert first
+    wait_until("every trainer target up", lambda: {k for k, h in trainer_targets(PROM).items() if h == "up"} == want,
+               timeout=120)
+    placed = node(1, "stack", "ps", STACK, "--filter", "desired-state=running", "--format", "{{.Name}} {{.Node}}")
+    where = dict(line.split() for line in placed.stdout.splitlines())
+    assert {where[f"{STACK}_{t}.1"] for t in ("chief", "worker-0", "worker-1")} == {"node-1", "node-2", "node-3"}
+
+
+def test_stack_keeps_the_hardening_compose_has(swarm: Deployed) -> None:
+    spec = json.loads(node(1, "service", "inspect", f"{STACK}_worker-0").stdout)[0]["Spec"]["TaskTemplate"]
+    container = spec["ContainerSpec"]
+    mounts = {m["Target"]: m["Type"] for m in container["Mounts"]}
+    assert mounts == {"/tmp": "tmpfs", "/checkpoints": "tmpfs"}  # service-level tmpfs would be dropped
+    assert container["ReadOnly"] and container["Init"] and container["User"] == "1000:1000"
+    assert container["CapabilityDrop"] == ["ALL"]
+    # security_opt (no-new-privileges) cannot be expressed in a stack: the image must not need it.
+    image = container["Image"]
+    found = node(1, "run", "--rm", "--user", "0", "--entrypoint", "find", image, "/", "-xdev", "-perm", "/6000", "-type", "f")
+    assert found.returncode == 0 and found.stdout.strip() == "", f"setuid/setgid binaries: {found.stdout}"
+
+
+def test_worker_node_killed_mid_run_resumes_and_chief_exits_0(swarm: Deployed) -> None:
+    wait_until(f"a checkpoint at step {SAVE_EVERY}",
+               lambda: prom("trainer_last_checkpoint_step")["chief0"] >= SAVE_EVERY, timeout=600)
+    killed = time.time()
+    subprocess.run(["docker", "kill", f"{SWARM}-node-3"], check=True, capture_output=True)
+    at_kill = max(s for t, s in matches(STEP_LINE, chief_log()) if t <= killed)
+    assert at_kill < STEPS - SAVE_EVERY, "the job was nearly over before the kill: raise STEPS"
+    wait_until("node-3 Down", lambda: node(1, "node", "inspect", "-f", "{{.Status.State}}", "node-3").stdout.strip()
+               == "down", timeout=120)
+    figure("node kill -> manager marks it Down, seconds", time.time() - killed)
+    subprocess.run(["docker", "start", f"{SWARM}-node-3"], check=True, capture_output=True)
+    resumed = wait_until("the chief's resume", lambda: [r for r in matches(RESUMED, chief_log()) if r[0] > killed],
+                         timeout=CLUSTER_TIMEOUT_S + 120)
+    resumed_at, resumed_step = resumed[0]
+    first_after = wait_until("a step after the resume", lambda: [t for t, s in matches(STEP_LINE, chief_log())
+                                                                  if t > resumed_at and s > resumed_step],
+                             timeout=120)
+    # The chief can finish a step or two after the kill (the collective was under way): count those too.
+    last = max(s for t, s in matches(STEP_LINE, chief_log()) if t < resumed_at)
+    lost = last - resumed_step
+    figure("node kill -> chief's first step after the resume, seconds", first_after[0] - killed)
+    figure("steps lost to the node kill", lost)
+    assert 0 <= lost <= SAVE_EVERY, f"lost {lost} steps (last {last}, resumed at {resumed_step})"
+    # worker-1's new node has no checkpoint files (an empty tmpfs): it starts from the chief's broadcast.
+    worker = node(1, "service", "logs", "--raw", f"{STACK}_worker-1")
+    assert f"worker-1: starting at step {resumed_step}," in worker.stdout + worker.stderr
+    state = wait_until("the chief's task to end", lambda: _chief_final(), timeout=600, interval=2)
+    assert state == "Exited (0)", f"chief ended {state}:\n" + "\n".join(chief_log()[-30:])
+
+
+def _chief_final() -> str | None:
+    """The status of the chief's newest container once the job is over (no task of it still running)."""
+    ps = node(1, "ps", "-a", "--filter", f"label=com.docker.swarm.service.name={STACK}_chief",
+              "--format", "{{.CreatedAt}}\t{{.Status}}")
+    rows = sorted(line.split("\t") for line in ps.stdout.splitlines())
+    ended = re.match(r"Exited \(\d+\)", rows[-1][1]) if rows else None
+    return ended[0] if ended else None
+
+
+def test_gpu_task_lands_only_on_the_node_advertising_gpus(swarm: Deployed) -> None:
+    image = json.loads(node(1, "service", "inspect", f"{STACK}_chief").stdout)[0]["Spec"]["TaskTemplate"][
+        "ContainerSpec"]["Image"]
+    # Three one-GPU replicas; only node-3 advertises GPUs, two of them (fake-0, fake-1): two run there,
+    # the third waits for a GPU no node has.
+    probe = {"version": "3.9", "services": {"probe": {
+        "image": image, "entrypoint": ["sleep", "600"],
+        "deploy": {"replicas": 3, "resources": stack.gpu_resources(1), "restart_policy": {"condition": "none"}}}}}
+    subprocess.run(["docker", "exec", "-i", f"{SWARM}-node-1", "sh", "-c", "cat > /tmp/gpu-probe.yaml"],
+                   input=yaml.safe_dump(probe), text=True, check=True)
+    deploy = node(1, "stack", "deploy", "--resolve-image", "never", "-c", "/tmp/gpu-probe.yaml", "gpuprobe")
+    assert deploy.returncode == 0, deploy.stderr
+    try:
+        running = wait_until("two GPU probes running", lambda: _probes("Running"), timeout=180)
+        assert len(running) == 2 and {n for n, _ in running} == {"node-3"}, running
+        pending = wait_until("the third probe pending", lambda: _probes("Pending"), timeout=60)
+        assert len(pending) == 1 and "insufficient resources" in pending[0][1], pending
+        ids = node(3, "ps", "-q", "--filter", "label=com.docker.swarm.service.name=gpuprobe_probe").stdout.split()
+        gpus = {dict(e.split("=", 1) for e in json.loads(node(3, "inspect", "-f", "{{json .Config.Env}}", c).stdout))
+                .get("DOCKER_RESOURCE_GPU") for c in ids}
+        assert gpus == {"fake-0", "fake-1"}, gpus
+    finally:
+        node(1, "stack", "rm", "gpuprobe")
+
+
+def _probes(state: str) -> list[tuple[str, str]]:
+    ps = node(1, "service", "ps", "gpuprobe_probe", "--format", "{{.Node}}\t{{.CurrentState}}\t{{.Error}}")
+    rows = [line.split("\t") for line in ps.stdout.splitlines()]
+    found = [(r[0], r[2] if len(r) > 2 else "") for r in rows if r[1].startswith(state)]
+    return found if (state != "Running" or len(found) >= 2) else []

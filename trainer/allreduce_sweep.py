@@ -1,0 +1,125 @@
+"""`python -m trainer.allreduce_sweep`: one task of `make bench-comm`'s all-reduce sweep.
+
+Runs where a trainer task runs (inside the trainer image, or a local process), started by the host
+driver trainer/host/bench_comm.py with TF_CONFIG set. Builds a MultiWorkerMirroredStrategy and, per
+knob setting (CommunicationOptions implementation and bytes_per_pack) and size, times chained
+all-reduces of the payload split into TENSORS tensors, like a gradient list. Prints one line
+`BENCH_RESULT {json}` that the driver collects. Only the standard library at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+KIB, MIB = 1024, 1024 * 1024
+SIZES = tuple(4 * KIB * 4**i for i in range(8))  # 4 KiB ... 64 MiB
+VARIANTS = ("RING/0", "AUTO/0", "RING/1MiB", "RING/16MiB")
+"""implementation/bytes_per_pack; 0 = one pack (everything concatenated into one collective)."""
+TENSORS = 8
+RESULT = "BENCH_RESULT "
+
+
+def parse_bytes(text: str) -> int:
+    units = {"kib": KIB, "mib": MIB, "gib": 1024 * MIB, "": 1}
+    low = text.strip().lower()
+    for unit in ("kib", "mib", "gib", ""):
+        if low.endswith(unit) and low[: len(low) - len(unit)].isdigit():
+            return int(low[: len(low) - len(unit)]) * units[unit]
+    raise ValueError(f"{text!r}: a byte count such as 0, 4096, 256KiB or 16MiB")
+
+
+def human(n: float) -> str:
+    for unit, size in (("MiB", MIB), ("KiB", KIB)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n:g} B"
+
+
+def iterations(size: int) -> int:
+    """All-reduces chained per timed call: enough to amortise dispatch on small sizes."""
+    return max(2, min(20, (16 * MIB) // size))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainer.allreduce_sweep")
+    p.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    from trainer.cluster import parse_tf_config
+
+    spec = parse_tf_config(os.environ.get("TF_CONFIG"))
+    resolver = None
+    if spec is not None:
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec(spec.cluster_dict()),
+            task_type=spec.task.type,
+            task_id=spec.task.index,
+            rpc_layer="grpc",
+        )
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    impl = tf.distribute.experimental.CommunicationImplementation
+    timings = []
+    for variant in args.variants.split(","):
+        name, pack = variant.split("/")
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=getattr(impl, name), bytes_per_pack=parse_bytes(pack)
+        )
+        for size in map(int, args.sizes.split(",")):
+            seconds = _time_all_reduce(strategy, options, size, iterations(size), args.repeats)
+            timings.append({"variant": variant, "size": size, "seconds": seconds})
+            print(f"{variant:>11} {human(size):>9}: {seconds * 1e3:9.3f} ms", file=sys.stderr, flush=True)
+    print(
+        RESULT
+        + json.dumps(
+            {
+                "task": spec.task.name if spec else "chief",
+                "n": strategy.num_replicas_in_sync,
+                "tf_version": tf.__version__,
+                "timings": timings,
+            }
+        ),
+        flush=True,
+    )
+    return 0
+
+
+def _time_all_reduce(strategy, options, size: int, iters: int, repeats: int) -> float:
+    """Median seconds of one all-reduce of `size` bytes as TENSORS float32 tensors, chained `iters`
+    times per call (each depends on the previous: they cannot overlap)."""
+    import tensorflow as tf  # already loaded by main
+
+    elements = max(1, size // 4 // TENSORS)
+
+    @tf.function
+    def chain():
+        def replica_fn():
+            values = [tf.fill([elements], 1.0 + i) for i in range(TENSORS)]
+            ctx = tf.distribute.get_replica_context()
+            for _ in range(iters):
+                values = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, values, options=options)
+            return values[0][0]
+
+        return strategy.run(replica_fn)
+
+    float(chain())  # trace, build the collective groups, warm up
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        float(chain())  # the fetch waits for the last all-reduce (CPU: eager is synchronous anyway)
+        samples.append((time.perf_counter() - start) / iters)
+    return statistics.median(samples)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

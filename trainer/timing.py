@@ -1,0 +1,60 @@
+"""What a step function returns and what the host makes of one call: the types that the step
+(trainer/step.py), the host loop (trainer/loop.py), the progress lines and the metrics share.
+
+Standard library only: importing it loads no TensorFlow and no exporter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """One step's breakdown in seconds; `other` is what the parts do not explain (dispatch, host)."""
+
+    step: float
+    input: float
+    compute: float
+    allreduce: float
+
+    @property
+    def other(self) -> float:
+        return self.step - self.input - self.compute - self.allreduce
+
+
+@dataclass(frozen=True)
+class StepFns:
+    """The compiled step functions of one task (trainer.step.build makes them)."""
+
+    timed: Callable
+    """(iterator, n) -> marks [n, 5] (t_start, t0..t3 of replica 0), stats [loss, accuracy], ids"""
+    plain: Callable
+    """(iterator, n) -> the same arithmetic without marks (marks is then [n, 0])"""
+    allreduce_bytes: int
+    """Gradient bytes each replica all-reduces per step."""
+
+
+@dataclass(frozen=True)
+class CallOutput:
+    """One call of a step function as the host saw it: what the loop's actions receive."""
+
+    step: int
+    """The global step after the call."""
+    timings: tuple[StepTiming | None, ...]
+    """One per step of the call; None for an untimed step or a call that traced its function."""
+    loss: float
+    accuracy: float | None
+    ids: np.ndarray | None
+    """Example ids this task consumed in the call (only with --output-dir)."""
+    now: float
+    """Unix time at which the call returned."""
+
+    @property
+    def steps(self) -> int:
+        return len(self.timings)
