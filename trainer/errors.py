@@ -6,6 +6,7 @@
              on the cluster spec, the TensorFlow version or the trainer version
     3        missing peers: the preflight did not reach every peer, or the cluster did not form
              (a peer never registered), within --cluster-timeout
+    4        gave up: trainer.supervise restarted the task its budget of times without a new checkpoint
     128-255  retryable: restart every task and it resumes from the last checkpoint.
              200 = a peer died and the collective was aborted (TensorFlow's error is sticky inside
              the process, so the only recovery is a restart of every task).
@@ -17,6 +18,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
 EXIT_MISSING_PEERS = 3
+EXIT_GAVE_UP = 4
 EXIT_PEER_LOST = 200
 EXIT_PREEMPTED = 201
 
