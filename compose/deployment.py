@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compose import knobs as trainer_knobs
-from trainer import __version__, contract
+from trainer import __version__, contract, supervise
 from trainer.cluster import COMPOSE_ADDRESS, ClusterSpec, TaskId, from_template
 from trainer.config import ENV_PREFIX, Config
 
@@ -136,13 +136,17 @@ def trainer_env(d: Deployment) -> dict[str, str]:
     env.update({ENV_PREFIX + name.upper(): value for name, value in d.knobs})
     if d.data:
         env["TRAINER_DATA"] = DATA_DIR
+    env[supervise.MAX_RESTARTS_ENV] = str(d.max_restarts)
     return env
 
 
 def command(d: Deployment) -> list[str]:
+    """Every task on every target runs under trainer.supervise: it restarts the trainer by exit code
+    with a budget that renews with each checkpoint, which no engine's own restart policy can do."""
     if d.script:
-        return ["python", "-m", "trainer.run_script", f"{SCRIPT_DIR}/{Path(d.script).name}", *d.extra_args]
-    return ["python", "-m", "trainer", *d.extra_args]
+        return [*supervise.ENTRY, "python", "-m", "trainer.run_script", f"{SCRIPT_DIR}/{Path(d.script).name}",
+                *d.extra_args]
+    return [*supervise.ENTRY, "python", "-m", "trainer", *d.extra_args]
 
 
 def fake_gpu_ids(workers: int, per_task: int) -> dict[str, tuple[str, ...]] | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from compose import deployment, yamltext
 from compose.deployment import Change, Deployment
-from trainer import contract, jobset_entry
+from trainer import contract, jobset_entry, supervise
 from trainer.cluster import TFJOB_ADDRESS
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_GAVE_UP, EXIT_MISSING_PEERS
 
@@ -218,11 +218,13 @@ def common_changes(d: Deployment) -> list[Change]:
 
 
 def tfjob_changes(d: Deployment) -> list[Change]:
-    budget = (f"restartPolicy ExitCode, backoffLimit {d.max_restarts}",
-              ("exit codes 128-255 recreate the pod, others fail the job; the operator counts backoffLimit "
-               "in container restarts, which stay 0 when pods are recreated: the budget is not enforced"))
+    budget = (f"the same in-pod supervisor, plus restartPolicy ExitCode, backoffLimit {d.max_restarts}",
+              ("the supervisor restarts the trainer inside the pod by exit code (budget renewed by each "
+               "checkpoint, exit 4 when spent); a pod that ends 128-255 (killed, node lost) is recreated, any "
+               "other code fails the job; backoffLimit counts container restarts, which stay 0 when pods are "
+               "recreated, so only the supervisor's budget bounds retries"))
     return [*common_changes(d), Change("TF_CONFIG", "written by the operator", f"addresses {TFJOB_ADDRESS}"),
-            Change(f"restart: on-failure:{d.max_restarts}", *budget)]
+            Change(f"trainer.supervise, {supervise.MAX_RESTARTS_ENV}={d.max_restarts}", *budget)]
 
 
 def jobset_changes(d: Deployment) -> list[Change]:
@@ -230,8 +232,10 @@ def jobset_changes(d: Deployment) -> list[Change]:
     return [*common_changes(d),
             Change("TF_CONFIG", "built at start by trainer.jobset_entry",
                    "from the JobSet annotations and JOB_COMPLETION_INDEX"),
-            Change(f"restart: on-failure:{d.max_restarts}", f"failurePolicy.maxRestarts {d.max_restarts}",
-                   f"any failed pod restarts the whole gang; exit codes {codes} fail the JobSet at once")]
+            Change(f"trainer.supervise, {supervise.MAX_RESTARTS_ENV}={d.max_restarts}",
+                   f"the same in-pod supervisor, plus failurePolicy.maxRestarts {d.max_restarts}",
+                   f"the supervisor restarts the trainer inside the pod; a failed pod (killed, node lost) "
+                   f"restarts the whole gang; exit codes {codes} fail the JobSet at once")]
 
 
 def write(d: Deployment, names: Names, out: Path) -> dict[str, Path]:

@@ -40,7 +40,14 @@ def test_trainer_env_is_the_same_for_every_target() -> None:
     assert deployment.trainer_env(d) == {
         "TRAINER_METRICS_PORT": "8000", "TRAINER_METRICS_LINGER": "12",
         "TRAINER_CHECKPOINT_DIR": "/checkpoints",
-        "TRAINER_STEPS": "7", "TRAINER_SAVE_EVERY": "5", "TRAINER_DATA": "/data"}
+        "TRAINER_STEPS": "7", "TRAINER_SAVE_EVERY": "5", "TRAINER_DATA": "/data",
+        "SUPERVISE_MAX_RESTARTS": "3"}
+
+
+def test_every_target_runs_the_trainer_under_the_supervisor() -> None:
+    assert deployment.command(Deployment(workers=1))[:4] == ["python", "-m", "trainer.supervise", "--"]
+    assert deployment.command(Deployment(workers=1, script="/x/train.py"))[:4] == [
+        "python", "-m", "trainer.supervise", "--"]
 
 
 def test_unknown_knob_is_rejected() -> None:

@@ -206,7 +206,7 @@ def test_cli_prints_a_translation_report_per_target(tmp_path: Path, capsys: pyte
     assert k8s.main(["--workers", "1", "--out", str(tmp_path), "--script", "x.py"]) == 0
     err = capsys.readouterr().err
     assert "k8s TFJob:" in err and "k8s JobSet:" in err and TFJOB_ADDRESS in err
-    assert "dropped script bind x.py" in err and "the budget is not enforced" in err
+    assert "dropped script bind x.py" in err and "only the supervisor's budget bounds retries" in err
 
 
 @pytest.mark.parametrize(("args", "message"), [(["--name", "Bad_Name"], "--name 'Bad_Name'"),
