@@ -70,24 +70,42 @@ def _literal(text: str) -> str:
 
 
 def pvc(d: Deployment, names: Names) -> dict:
-    spec: dict = {"accessModes": ["ReadWriteOnce"],
-                  "resources": {"requests": {"storage": d.checkpoint_storage}}}
+    spec: dict = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": d.checkpoint_storage}},
+    }
     if names.storage_class:
         spec["storageClassName"] = names.storage_class
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(names, names.claim),
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(names, names.claim),
+        "spec": spec,
+    }
 
 
 def _container(d: Deployment, cmd: list[str], env: list[dict]) -> dict:
     container = {
-        "name": CONTAINER, "image": d.pulled_image, "imagePullPolicy": "IfNotPresent",
-        "command": [_literal(c) for c in cmd], "env": env,
-        "ports": [{"name": TF_PORT_NAME, "containerPort": deployment.TF_PORT},
-                  {"name": METRICS_PORT_NAME, "containerPort": deployment.METRICS_PORT}],
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, {"name": "dshm", "mountPath": "/dev/shm"},
-                         {"name": "checkpoints", "mountPath": deployment.CHECKPOINT_DIR}],
+        "name": CONTAINER,
+        "image": d.pulled_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [_literal(c) for c in cmd],
+        "env": env,
+        "ports": [
+            {"name": TF_PORT_NAME, "containerPort": deployment.TF_PORT},
+            {"name": METRICS_PORT_NAME, "containerPort": deployment.METRICS_PORT},
+        ],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "checkpoints", "mountPath": deployment.CHECKPOINT_DIR},
+        ],
     }
     if d.gpus_per_task:
         container["resources"] = {"limits": {"nvidia.com/gpu": str(d.gpus_per_task)}}
@@ -105,50 +123,86 @@ def pod_template(d: Deployment, names: Names, *, chief: bool, cmd: list[str], en
         # The pause container is PID 1, as tini is in Compose: SIGTERM reaches Python's handler.
         "shareProcessNamespace": True,
         "terminationGracePeriodSeconds": deployment.STOP_GRACE_SECONDS,
-        "securityContext": {"runAsUser": deployment.UID, "runAsGroup": deployment.GID,
-                            "fsGroup": deployment.GID, "runAsNonRoot": True,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "runAsUser": deployment.UID,
+            "runAsGroup": deployment.GID,
+            "fsGroup": deployment.GID,
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "dnsConfig": {"options": [{"name": "timeout", "value": "1"}, {"name": "attempts", "value": "1"}]},
         "containers": [_container(d, cmd, env)],
-        "volumes": [{"name": "tmp", "emptyDir": {}},
-                    {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
-                    {"name": "checkpoints", **checkpoints}],
+        "volumes": [
+            {"name": "tmp", "emptyDir": {}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
+            {"name": "checkpoints", **checkpoints},
+        ],
     }
-    annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(deployment.METRICS_PORT),
-                   "prometheus.io/path": "/metrics"}
+    annotations = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(deployment.METRICS_PORT),
+        "prometheus.io/path": "/metrics",
+    }
     return {"metadata": {"labels": names.labels, "annotations": annotations}, "spec": spec}
 
 
 def tfjob(d: Deployment, names: Names) -> dict:
     def replica(count: int, chief: bool) -> dict:
-        return {"replicas": count, "restartPolicy": "ExitCode",
-                "template": pod_template(d, names, chief=chief, cmd=deployment.command(d), env=_env(d))}
+        return {
+            "replicas": count,
+            "restartPolicy": "ExitCode",
+            "template": pod_template(d, names, chief=chief, cmd=deployment.command(d), env=_env(d)),
+        }
 
     specs = {"Chief": replica(1, True)}
     if d.workers:
         specs["Worker"] = replica(d.workers, False)
-    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": _meta(names, names.name),
-            "spec": {"runPolicy": {"backoffLimit": d.max_restarts, "cleanPodPolicy": "None"},
-                     "tfReplicaSpecs": specs}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": _meta(names, names.name),
+        "spec": {
+            "runPolicy": {"backoffLimit": d.max_restarts, "cleanPodPolicy": "None"},
+            "tfReplicaSpecs": specs,
+        },
+    }
 
 
 def _jobset_env(d: Deployment) -> list[dict]:
     def annotation(var: str, key: str) -> dict:
         return {"name": var, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}}
 
-    return [annotation(jobset_entry.ENV_JOBSET, jobset_entry.JOBSET_NAME_KEY),
-            annotation(jobset_entry.ENV_REPLICATED_JOB, jobset_entry.REPLICATED_JOB_KEY),
-            {"name": jobset_entry.ENV_WORKERS, "value": str(d.workers)}, *_env(d)]
+    return [
+        annotation(jobset_entry.ENV_JOBSET, jobset_entry.JOBSET_NAME_KEY),
+        annotation(jobset_entry.ENV_REPLICATED_JOB, jobset_entry.REPLICATED_JOB_KEY),
+        {"name": jobset_entry.ENV_WORKERS, "value": str(d.workers)},
+        *_env(d),
+    ]
 
 
 def _replicated_job(d: Deployment, names: Names, rjob: str, pods: int) -> dict:
     cmd = ["python", "-m", "trainer.jobset_entry", *deployment.command(d)]
     template = pod_template(d, names, chief=rjob == contract.CHIEF, cmd=cmd, env=_jobset_env(d))
     template["spec"]["restartPolicy"] = "Never"  # podFailurePolicy requires it; JobSet restarts the gang
-    job = {"parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 0,
-           "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
-               "containerName": CONTAINER, "operator": "In", "values": list(PERMANENT_EXIT_CODES)}}]},
-           "template": template}
+    job = {
+        "parallelism": pods,
+        "completions": pods,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": CONTAINER,
+                        "operator": "In",
+                        "values": list(PERMANENT_EXIT_CODES),
+                    },
+                }
+            ]
+        },
+        "template": template,
+    }
     return {"name": rjob, "replicas": 1, "template": {"spec": job}}
 
 
@@ -161,13 +215,24 @@ def jobset(d: Deployment, names: Names) -> dict:
         "successPolicy": {"operator": "All", "targetReplicatedJobs": [contract.CHIEF]},
         # Any failed pod fails its Job (backoffLimit 0), which restarts every Job: MWMS cannot go on
         # without a peer. A permanent exit code fails the Job by PodFailurePolicy: then stop for good.
-        "failurePolicy": {"maxRestarts": d.max_restarts, "rules": [
-            {"name": "permanentExitCode", "action": "FailJobSet",
-             "onJobFailureReasons": ["PodFailurePolicy"]}]},
+        "failurePolicy": {
+            "maxRestarts": d.max_restarts,
+            "rules": [
+                {
+                    "name": "permanentExitCode",
+                    "action": "FailJobSet",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                }
+            ],
+        },
         "replicatedJobs": rjobs,
     }
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": _meta(names, names.name),
-            "spec": spec}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _meta(names, names.name),
+        "spec": spec,
+    }
 
 
 def scrape_interval(config: Path = PROMETHEUS_CONFIG) -> str:
@@ -179,69 +244,114 @@ def scrape_interval(config: Path = PROMETHEUS_CONFIG) -> str:
 
 
 def pod_monitor(names: Names) -> dict:
-    endpoint = {"port": METRICS_PORT_NAME, "path": "/metrics", "interval": scrape_interval(),
-                "honorLabels": True,
-                # The recording rules, alerts and dashboards select job="trainer" (trainer/contract.py).
-                "relabelings": [{"action": "replace", "targetLabel": "job", "replacement": contract.JOB}]}
-    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
-            "metadata": _meta(names, f"{names.name}-trainer"),
-            "spec": {"selector": {"matchLabels": names.labels}, "podMetricsEndpoints": [endpoint]}}
+    endpoint = {
+        "port": METRICS_PORT_NAME,
+        "path": "/metrics",
+        "interval": scrape_interval(),
+        "honorLabels": True,
+        # The recording rules, alerts and dashboards select job="trainer" (trainer/contract.py).
+        "relabelings": [{"action": "replace", "targetLabel": "job", "replacement": contract.JOB}],
+    }
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _meta(names, f"{names.name}-trainer"),
+        "spec": {"selector": {"matchLabels": names.labels}, "podMetricsEndpoints": [endpoint]},
+    }
 
 
 COMMON_CHANGES = (
     ("pull_policy: never", "imagePullPolicy: IfNotPresent", "nodes pull the image once"),
     ("init: true", "shareProcessNamespace: true", "the pause container becomes PID 1, as tini is"),
-    ("user, read_only, cap_drop, no-new-privileges", "securityContext",
-     "runAsUser/runAsGroup/runAsNonRoot, readOnlyRootFilesystem, drop ALL, allowPrivilegeEscalation false"),
+    (
+        "user, read_only, cap_drop, no-new-privileges",
+        "securityContext",
+        "runAsUser/runAsGroup/runAsNonRoot, readOnlyRootFilesystem, drop ALL, allowPrivilegeEscalation false",
+    ),
     ("tmpfs /tmp", "emptyDir /tmp", "a writable scratch directory under a read-only root"),
     ("shm_size", f"emptyDir medium Memory at /dev/shm ({SHM_SIZE})", "on every task, not only GPU ones"),
     ("networks: cluster (internal)", "", "pods share the cluster network; add a NetworkPolicy if needed"),
     ("dns_opt", "dnsConfig.options timeout:1 attempts:1", "outside names fail fast"),
-    ("Prometheus file_sd targets", "prometheus.io/* pod annotations and a PodMonitor",
-     f"Prometheus discovers the pods; the PodMonitor relabels job to {contract.JOB}"),
+    (
+        "Prometheus file_sd targets",
+        "prometheus.io/* pod annotations and a PodMonitor",
+        f"Prometheus discovers the pods; the PodMonitor relabels job to {contract.JOB}",
+    ),
 )
 
 
 def common_changes(d: Deployment) -> list[Change]:
-    changes = [Change("build", "", f"Kubernetes pulls images: push {d.pulled_image} where nodes pull from"),
-               *(Change(*c) for c in COMMON_CHANGES),
-               Change("volume checkpoints", f"PVC {d.checkpoint_storage}",
-                      "mounted by the chief; workers get an emptyDir")]
+    changes = [
+        Change("build", "", f"Kubernetes pulls images: push {d.pulled_image} where nodes pull from"),
+        *(Change(*c) for c in COMMON_CHANGES),
+        Change(
+            "volume checkpoints",
+            f"PVC {d.checkpoint_storage}",
+            "mounted by the chief; workers get an emptyDir",
+        ),
+    ]
     if d.gpu_ids:
-        changes.append(Change("GPU device_ids", f"limits nvidia.com/gpu: {d.gpus_per_task}",
-                              "the scheduler picks the devices"))
+        changes.append(
+            Change(
+                "GPU device_ids",
+                f"limits nvidia.com/gpu: {d.gpus_per_task}",
+                "the scheduler picks the devices",
+            )
+        )
     for what, path in (("script", d.script), ("data", d.data)):
         if path:
-            changes.append(Change(f"{what} bind {path}", "", "host paths do not exist on cluster nodes: "
-                                  "bake it into the image or mount a volume yourself"))
+            changes.append(
+                Change(
+                    f"{what} bind {path}",
+                    "",
+                    "host paths do not exist on cluster nodes: "
+                    "bake it into the image or mount a volume yourself",
+                )
+            )
     return changes
 
 
 def tfjob_changes(d: Deployment) -> list[Change]:
-    budget = (f"the same in-pod supervisor, plus restartPolicy ExitCode, backoffLimit {d.max_restarts}",
-              ("the supervisor restarts the trainer inside the pod by exit code (budget renewed by each "
-               "checkpoint, exit 4 when spent); a pod that ends 128-255 (killed, node lost) is recreated, any "
-               "other code fails the job; backoffLimit counts container restarts, which stay 0 when pods are "
-               "recreated, so only the supervisor's budget bounds retries"))
-    return [*common_changes(d), Change("TF_CONFIG", "written by the operator", f"addresses {TFJOB_ADDRESS}"),
-            Change(f"trainer.supervise, {supervise.MAX_RESTARTS_ENV}={d.max_restarts}", *budget)]
+    budget = (
+        f"the same in-pod supervisor, plus restartPolicy ExitCode, backoffLimit {d.max_restarts}",
+        (
+            "the supervisor restarts the trainer inside the pod by exit code (budget renewed by each "
+            "checkpoint, exit 4 when spent); a pod that ends 128-255 (killed, node lost) is recreated, any "
+            "other code fails the job; backoffLimit counts container restarts, which stay 0 when pods are "
+            "recreated, so only the supervisor's budget bounds retries"
+        ),
+    )
+    return [
+        *common_changes(d),
+        Change("TF_CONFIG", "written by the operator", f"addresses {TFJOB_ADDRESS}"),
+        Change(f"trainer.supervise, {supervise.MAX_RESTARTS_ENV}={d.max_restarts}", *budget),
+    ]
 
 
 def jobset_changes(d: Deployment) -> list[Change]:
     codes = ",".join(map(str, PERMANENT_EXIT_CODES))
-    return [*common_changes(d),
-            Change("TF_CONFIG", "built at start by trainer.jobset_entry",
-                   "from the JobSet annotations and JOB_COMPLETION_INDEX"),
-            Change(f"trainer.supervise, {supervise.MAX_RESTARTS_ENV}={d.max_restarts}",
-                   f"the same in-pod supervisor, plus failurePolicy.maxRestarts {d.max_restarts}",
-                   f"the supervisor restarts the trainer inside the pod; a failed pod (killed, node lost) "
-                   f"restarts the whole gang; exit codes {codes} fail the JobSet at once")]
+    return [
+        *common_changes(d),
+        Change(
+            "TF_CONFIG",
+            "built at start by trainer.jobset_entry",
+            "from the JobSet annotations and JOB_COMPLETION_INDEX",
+        ),
+        Change(
+            f"trainer.supervise, {supervise.MAX_RESTARTS_ENV}={d.max_restarts}",
+            f"the same in-pod supervisor, plus failurePolicy.maxRestarts {d.max_restarts}",
+            f"the supervisor restarts the trainer inside the pod; a failed pod (killed, node lost) "
+            f"restarts the whole gang; exit codes {codes} fail the JobSet at once",
+        ),
+    ]
 
 
 def write(d: Deployment, names: Names, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
-    docs = {"tfjob.yaml": [pvc(d, names), tfjob(d, names), pod_monitor(names)],
-            "jobset.yaml": [pvc(d, names), jobset(d, names), pod_monitor(names)]}
+    docs = {
+        "tfjob.yaml": [pvc(d, names), tfjob(d, names), pod_monitor(names)],
+        "jobset.yaml": [pvc(d, names), jobset(d, names), pod_monitor(names)],
+    }
     paths = {}
     for name, objects in docs.items():
         body = "---\n".join(yamltext.dump(o, dollars=False) for o in objects)
@@ -267,8 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     ns = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         gpu_ids = deployment.fake_gpu_ids(ns.workers, ns.gpus_per_worker)
-        d = deployment.from_args(ns, gpu_ids, environ=os.environ, checkpoint_storage=ns.checkpoint_storage,
-                                 image_ref=ns.image)
+        d = deployment.from_args(
+            ns, gpu_ids, environ=os.environ, checkpoint_storage=ns.checkpoint_storage, image_ref=ns.image
+        )
         names = Names(name=ns.name, namespace=ns.namespace, storage_class=ns.storage_class)
     except ValueError as err:
         print(f"compose.k8s: {err}", file=sys.stderr)

@@ -92,13 +92,23 @@ class Job:
         self.states: dict[str, tuple[str, int]] = {}
 
     def read(self) -> None:
-        out = self._run(["ps", "-a", "--filter", f"label=com.docker.compose.project={self.project}",
-                         "--format", f'{{{{.ID}}}} {{{{.Label "{SERVICE}"}}}}'])
+        out = self._run(
+            [
+                "ps",
+                "-a",
+                "--filter",
+                f"label=com.docker.compose.project={self.project}",
+                "--format",
+                f'{{{{.ID}}}} {{{{.Label "{SERVICE}"}}}}',
+            ]
+        )
         for line in out.splitlines():
             cid, _, service = line.partition(" ")
             if is_task(service):
                 self.containers[service] = cid
-                status, code = self._run(["inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", cid]).split()
+                status, code = self._run(
+                    ["inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", cid]
+                ).split()
                 self.states[service] = (status, int(code))
 
     def event(self, event: dict) -> str | None:
@@ -114,8 +124,10 @@ class Job:
             code = int(attrs.get("exitCode", "125"))
             self.states[service] = ("exited", code)
             if code >= 128:
-                return (f"{service} exited {code} ({meaning(code)}): stopped or killed from outside; "
-                        "waiting for it to start again (or for its peers to give up)")
+                return (
+                    f"{service} exited {code} ({meaning(code)}): stopped or killed from outside; "
+                    "waiting for it to start again (or for its peers to give up)"
+                )
         elif action == "destroy":
             status, code = self.states.get(service, ("", 125))
             self.states[service] = ("removed", code if status == "exited" else 125)
@@ -147,10 +159,22 @@ def watch(job: Job, events: Iterable[dict], log: Callable[[str], None]) -> int:
 
 
 def docker_events(project: str) -> tuple[subprocess.Popen, Iterable[dict]]:
-    proc = subprocess.Popen(["docker", "events", "--format", "{{json .}}", "--filter", "type=container",
-                             "--filter", f"label=com.docker.compose.project={project}",
-                             *(x for e in ("start", "die", "destroy") for x in ("--filter", f"event={e}"))],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [
+            "docker",
+            "events",
+            "--format",
+            "{{json .}}",
+            "--filter",
+            "type=container",
+            "--filter",
+            f"label=com.docker.compose.project={project}",
+            *(x for e in ("start", "die", "destroy") for x in ("--filter", f"event={e}")),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     return proc, (json.loads(line) for line in proc.stdout)
 
 

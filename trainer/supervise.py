@@ -48,8 +48,15 @@ DEFAULT_MAX_RESTARTS = 3
 RESTART_DELAY_S = 1.0
 POLL_S = 2.0
 CHECKPOINT_LINE = re.compile(rf"^{contract.LAST_CHECKPOINT.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
-MEANING = {EXIT_OK: "done", EXIT_FAILED: "permanent failure", EXIT_CONFIG: "bad configuration",
-           EXIT_MISSING_PEERS: "missing peers", EXIT_GAVE_UP: "gave up: restart budget spent", 200: "peer lost", 201: "preempted"}
+MEANING = {
+    EXIT_OK: "done",
+    EXIT_FAILED: "permanent failure",
+    EXIT_CONFIG: "bad configuration",
+    EXIT_MISSING_PEERS: "missing peers",
+    EXIT_GAVE_UP: "gave up: restart budget spent",
+    200: "peer lost",
+    201: "preempted",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,8 +128,13 @@ class Budget:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, *, log: Callable[[str], None],
-                 progress: Callable[[str], int | None] = checkpoint_step) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        log: Callable[[str], None],
+        progress: Callable[[str], int | None] = checkpoint_step,
+    ) -> None:
         self._s, self._log, self._progress = settings, log, progress
         self._child: subprocess.Popen | None = None
         self._stopping: int | None = None
@@ -141,7 +153,9 @@ class Supervisor:
             verdict = decide(code, has_run=runs > 1)
             what = f"exited {code} ({meaning(code)})"
             if self._stopping is not None:
-                self._log(f"{what} after {signal.Signals(self._stopping).name}: the container is stopping, not restarting")
+                self._log(
+                    f"{what} after {signal.Signals(self._stopping).name}: the container is stopping, not restarting"
+                )
                 return code
             if verdict == "done":
                 self._log(f"{what}")
@@ -150,11 +164,15 @@ class Supervisor:
                 self._log(f"{what}: final, not restarting")
                 return code
             if not self.budget.spend():
-                self._log(f"{what}: gave up, {self.budget.limit} restart(s) without a new checkpoint "
-                          f"(last checkpoint {self._checkpoint_text()}); exit {EXIT_GAVE_UP}")
+                self._log(
+                    f"{what}: gave up, {self.budget.limit} restart(s) without a new checkpoint "
+                    f"(last checkpoint {self._checkpoint_text()}); exit {EXIT_GAVE_UP}"
+                )
                 return EXIT_GAVE_UP
-            self._log(f"{what}: restart {self.budget.used}/{self.budget.limit} since the last new checkpoint "
-                      f"({self._checkpoint_text()})")
+            self._log(
+                f"{what}: restart {self.budget.used}/{self.budget.limit} since the last new checkpoint "
+                f"({self._checkpoint_text()})"
+            )
             time.sleep(self._s.restart_delay)
             if self._stopping is not None:  # stopped during the delay: nothing is running to forward to
                 return code
@@ -180,12 +198,18 @@ def _as_exit(code: int) -> int:
 
 def settings_from(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     p = argparse.ArgumentParser(prog="python -m trainer.supervise", description=__doc__.split("\n")[0])
-    p.add_argument("--max-restarts", type=int, default=None,
-                   help=f"restarts without a new checkpoint (${MAX_RESTARTS_ENV}, default {DEFAULT_MAX_RESTARTS})")
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=None,
+        help=f"restarts without a new checkpoint (${MAX_RESTARTS_ENV}, default {DEFAULT_MAX_RESTARTS})",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the task's command")
     ns = p.parse_args(argv)
     command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
-    raw = ns.max_restarts if ns.max_restarts is not None else env.get(MAX_RESTARTS_ENV) or DEFAULT_MAX_RESTARTS
+    raw = (
+        ns.max_restarts if ns.max_restarts is not None else env.get(MAX_RESTARTS_ENV) or DEFAULT_MAX_RESTARTS
+    )
     try:
         limit = int(raw)
     except ValueError:

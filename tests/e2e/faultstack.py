@@ -46,21 +46,47 @@ class FaultStack:
         return f"http://{self.bind}:9090"
 
     def make(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        variables = [f"PROJECT={self.project}", f"RUN_DIR={self.run_dir}", f"BIND_ADDR={self.bind}", "OFFLINE=1",
-                     "GPUS=0", *(f"{k}={v}" for k, v in self.settings.items())]
-        return subprocess.run(["make", "--no-print-directory", *args, *variables], cwd=ROOT, capture_output=True,
-                              text=True, timeout=timeout)
+        variables = [
+            f"PROJECT={self.project}",
+            f"RUN_DIR={self.run_dir}",
+            f"BIND_ADDR={self.bind}",
+            "OFFLINE=1",
+            "GPUS=0",
+            *(f"{k}={v}" for k, v in self.settings.items()),
+        ]
+        return subprocess.run(
+            ["make", "--no-print-directory", *args, *variables],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def compose(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         files = (ROOT / self.run_dir / "compose.args").read_text().split()
-        return subprocess.run(["docker", "compose", "--project-directory", str(ROOT), "--env-file",
-                               str(ROOT / self.run_dir / "stack.env"), *files, *args], cwd=ROOT,
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            [
+                "docker",
+                "compose",
+                "--project-directory",
+                str(ROOT),
+                "--env-file",
+                str(ROOT / self.run_dir / "stack.env"),
+                *files,
+                *args,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def wait_process(self) -> subprocess.Popen:
         """`make wait` (the module, for the exact exit code), running in the background."""
-        return subprocess.Popen([sys.executable, "-m", "compose.wait", self.project], cwd=ROOT,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "compose.wait", self.project], cwd=ROOT, stderr=subprocess.PIPE, text=True
+        )
 
     def wait_code(self, timeout: float = 600) -> int:
         proc = self.wait_process()
@@ -73,11 +99,17 @@ class FaultStack:
         return f"{self.project}-{service}-1"
 
     def inspect(self, service: str, fmt: str) -> str:
-        return subprocess.run(["docker", "inspect", "-f", fmt, self.container(service)], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["docker", "inspect", "-f", fmt, self.container(service)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
 
     def logs(self, service: str = "chief") -> list[str]:
-        out = subprocess.run(["docker", "logs", "-t", self.container(service)], capture_output=True, text=True)
+        out = subprocess.run(
+            ["docker", "logs", "-t", self.container(service)], capture_output=True, text=True
+        )
         return (out.stdout + out.stderr).splitlines()
 
     def chief_steps(self) -> list[tuple[float, int]]:
@@ -89,16 +121,25 @@ class FaultStack:
 
     def trainer_pid(self, service: str) -> int:
         """Host PID of the trainer process itself (under tini and trainer.supervise): what a crash kills."""
-        out = subprocess.run(["docker", "top", self.container(service), "-eo", "pid,args"], capture_output=True,
-                             text=True, check=True).stdout.splitlines()[1:]
+        out = subprocess.run(
+            ["docker", "top", self.container(service), "-eo", "pid,args"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()[1:]
         found = [int(ln.split()[0]) for ln in out if " -m trainer" in ln and "trainer.supervise" not in ln]
         assert len(found) == 1, f"{service}: expected one trainer process, found {out}"
         return found[0]
 
     def checkpoint_dir(self) -> Path:
-        return Path(subprocess.run(["docker", "volume", "inspect", "-f", "{{.Mountpoint}}",
-                                    f"{self.project}_checkpoints"], capture_output=True, text=True,
-                                   check=True).stdout.strip())
+        return Path(
+            subprocess.run(
+                ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", f"{self.project}_checkpoints"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
 
     def checkpoint_step(self) -> int:
         state = (self.checkpoint_dir() / "checkpoint").read_text()
@@ -119,11 +160,14 @@ class FaultStack:
 
     def prom(self, expr: str, at: float | None = None) -> dict[str, float]:
         params = {"query": expr} | ({"time": f"{at:.3f}"} if at else {})
-        with urllib.request.urlopen(f"{self.prometheus}/api/v1/query?{urllib.parse.urlencode(params)}",
-                                    timeout=5) as r:
+        with urllib.request.urlopen(
+            f"{self.prometheus}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=5
+        ) as r:
             result = json.load(r)["data"]["result"]
-        return {s["metric"].get("task_type", "") + s["metric"].get("task_index", ""): float(s["value"][1])
-                for s in result}
+        return {
+            s["metric"].get("task_type", "") + s["metric"].get("task_index", ""): float(s["value"][1])
+            for s in result
+        }
 
     def wait_for_step(self, step: int, timeout: float) -> float:
         deadline = time.time() + timeout
@@ -131,4 +175,6 @@ class FaultStack:
             if any(s >= step for _, s in self.chief_steps()):
                 return time.time()
             time.sleep(0.2)
-        raise AssertionError(f"the chief never reached step {step} in {timeout:.0f}s:\n" + "\n".join(self.logs()[-30:]))
+        raise AssertionError(
+            f"the chief never reached step {step} in {timeout:.0f}s:\n" + "\n".join(self.logs()[-30:])
+        )

@@ -17,8 +17,13 @@ from collections import defaultdict
 from pathlib import Path
 
 # What TensorFlow dlopens by soname when a GPU is present (libcuda.so.1, the driver, is the host's).
-LIBRARIES = {"cuda_runtime": "libcudart.so.12", "cublasLt": "libcublasLt.so.12", "cublas": "libcublas.so.12",
-             "cudnn": "libcudnn.so.9", "nccl": "libnccl.so.2"}
+LIBRARIES = {
+    "cuda_runtime": "libcudart.so.12",
+    "cublasLt": "libcublasLt.so.12",
+    "cublas": "libcublas.so.12",
+    "cudnn": "libcudnn.so.9",
+    "nccl": "libnccl.so.2",
+}
 # <dlfcn.h>: the search path dlopen() uses for calls made from a given object (its RUNPATH first).
 RTLD_DI_SERINFO, RTLD_DI_SERINFOSIZE = 4, 5
 SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
@@ -78,9 +83,16 @@ def xla_toolkit(tf_dir: Path) -> dict:
     """What XLA finds in the CUDA root it derives from its own library: ../nvidia/cuda_nvcc."""
     root = (tf_dir / ".." / "nvidia" / "cuda_nvcc").resolve()
     ptxas = root / "bin" / "ptxas"
-    version = subprocess.run([str(ptxas), "--version"], capture_output=True, text=True).stdout if ptxas.exists() else ""
-    return {"root": str(root), "libdevice": (root / "nvvm" / "libdevice" / "libdevice.10.bc").is_file(),
-            "ptxas": next((line for line in version.splitlines() if "release" in line), None)}
+    version = (
+        subprocess.run([str(ptxas), "--version"], capture_output=True, text=True).stdout
+        if ptxas.exists()
+        else ""
+    )
+    return {
+        "root": str(root),
+        "libdevice": (root / "nvvm" / "libdevice" / "libdevice.10.bc").is_file(),
+        "ptxas": next((line for line in version.splitlines() if "release" in line), None),
+    }
 
 
 def main() -> None:
@@ -89,19 +101,28 @@ def main() -> None:
     tf_dir = Path(tf.sysconfig.get_lib())
     dists = list(md.distributions())
     dirs = search_path(str(tf_dir / "libtensorflow_framework.so.2"))
-    print(json.dumps({
-        "installed": {d.metadata["Name"]: d.version for d in dists},
-        "tensorflow_providers": sorted(d.metadata["Name"] for d in dists
-                                       if any(str(f) == "tensorflow/__init__.py" for f in d.files or ())),
-        "build_info": {k: str(v) for k, v in tf.sysconfig.get_build_info().items()},
-        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
-        "libraries": {name: load(soname, dirs) for name, soname in LIBRARIES.items()},
-        "site_packages": str(tf_dir.parent),
-        "duplicates": duplicate_libraries(dists),
-        "wheels_left": [str(p) for top in ("/opt", "/root", "/tmp", "/app") for p in Path(top).rglob("*.whl")],
-        "pip_cache": [p for p in ("/root/.cache/pip", "/tmp/.cache/pip") if os.path.exists(p)],
-        "xla_toolkit": xla_toolkit(tf_dir),
-    }))
+    print(
+        json.dumps(
+            {
+                "installed": {d.metadata["Name"]: d.version for d in dists},
+                "tensorflow_providers": sorted(
+                    d.metadata["Name"]
+                    for d in dists
+                    if any(str(f) == "tensorflow/__init__.py" for f in d.files or ())
+                ),
+                "build_info": {k: str(v) for k, v in tf.sysconfig.get_build_info().items()},
+                "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+                "libraries": {name: load(soname, dirs) for name, soname in LIBRARIES.items()},
+                "site_packages": str(tf_dir.parent),
+                "duplicates": duplicate_libraries(dists),
+                "wheels_left": [
+                    str(p) for top in ("/opt", "/root", "/tmp", "/app") for p in Path(top).rglob("*.whl")
+                ],
+                "pip_cache": [p for p in ("/root/.cache/pip", "/tmp/.cache/pip") if os.path.exists(p)],
+                "xla_toolkit": xla_toolkit(tf_dir),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

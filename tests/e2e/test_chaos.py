@@ -58,9 +58,18 @@ def plan(seed: int, count: int) -> list[Fault]:
     else:  # every kind at least once, then any
         kinds = list(KINDS) + [rng.choice(KINDS) for _ in range(count - len(KINDS))]
     rng.shuffle(kinds)
-    return [Fault(kind, "chief" if kind == "sigkill-chief-saving" else
-                  "prometheus" if kind == "restart-prometheus" else f"worker-{rng.randrange(WORKERS)}",
-                  rng.randint(SAVE_EVERY // 2, 2 * SAVE_EVERY)) for kind in kinds]
+    return [
+        Fault(
+            kind,
+            "chief"
+            if kind == "sigkill-chief-saving"
+            else "prometheus"
+            if kind == "restart-prometheus"
+            else f"worker-{rng.randrange(WORKERS)}",
+            rng.randint(SAVE_EVERY // 2, 2 * SAVE_EVERY),
+        )
+        for kind in kinds
+    ]
 
 
 @dataclass
@@ -82,10 +91,10 @@ class Chaos:
 
     def __init__(self, stack: FaultStack, faults: list[Fault]) -> None:
         self.stack, self.faults = stack, faults
-        self.start_s = 0.0   # containers started -> the chief's first step
-        self.step_s = 0.0    # seconds per step, measured before the first fault
-        self.base = 0        # the step the job last (re)started from: the next fault counts from here
-        self.steps = 0       # the job's --steps
+        self.start_s = 0.0  # containers started -> the chief's first step
+        self.step_s = 0.0  # seconds per step, measured before the first fault
+        self.base = 0  # the step the job last (re)started from: the next fault counts from here
+        self.steps = 0  # the job's --steps
         self.background: list[subprocess.Popen] = []
 
     def recovery_timeout(self) -> float:
@@ -130,23 +139,32 @@ class Chaos:
                 docker("unpause", stack.container(fault.target))
             return at, self.current_step(), f"paused {noticed - at:.1f}s (heartbeat {HEARTBEAT_S}s)"
         else:  # in the background: training goes on meanwhile, and the next fault must not wait for it
-            self.background.append(subprocess.Popen(["docker", "restart", "-t", "10", stack.container(fault.target)],
-                                                    stdout=subprocess.DEVNULL))
+            self.background.append(
+                subprocess.Popen(
+                    ["docker", "restart", "-t", "10", stack.container(fault.target)],
+                    stdout=subprocess.DEVNULL,
+                )
+            )
         return time.time(), self.current_step(), note
 
     def run_one(self, index: int, fault: Fault, wait: subprocess.Popen) -> Result:
         stack = self.stack
         stack.wait_for_step(self.base + fault.after_steps, timeout=self.steps_timeout(fault.after_steps))
         assert self.current_step() < self.steps - SAVE_EVERY, (
-            f"fault {index}: the job reached step {self.current_step()} of {self.steps} before it: plan more steps")
+            f"fault {index}: the job reached step {self.current_step()} of {self.steps} before it: plan more steps"
+        )
         at, at_step, note = self.strike(fault)
         if fault.kind == "restart-prometheus":
             stack.wait_for_step(at_step + 1, timeout=self.steps_timeout(SAVE_EVERY))
-            result = Result(index, fault.kind, fault.target, at_step, None, 0, 0.0, restarts_all(stack, at), note)
+            result = Result(
+                index, fault.kind, fault.target, at_step, None, 0, 0.0, restarts_all(stack, at), note
+            )
         else:
             result = self.recovered(index, fault, at, at_step, note)
         self.base = result.resumed_step if result.resumed_step is not None else at_step
-        assert wait.poll() is None, f"make wait returned {wait.returncode} after fault {index}: {wait.stderr.read()}"
+        assert wait.poll() is None, (
+            f"make wait returned {wait.returncode} after fault {index}: {wait.stderr.read()}"
+        )
         print(f"chaos: {json.dumps(asdict(result))}", flush=True)
         return result
 
@@ -155,16 +173,29 @@ class Chaos:
         stack, deadline = self.stack, time.time() + self.recovery_timeout()
         while time.time() < deadline:
             starts = [(t, s) for t, s in stack.resumes() if t > at]
-            after = [(t, s) for t, s in stack.chief_steps() if starts and t > starts[-1][0] and s > starts[-1][1]]
+            after = [
+                (t, s) for t, s in stack.chief_steps() if starts and t > starts[-1][0] and s > starts[-1][1]
+            ]
             if after:
                 break
             time.sleep(0.5)
         else:
-            raise AssertionError(f"fault {index} ({fault.kind}): the job did not recover in "
-                                 f"{self.recovery_timeout():.0f}s:\n" + "\n".join(stack.logs()[-30:]))
+            raise AssertionError(
+                f"fault {index} ({fault.kind}): the job did not recover in "
+                f"{self.recovery_timeout():.0f}s:\n" + "\n".join(stack.logs()[-30:])
+            )
         before = max(s for t, s in stack.chief_steps() if t < starts[0][0])
-        return Result(index, fault.kind, fault.target, before, starts[-1][1], max(0, before - starts[-1][1]),
-                      round(after[0][0] - at, 1), restarts_all(stack, at), note)
+        return Result(
+            index,
+            fault.kind,
+            fault.target,
+            before,
+            starts[-1][1],
+            max(0, before - starts[-1][1]),
+            round(after[0][0] - at, 1),
+            restarts_all(stack, at),
+            note,
+        )
 
 
 def docker(*args: str) -> None:
@@ -198,11 +229,19 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
     # a save (the chief's kill) and the steps run before a recovery is seen, plus the measurement.
     steps = sum(f.after_steps for f in faults) + (count + 3) * SAVE_EVERY
     print(f"chaos: seed {seed}, {count} faults, {steps} steps: {[f.kind + '@' + f.target for f in faults]}")
-    stack = FaultStack(os.environ.get("CHAOS_PROJECT", "mwms-chaos"), os.environ.get("CHAOS_RUN_DIR", ".run/chaos"),
-                       os.environ.get("CHAOS_BIND_ADDR", "127.0.0.3"),
-                       {"WORKERS": str(WORKERS), "STEPS": str(steps), "SAVE_EVERY": str(SAVE_EVERY),
-                        "CLUSTER_TIMEOUT": str(CLUSTER_TIMEOUT_S), "MAX_RESTARTS": str(MAX_RESTARTS),
-                        "ARGS": f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}"})
+    stack = FaultStack(
+        os.environ.get("CHAOS_PROJECT", "mwms-chaos"),
+        os.environ.get("CHAOS_RUN_DIR", ".run/chaos"),
+        os.environ.get("CHAOS_BIND_ADDR", "127.0.0.3"),
+        {
+            "WORKERS": str(WORKERS),
+            "STEPS": str(steps),
+            "SAVE_EVERY": str(SAVE_EVERY),
+            "CLUSTER_TIMEOUT": str(CLUSTER_TIMEOUT_S),
+            "MAX_RESTARTS": str(MAX_RESTARTS),
+            "ARGS": f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}",
+        },
+    )
     chaos = Chaos(stack, faults)
     chaos.steps = steps
     stack.make("clean", timeout=300)
@@ -239,10 +278,14 @@ def keep_logs(stack: FaultStack, directory: str | None) -> None:
 
 def report(seed: int, results: list[Result], path: str | None) -> None:
     print(f"\nchaos: seed {seed}")
-    print(f"{'#':>3} {'fault':<22} {'target':<11} {'at step':>7} {'resumed':>7} {'lost':>5} {'recover':>8} {'restarts':>8}")
+    print(
+        f"{'#':>3} {'fault':<22} {'target':<11} {'at step':>7} {'resumed':>7} {'lost':>5} {'recover':>8} {'restarts':>8}"
+    )
     for r in results:
-        print(f"{r.index:>3} {r.kind:<22} {r.target:<11} {r.at_step:>7} {r.resumed_step or '-':>7} {r.lost:>5} "
-              f"{r.recovery_s:>7.1f}s {r.restarts:>8}  {r.note}")
+        print(
+            f"{r.index:>3} {r.kind:<22} {r.target:<11} {r.at_step:>7} {r.resumed_step or '-':>7} {r.lost:>5} "
+            f"{r.recovery_s:>7.1f}s {r.restarts:>8}  {r.note}"
+        )
     if path:
         with open(path, "a") as f:
             for r in results:

@@ -31,9 +31,18 @@ HEARTBEAT_S = 5
 CLUSTER_TIMEOUT_S = 20
 # ~20 steps/s: a fault can land mid-run; --log-every 1: the chief logs every call's last step.
 TRAINER_ARGS = f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}"
-STACK = FaultStack("mwms-faults", ".run/faults", "127.0.0.2",
-                   {"WORKERS": "2", "STEPS": str(STEPS), "SAVE_EVERY": str(SAVE_EVERY),
-                    "CLUSTER_TIMEOUT": str(CLUSTER_TIMEOUT_S), "ARGS": TRAINER_ARGS})
+STACK = FaultStack(
+    "mwms-faults",
+    ".run/faults",
+    "127.0.0.2",
+    {
+        "WORKERS": "2",
+        "STEPS": str(STEPS),
+        "SAVE_EVERY": str(SAVE_EVERY),
+        "CLUSTER_TIMEOUT": str(CLUSTER_TIMEOUT_S),
+        "ARGS": TRAINER_ARGS,
+    },
+)
 
 
 @dataclass
@@ -73,15 +82,22 @@ def finish(fault_at: float) -> Outcome:
     resumed_at, resumed_step = starts[-1]
     before = max((s for t, s in steps if t < resumed_at), default=0)  # the old incarnation's last step
     first_after = min((t for t, s in steps if t > resumed_at and s > resumed_step), default=float("nan"))
-    return Outcome(code=code, checkpoint=STACK.checkpoint_step(), resumed=[s for _, s in starts[1:]],
-                   lost=max(0, before - resumed_step), recovery_s=round(first_after - fault_at, 1))
+    return Outcome(
+        code=code,
+        checkpoint=STACK.checkpoint_step(),
+        resumed=[s for _, s in starts[1:]],
+        lost=max(0, before - resumed_step),
+        recovery_s=round(first_after - fault_at, 1),
+    )
 
 
 def assert_completed(outcome: Outcome) -> None:
     assert outcome.code == 0, f"chief exit code {outcome.code}:\n" + "\n".join(STACK.logs()[-40:])
     assert outcome.checkpoint == STEPS
     time.sleep(6)  # one more scrape interval
-    assert STACK.prom("max_over_time(trainer_last_checkpoint_step{task_type='chief'}[10m])") == {"chief0": STEPS}
+    assert STACK.prom("max_over_time(trainer_last_checkpoint_step{task_type='chief'}[10m])") == {
+        "chief0": STEPS
+    }
     # The last incarnation ran exactly the steps after its resume: the job finished, none twice.
     ran = STACK.prom("last_over_time(trainer_steps_total[10m])")
     assert set(ran) == {"chief0", "worker0", "worker1"}, ran
@@ -137,7 +153,9 @@ def test_prometheus_restart_does_not_affect_training_and_keeps_history(fault_sta
     assert fault_stack.checkpoint_step() == STEPS
     assert len(fault_stack.resumes()) == 1, "training restarted"
     time.sleep(6)
-    assert fault_stack.prom("trainer_global_step{task_type='chief'}", at=before) == seen, "history lost in the restart"
+    assert fault_stack.prom("trainer_global_step{task_type='chief'}", at=before) == seen, (
+        "history lost in the restart"
+    )
     assert fault_stack.prom("max_over_time(trainer_global_step{task_type='chief'}[10m])") == {"chief0": STEPS}
     # ... and across `make down` / `make up` (the named volume), until `make clean`.
     assert fault_stack.make("down").returncode == 0
@@ -174,26 +192,37 @@ def test_a_worker_that_never_starts_ends_every_task_with_one_line_naming_it(gene
         # A peer that never came on the first run is final: the supervisor does not retry it.
         assert not any("supervise:" in ln and ": restart " in ln for ln in generated.logs(service)), service
     print(f"missing worker: exit 3 after {elapsed:.1f}s (timeout {CLUSTER_TIMEOUT_S}s)")
-    record("worker never starts", Outcome(code=code, checkpoint=0, resumed=[], lost=0, recovery_s=round(elapsed, 1)))
+    record(
+        "worker never starts",
+        Outcome(code=code, checkpoint=0, resumed=[], lost=0, recovery_s=round(elapsed, 1)),
+    )
 
 
-def test_a_configuration_error_stays_down_and_make_wait_reports_it_at_once(generated: FaultStack,
-                                                                           tmp_path: Path) -> None:
+def test_a_configuration_error_stays_down_and_make_wait_reports_it_at_once(
+    generated: FaultStack, tmp_path: Path
+) -> None:
     # Only worker-1 is misconfigured; its peers wait for it (up to the cluster timeout, 120 s here).
     override = tmp_path / "bad-worker.yaml"
-    override.write_text("services:\n  worker-1:\n    environment:\n      TRAINER_SEED: 'not-a-number'\n"
-                        "  chief:\n    environment:\n      TRAINER_CLUSTER_TIMEOUT: '120'\n"
-                        "  worker-0:\n    environment:\n      TRAINER_CLUSTER_TIMEOUT: '120'\n")
+    override.write_text(
+        "services:\n  worker-1:\n    environment:\n      TRAINER_SEED: 'not-a-number'\n"
+        "  chief:\n    environment:\n      TRAINER_CLUSTER_TIMEOUT: '120'\n"
+        "  worker-0:\n    environment:\n      TRAINER_CLUSTER_TIMEOUT: '120'\n"
+    )
     files = (ROOT / generated.run_dir / "compose.args").read_text().split() + ["-f", str(override)]
     (ROOT / generated.run_dir / "compose.args").write_text(" ".join(files) + "\n")
     assert generated.compose("up", "-d", "--no-build").returncode == 0
     wait = generated.wait_process()
     code, err = wait.wait(timeout=300), wait.stderr.read()
     assert code == 2, err
-    assert err.strip().splitlines()[-1] == ("wait: worker-1 failed for good: exit code 2 (bad configuration): "
-                                            "configuration error: TRAINER_SEED='not-a-number': must be an integer")
+    assert err.strip().splitlines()[-1] == (
+        "wait: worker-1 failed for good: exit code 2 (bad configuration): "
+        "configuration error: TRAINER_SEED='not-a-number': must be an integer"
+    )
     # Reported while its peers still wait for it (not after their timeout, nor after retries) ...
     assert generated.inspect("chief", "{{.State.Status}}") == "running"
     # ... and the task stays down: run once, never restarted by the supervisor or by Docker.
-    assert generated.inspect("worker-1", "{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}") == "exited 2 0"
+    assert (
+        generated.inspect("worker-1", "{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}")
+        == "exited 2 0"
+    )
     assert sum("configuration error" in ln for ln in generated.logs("worker-1")) == 1

@@ -11,18 +11,21 @@ from compose import wait
 RUNNING = ("running", 0)
 
 
-@pytest.mark.parametrize(("states", "over"), [
-    ({"chief": RUNNING, "worker-0": RUNNING}, None),
-    ({"chief": ("exited", 0), "worker-0": ("exited", 0)}, (0, "chief")),
-    ({"chief": ("exited", 0), "worker-0": RUNNING}, (0, "chief")),
-    ({"chief": RUNNING, "worker-0": ("exited", 0)}, None),              # the chief is still saving
-    ({"chief": RUNNING, "worker-1": ("exited", 2)}, (2, "worker-1")),   # final: reported at once
-    ({"chief": ("exited", 3), "worker-0": ("exited", 4)}, (3, "chief")),  # the chief first
-    ({"chief": RUNNING, "worker-1": ("exited", 201)}, None),           # docker stop / restart: may come back
-    ({"chief": RUNNING, "worker-1": ("exited", 137)}, None),
-    ({"chief": ("exited", 201), "worker-0": ("exited", 201)}, (201, "chief")),  # everything stopped
-    ({"chief": ("removed", 137), "worker-0": ("removed", 0)}, (137, "chief")),
-])
+@pytest.mark.parametrize(
+    ("states", "over"),
+    [
+        ({"chief": RUNNING, "worker-0": RUNNING}, None),
+        ({"chief": ("exited", 0), "worker-0": ("exited", 0)}, (0, "chief")),
+        ({"chief": ("exited", 0), "worker-0": RUNNING}, (0, "chief")),
+        ({"chief": RUNNING, "worker-0": ("exited", 0)}, None),  # the chief is still saving
+        ({"chief": RUNNING, "worker-1": ("exited", 2)}, (2, "worker-1")),  # final: reported at once
+        ({"chief": ("exited", 3), "worker-0": ("exited", 4)}, (3, "chief")),  # the chief first
+        ({"chief": RUNNING, "worker-1": ("exited", 201)}, None),  # docker stop / restart: may come back
+        ({"chief": RUNNING, "worker-1": ("exited", 137)}, None),
+        ({"chief": ("exited", 201), "worker-0": ("exited", 201)}, (201, "chief")),  # everything stopped
+        ({"chief": ("removed", 137), "worker-0": ("removed", 0)}, (137, "chief")),
+    ],
+)
 def test_judge(states: dict, over: tuple[int, str] | None) -> None:
     got = wait.judge(states)
     assert (got and (got.code, got.service)) == over
@@ -43,8 +46,11 @@ class FakeDocker:
 
 
 def die(service: str, code: int) -> dict:
-    return {"Action": "die", "id": f"id-{service}",
-            "Actor": {"Attributes": {"exitCode": str(code), wait.SERVICE: service}}}
+    return {
+        "Action": "die",
+        "id": f"id-{service}",
+        "Actor": {"Attributes": {"exitCode": str(code), wait.SERVICE: service}},
+    }
 
 
 def start(service: str) -> dict:
@@ -59,18 +65,26 @@ def run_watch(events: Iterable[dict], logs: dict[str, str] | None = None) -> tup
 
 
 def test_a_configuration_error_is_reported_at_once_with_the_tasks_error_line() -> None:
-    worker_log = ("2026-01-01 12:00:00,000 I starting\n"
-                  "2026-01-01 12:00:00,100 E configuration error: --steps (TRAINER_STEPS): must be 1 or more\n"
-                  "supervise: exited 2 (bad configuration): final, not restarting")
+    worker_log = (
+        "2026-01-01 12:00:00,000 I starting\n"
+        "2026-01-01 12:00:00,100 E configuration error: --steps (TRAINER_STEPS): must be 1 or more\n"
+        "supervise: exited 2 (bad configuration): final, not restarting"
+    )
     code, lines = run_watch([die("worker-0", 2), die("chief", 0)], logs={"worker-0": worker_log})
     assert code == 2
-    assert lines == ["wait: worker-0 failed for good: exit code 2 (bad configuration): "
-                     "configuration error: --steps (TRAINER_STEPS): must be 1 or more"]
+    assert lines == [
+        "wait: worker-0 failed for good: exit code 2 (bad configuration): "
+        "configuration error: --steps (TRAINER_STEPS): must be 1 or more"
+    ]
 
 
 def test_a_restarted_container_is_not_the_end_and_done_counts_the_trainers_restarts() -> None:
-    chief_log = "supervise: exited 200 (peer lost): restart 1/3 since the last new checkpoint (step 100)\n" * 2
-    code, lines = run_watch([die("worker-0", 201), start("worker-0"), die("chief", 0)], logs={"chief": chief_log})
+    chief_log = (
+        "supervise: exited 200 (peer lost): restart 1/3 since the last new checkpoint (step 100)\n" * 2
+    )
+    code, lines = run_watch(
+        [die("worker-0", 201), start("worker-0"), die("chief", 0)], logs={"chief": chief_log}
+    )
     assert code == 0
     assert "worker-0 exited 201 (preempted): stopped or killed from outside" in lines[0]
     assert lines[-1] == "wait: chief done: exit code 0 after 2 restart(s) of the trainer"
@@ -79,13 +93,18 @@ def test_a_restarted_container_is_not_the_end_and_done_counts_the_trainers_resta
 def test_a_script_without_the_trainers_log_format_reports_its_last_line() -> None:
     log = "Traceback (most recent call last):\nValueError: no such file\nsupervise: exited 1 (permanent failure)"
     assert run_watch([die("chief", 1)], logs={"chief": log}) == (
-        1, ["wait: chief failed for good: exit code 1 (permanent failure): ValueError: no such file"])
+        1,
+        ["wait: chief failed for good: exit code 1 (permanent failure): ValueError: no such file"],
+    )
 
 
 def test_removed_containers_end_the_wait() -> None:
-    code, lines = run_watch([{"Action": "destroy", "id": "id-chief", "Actor": {"Attributes": {wait.SERVICE: "chief"}}},
-                             {"Action": "destroy", "id": "id-worker-0",
-                              "Actor": {"Attributes": {wait.SERVICE: "worker-0"}}}])
+    code, lines = run_watch(
+        [
+            {"Action": "destroy", "id": "id-chief", "Actor": {"Attributes": {wait.SERVICE: "chief"}}},
+            {"Action": "destroy", "id": "id-worker-0", "Actor": {"Attributes": {wait.SERVICE: "worker-0"}}},
+        ]
+    )
     assert code == 125  # removed while running: no exit code of its own
     assert lines[0] == "wait: chief's container was removed (make down?)"
     assert "stopped with every task" in lines[-1]
@@ -95,6 +114,7 @@ def test_returns_at_the_deciding_event_without_waiting_for_more() -> None:
     def stream():  # `docker events` never ends by itself
         yield die("chief", 0)
         raise AssertionError("read past the event that ended the job")
+
     assert run_watch(stream())[0] == 0
 
 
