@@ -38,7 +38,7 @@ include monitoring/diagnose.mk
 
 .PHONY: test
 test: $(VENV)/.stamp ## Run every test: unit, local clusters, promtool, and the Docker end-to-end suite
-	$(PY) -m pytest tests/unit tests/cluster tests/e2e $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=30 tests/unit tests/cluster tests/e2e $(PYTEST_ARGS)
 
 FAULTS ?= 20
 SEED ?=
