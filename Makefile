@@ -38,7 +38,13 @@ include monitoring/diagnose.mk
 
 .PHONY: test
 test: $(VENV)/.stamp ## Run every test: unit, local clusters, promtool, and the Docker end-to-end suite
-	$(PY) -m pytest tests/unit tests/cluster tests/e2e $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=30 tests/unit tests/cluster tests/e2e $(PYTEST_ARGS)
+
+FAULTS ?= 20
+SEED ?=
+.PHONY: chaos
+chaos: $(VENV)/.stamp ## Long chaos run: FAULTS faults (default 20) into one job at random steps from SEED (printed; set it to replay)
+	CHAOS_FAULTS=$(FAULTS) CHAOS_SEED=$(SEED) $(PY) -m pytest -s tests/e2e/test_chaos.py $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: $(VENV)/.stamp ## Run only the fast unit tests (no TensorFlow cluster, no Docker)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compose import knobs as trainer_knobs
-from trainer import __version__, contract
+from trainer import __version__, contract, supervise
 from trainer.cluster import COMPOSE_ADDRESS, ClusterSpec, TaskId, from_template
 from trainer.config import ENV_PREFIX, Config
 
@@ -131,18 +131,31 @@ def report(target: str, changes: Sequence[Change]) -> str:
 
 def trainer_env(d: Deployment) -> dict[str, str]:
     """The environment every task gets besides TF_CONFIG, the same on every target."""
-    env = {"TRAINER_METRICS_PORT": str(METRICS_PORT), "TRAINER_METRICS_LINGER": str(METRICS_LINGER_SECONDS),
-           "TRAINER_CHECKPOINT_DIR": CHECKPOINT_DIR}
+    env = {
+        "TRAINER_METRICS_PORT": str(METRICS_PORT),
+        "TRAINER_METRICS_LINGER": str(METRICS_LINGER_SECONDS),
+        "TRAINER_CHECKPOINT_DIR": CHECKPOINT_DIR,
+    }
     env.update({ENV_PREFIX + name.upper(): value for name, value in d.knobs})
     if d.data:
         env["TRAINER_DATA"] = DATA_DIR
+    env[supervise.MAX_RESTARTS_ENV] = str(d.max_restarts)
     return env
 
 
 def command(d: Deployment) -> list[str]:
+    """Every task on every target runs under trainer.supervise: it restarts the trainer by exit code
+    with a budget that renews with each checkpoint, which no engine's own restart policy can do."""
     if d.script:
-        return ["python", "-m", "trainer.run_script", f"{SCRIPT_DIR}/{Path(d.script).name}", *d.extra_args]
-    return ["python", "-m", "trainer", *d.extra_args]
+        return [
+            *supervise.ENTRY,
+            "python",
+            "-m",
+            "trainer.run_script",
+            f"{SCRIPT_DIR}/{Path(d.script).name}",
+            *d.extra_args,
+        ]
+    return [*supervise.ENTRY, "python", "-m", "trainer", *d.extra_args]
 
 
 def fake_gpu_ids(workers: int, per_task: int) -> dict[str, tuple[str, ...]] | None:
@@ -167,10 +180,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-restarts", type=int, default=Deployment.max_restarts)
 
 
-def from_args(ns: argparse.Namespace, gpu_ids: Mapping[str, tuple[str, ...]] | None,
-              environ: Mapping[str, str] | None = None, **more: object) -> Deployment:
+def from_args(
+    ns: argparse.Namespace,
+    gpu_ids: Mapping[str, tuple[str, ...]] | None,
+    environ: Mapping[str, str] | None = None,
+    **more: object,
+) -> Deployment:
     """The Deployment the shared flags and the knobs in `environ` describe (`more`: target-specific
     fields such as checkpoint_storage)."""
-    return Deployment(workers=ns.workers, base_image=ns.base_image, image_repo=ns.image_repo, gpu_ids=gpu_ids,
-                      knobs=trainer_knobs.from_environ(environ or {}), max_restarts=ns.max_restarts,
-                      script=ns.script, data=ns.data, extra_args=tuple(shlex.split(ns.args)), **more)
+    return Deployment(
+        workers=ns.workers,
+        base_image=ns.base_image,
+        image_repo=ns.image_repo,
+        gpu_ids=gpu_ids,
+        knobs=trainer_knobs.from_environ(environ or {}),
+        max_restarts=ns.max_restarts,
+        script=ns.script,
+        data=ns.data,
+        extra_args=tuple(shlex.split(ns.args)),
+        **more,
+    )

@@ -58,29 +58,36 @@ def _service(cfg: Deployment, spec: ClusterSpec) -> dict:
     service: dict = {"image": cfg.image("cpu")}
     if chief:
         # Built once, on the chief; the other tasks reuse the tag and never try to pull it.
-        service["build"] = {"context": ".", "dockerfile": "images/trainer.Dockerfile",
-                            "args": {"BASE_IMAGE": cfg.base_image, "VARIANT": "cpu"}}
+        service["build"] = {
+            "context": ".",
+            "dockerfile": "images/trainer.Dockerfile",
+            "args": {"BASE_IMAGE": cfg.base_image, "VARIANT": "cpu"},
+        }
     else:
         service["pull_policy"] = "never"
-    service.update({
-        "command": command(cfg),
-        "environment": {"TF_CONFIG": spec.to_tf_config(), **trainer_env(cfg)},
-        "expose": [str(TF_PORT), str(METRICS_PORT)],
-        "networks": ["cluster"],
-        # The cluster network is internal: a lookup of an outside name (TensorFlow probes the GCE
-        # metadata server) waits 10 s for Docker's DNS to give up; 1 s is plenty for peers' names.
-        "dns_opt": ["timeout:1", "attempts:1"],
-        # tini as PID 1 forwards SIGTERM: `docker stop` takes 0.2 s instead of 10.
-        "init": True,
-        "restart": f"on-failure:{cfg.max_restarts}",
-        "stop_grace_period": f"{STOP_GRACE_SECONDS}s",
-        "user": f"{UID}:{GID}",
-        "read_only": True,
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges:true"],
-        # Only the chief writes the shared checkpoint volume; other tasks save to a private tmpfs.
-        "tmpfs": ["/tmp"] if chief else ["/tmp", CHECKPOINT_DIR],
-    })
+    service.update(
+        {
+            # trainer.supervise restarts the task by exit code, its budget from MAX_RESTARTS (restarts
+            # without a new checkpoint); Docker's policy cannot tell exit codes apart, so it restarts nothing.
+            "command": command(cfg),
+            "environment": {"TF_CONFIG": spec.to_tf_config(), **trainer_env(cfg)},
+            "expose": [str(TF_PORT), str(METRICS_PORT)],
+            "networks": ["cluster"],
+            # The cluster network is internal: a lookup of an outside name (TensorFlow probes the GCE
+            # metadata server) waits 10 s for Docker's DNS to give up; 1 s is plenty for peers' names.
+            "dns_opt": ["timeout:1", "attempts:1"],
+            # tini as PID 1 forwards SIGTERM: `docker stop` takes 0.2 s instead of 10.
+            "init": True,
+            "restart": "no",
+            "stop_grace_period": f"{STOP_GRACE_SECONDS}s",
+            "user": f"{UID}:{GID}",
+            "read_only": True,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges:true"],
+            # Only the chief writes the shared checkpoint volume; other tasks save to a private tmpfs.
+            "tmpfs": ["/tmp"] if chief else ["/tmp", CHECKPOINT_DIR],
+        }
+    )
     volumes = ([f"checkpoints:{CHECKPOINT_DIR}"] if chief else []) + _binds(cfg)
     if volumes:
         service["volumes"] = volumes
@@ -91,18 +98,31 @@ def _binds(cfg: Deployment) -> list[dict]:
     binds = []
     # create_host_path false: a mistyped path fails `up` instead of silently mounting an empty dir.
     if cfg.script:
-        binds.append({"type": "bind", "source": str(Path(cfg.script).resolve().parent), "target": SCRIPT_DIR,
-                      "read_only": True, "bind": {"create_host_path": False}})
+        binds.append(
+            {
+                "type": "bind",
+                "source": str(Path(cfg.script).resolve().parent),
+                "target": SCRIPT_DIR,
+                "read_only": True,
+                "bind": {"create_host_path": False},
+            }
+        )
     if cfg.data:
-        binds.append({"type": "bind", "source": str(Path(cfg.data).resolve()), "target": DATA_DIR,
-                      "read_only": True, "bind": {"create_host_path": False}})
+        binds.append(
+            {
+                "type": "bind",
+                "source": str(Path(cfg.data).resolve()),
+                "target": DATA_DIR,
+                "read_only": True,
+                "bind": {"create_host_path": False},
+            }
+        )
     return binds
 
 
 def changes(cfg: Deployment) -> list[Change]:
-    """Compose is the reference target; only the restart budget changes meaning."""
-    return [Change("max_restarts", f"restart: on-failure:{cfg.max_restarts}",
-                   "Compose counts restarts per container, not for the whole job")]
+    """Compose is the reference target: nothing changes meaning (the supervisor keeps the restart budget)."""
+    return []
 
 
 def gpu_overlay(cfg: Deployment) -> dict:
@@ -113,16 +133,23 @@ def gpu_overlay(cfg: Deployment) -> dict:
             service["build"] = {"args": {"VARIANT": "gpu"}}
         # NCCL's shared-memory transport fails with Docker's 64 MB /dev/shm (NVIDIA/nccl#342).
         service["shm_size"] = f"{SHM_GIB}gb"
-        service["deploy"] = {"resources": {"reservations": {"devices": [
-            {"driver": "nvidia", "device_ids": list(ids), "capabilities": ["gpu"]}]}}}
+        service["deploy"] = {
+            "resources": {
+                "reservations": {
+                    "devices": [{"driver": "nvidia", "device_ids": list(ids), "capabilities": ["gpu"]}]
+                }
+            }
+        }
         services[task] = service
     return {"services": services}
 
 
 def targets(cfg: Deployment) -> list[dict]:
     """Prometheus file_sd; the trainer labels its series the same way (kept by honor_labels)."""
-    return [{"targets": [f"{t.name}:{METRICS_PORT}"],
-             "labels": {"task_type": t.type, "task_index": str(t.index)}} for t in cfg.tasks]
+    return [
+        {"targets": [f"{t.name}:{METRICS_PORT}"], "labels": {"task_type": t.type, "task_index": str(t.index)}}
+        for t in cfg.tasks
+    ]
 
 
 def write(cfg: Deployment, out: Path) -> list[Path]:
@@ -155,8 +182,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def config_from_args(ns: argparse.Namespace, runner: gpus.Runner = gpus.run,
-                     environ: Mapping[str, str] | None = None) -> Deployment:
+def config_from_args(
+    ns: argparse.Namespace, runner: gpus.Runner = gpus.run, environ: Mapping[str, str] | None = None
+) -> Deployment:
     """`environ` carries the trainer knobs (compose/knobs.py): main passes the process environment."""
     ids = gpus.parse(ns.gpus, runner)
     tasks = [t.name for t in Deployment(workers=ns.workers).tasks]
@@ -177,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     write(cfg, ns.out)
     devices = ", ".join(f"{t}: GPU {','.join(i)}" for t, i in (cfg.gpu_ids or {}).items())
-    print(f"compose.generate: chief + {cfg.workers} workers, {devices or 'CPU only'} -> {ns.out}/",
-          file=sys.stderr)
+    print(
+        f"compose.generate: chief + {cfg.workers} workers, {devices or 'CPU only'} -> {ns.out}/",
+        file=sys.stderr,
+    )
     print(report("compose", changes(cfg)), file=sys.stderr)
     if not cfg.script:
         print(f"compose.generate: {knobs.describe(cfg.knobs)}", file=sys.stderr)

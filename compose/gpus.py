@@ -28,8 +28,11 @@ def run(cmd: Sequence[str]) -> str:
 
 def detect(runner: Runner = run) -> tuple[str, ...]:
     """GPU indices usable by containers: needs both GPUs (nvidia-smi) and the NVIDIA runtime in Docker."""
-    ids = tuple(line.strip() for line in runner(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"])
-                .splitlines() if line.strip())
+    ids = tuple(
+        line.strip()
+        for line in runner(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"]).splitlines()
+        if line.strip()
+    )
     if not ids:
         return ()
     runtimes = runner(["docker", "info", "--format", "{{json .Runtimes}}"]).strip()
@@ -57,7 +60,9 @@ def assign(tasks: Sequence[str], ids: Sequence[str], per_task: int) -> dict[str,
         raise GpuError(f"GPUS_PER_WORKER={per_task}: must be 1 or more (use GPUS=0 for CPU)")
     need = len(tasks) * per_task
     if need > len(ids):
-        raise GpuError(f"{len(tasks)} tasks x GPUS_PER_WORKER={per_task} need {need} GPUs but only "
-                       f"{len(ids)} are available ({','.join(ids) or 'none'}); lower WORKERS or "
-                       "GPUS_PER_WORKER, or run on CPU with GPUS=0")
-    return {task: tuple(ids[i * per_task:(i + 1) * per_task]) for i, task in enumerate(tasks)}
+        raise GpuError(
+            f"{len(tasks)} tasks x GPUS_PER_WORKER={per_task} need {need} GPUs but only "
+            f"{len(ids)} are available ({','.join(ids) or 'none'}); lower WORKERS or "
+            "GPUS_PER_WORKER, or run on CPU with GPUS=0"
+        )
+    return {task: tuple(ids[i * per_task : (i + 1) * per_task]) for i, task in enumerate(tasks)}

@@ -79,7 +79,9 @@ def placement(task_position: int, nodes: int) -> dict:
 
 def gpu_resources(count: int) -> dict:
     """`deploy.resources` asking for `count` GPUs as swarm generic resources (the node advertises them)."""
-    return {"reservations": {"generic_resources": [{"discrete_resource_spec": {"kind": "GPU", "value": count}}]}}
+    return {
+        "reservations": {"generic_resources": [{"discrete_resource_spec": {"kind": "GPU", "value": count}}]}
+    }
 
 
 def tmpfs_volume(target: str, size: int | None = None) -> dict:
@@ -92,12 +94,15 @@ def tmpfs_volume(target: str, size: int | None = None) -> dict:
 def trainer_services(cfg: Deployment, swarm: SwarmConfig, report: Report) -> dict:
     tasks = generate.tasks_file(cfg)["services"]
     overlay = generate.gpu_overlay(cfg)["services"]
-    return {name: _translate(name, pos, {**service, **overlay.get(name, {})}, swarm, report, cfg.max_restarts)
-            for pos, (name, service) in enumerate(tasks.items())}
+    return {
+        name: _translate(name, pos, {**service, **overlay.get(name, {})}, swarm, report, cfg.max_restarts)
+        for pos, (name, service) in enumerate(tasks.items())
+    }
 
 
-def _translate(name: str, position: int, compose: dict, swarm: SwarmConfig, report: Report,
-               max_restarts: int) -> dict:
+def _translate(
+    name: str, position: int, compose: dict, swarm: SwarmConfig, report: Report, max_restarts: int
+) -> dict:
     service: dict = {"image": swarm.image}
     deploy: dict = {"replicas": 1, "endpoint_mode": "dnsrr", "placement": placement(position, swarm.nodes)}
     volumes: list = []
@@ -110,13 +115,23 @@ def _translate(name: str, position: int, compose: dict, swarm: SwarmConfig, repo
             raise ValueError(f"compose.stack: no Swarm translation for the Compose key {key!r} of {name}")
         if key in CHANGES:
             report.add(Change(key, *CHANGES[key]))
-    report.add(Change("one container per task", "one service per task, replicas 1, endpoint_mode dnsrr, "
-                      f"placed by node label {NODE_LABEL} (chief on node-1)",
-                      "a VIP needs IPVS and its idle timeout drops long gRPC connections (moby/moby#37466); "
-                      "volumes are per node, so the chief must come back where its checkpoints are"))
+    report.add(
+        Change(
+            "one container per task",
+            "one service per task, replicas 1, endpoint_mode dnsrr, "
+            f"placed by node label {NODE_LABEL} (chief on node-1)",
+            "a VIP needs IPVS and its idle timeout drops long gRPC connections (moby/moby#37466); "
+            "volumes are per node, so the chief must come back where its checkpoints are",
+        )
+    )
     if name == CHIEF:
-        report.add(Change("volume checkpoints", "a node-local volume on the chief's node",
-                          "workers never read it: they resume from the state the chief broadcasts at start"))
+        report.add(
+            Change(
+                "volume checkpoints",
+                "a node-local volume on the chief's node",
+                "workers never read it: they resume from the state the chief broadcasts at start",
+            )
+        )
     if volumes:
         service["volumes"] = volumes
     # Bounded whatever Compose said: a permanent failure must not restart forever.
@@ -159,85 +174,162 @@ def _drop(value: object, service: dict, deploy: dict, volumes: list) -> None:
 
 
 KEPT = {"command", "environment", "init", "user", "read_only", "cap_drop", "stop_grace_period", "networks"}
-TRANSLATIONS = {"restart": _restart, "tmpfs": _tmpfs, "volumes": _volumes, "shm_size": _shm,
-                "deploy": _devices, "build": _drop, "pull_policy": _drop, "expose": _drop,
-                "dns_opt": _drop, "security_opt": _drop, "image": _drop}
+TRANSLATIONS = {
+    "restart": _restart,
+    "tmpfs": _tmpfs,
+    "volumes": _volumes,
+    "shm_size": _shm,
+    "deploy": _devices,
+    "build": _drop,
+    "pull_policy": _drop,
+    "expose": _drop,
+    "dns_opt": _drop,
+    "security_opt": _drop,
+    "image": _drop,
+}
 CHANGES = {
     "image": ("the pushed image by digest", "every node runs the same bytes"),
     "build": ("", "stacks never build: `make push` puts the image in a registry"),
     "pull_policy": ("", "nodes pull the pinned digest"),
     "expose": ("", "an overlay network reaches every port of a task"),
-    "dns_opt": ("", "not in the stack schema (an error); an outside name (TensorFlow's GCE metadata probe) "
-                "can take the resolver's full timeout"),
+    "dns_opt": (
+        "",
+        "not in the stack schema (an error); an outside name (TensorFlow's GCE metadata probe) "
+        "can take the resolver's full timeout",
+    ),
     "restart": ("deploy.restart_policy (condition, max_attempts, delay 5s)", "stacks ignore `restart`"),
     "tmpfs": ("long-syntax tmpfs volumes", "a stack silently drops service-level `tmpfs`"),
     "shm_size": (f"tmpfs volume at /dev/shm ({SHM_GIB} GiB)", "stacks drop shm_size (moby/moby#26714)"),
-    "deploy": ("generic_resources kind GPU", "GPU devices are a schema error in stacks (docker/cli#3051); "
-               "the node advertises its GPUs (README: GPU nodes)"),
-    "security_opt": ("", "stacks ignore it (no no-new-privileges); the image has no setuid/setgid binaries "
-                     "and every capability is dropped, so nothing can gain privileges"),
+    "deploy": (
+        "generic_resources kind GPU",
+        "GPU devices are a schema error in stacks (docker/cli#3051); "
+        "the node advertises its GPUs (README: GPU nodes)",
+    ),
+    "security_opt": (
+        "",
+        "stacks ignore it (no no-new-privileges); the image has no setuid/setgid binaries "
+        "and every capability is dropped, so nothing can gain privileges",
+    ),
 }
 
 
 def monitoring_services(cfg: Deployment, swarm: SwarmConfig, report: Report) -> dict:
-    services = {"prometheus": {
-        "image": swarm.prometheus_image, "user": "65534:65534", "read_only": True, "cap_drop": ["ALL"],
-        "command": ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus",
-                    "--web.enable-lifecycle"],
-        "configs": [{"source": key, "target": f"/etc/prometheus/{path}"} for key, path in _prometheus_files(cfg)],
-        "volumes": ["prometheus-data:/prometheus", tmpfs_volume("/tmp")],
-        "networks": ["cluster", "monitoring"],
-        "ports": [{"target": PROMETHEUS_PORT, "published": PROMETHEUS_PORT, "protocol": "tcp", "mode": "host"}],
-        "deploy": {"replicas": 1, "endpoint_mode": "dnsrr", "placement": placement(0, swarm.nodes),
-                   "restart_policy": {"condition": "any", "delay": RESTART_DELAY}},
-    }}
-    report.add(Change("Prometheus bind mounts", "swarm configs named <key>_<content hash>",
-                      "bind mounts do not cross hosts; configs are immutable, so new content gets a new name"))
-    report.add(Change(f"ports BIND_ADDR:{PROMETHEUS_PORT}", "mode host on node-1, every address of the node",
-                      "the ingress mesh needs IPVS; the long syntax has no host IP: firewall the node"))
+    services = {
+        "prometheus": {
+            "image": swarm.prometheus_image,
+            "user": "65534:65534",
+            "read_only": True,
+            "cap_drop": ["ALL"],
+            "command": [
+                "--config.file=/etc/prometheus/prometheus.yml",
+                "--storage.tsdb.path=/prometheus",
+                "--web.enable-lifecycle",
+            ],
+            "configs": [
+                {"source": key, "target": f"/etc/prometheus/{path}"} for key, path in _prometheus_files(cfg)
+            ],
+            "volumes": ["prometheus-data:/prometheus", tmpfs_volume("/tmp")],
+            "networks": ["cluster", "monitoring"],
+            "ports": [
+                {"target": PROMETHEUS_PORT, "published": PROMETHEUS_PORT, "protocol": "tcp", "mode": "host"}
+            ],
+            "deploy": {
+                "replicas": 1,
+                "endpoint_mode": "dnsrr",
+                "placement": placement(0, swarm.nodes),
+                "restart_policy": {"condition": "any", "delay": RESTART_DELAY},
+            },
+        }
+    }
+    report.add(
+        Change(
+            "Prometheus bind mounts",
+            "swarm configs named <key>_<content hash>",
+            "bind mounts do not cross hosts; configs are immutable, so new content gets a new name",
+        )
+    )
+    report.add(
+        Change(
+            f"ports BIND_ADDR:{PROMETHEUS_PORT}",
+            "mode host on node-1, every address of the node",
+            "the ingress mesh needs IPVS; the long syntax has no host IP: firewall the node",
+        )
+    )
     if swarm.grafana_image:
         services["grafana"] = _grafana(swarm)
-        report.add(Change("Grafana secret", "secret grafana_admin_password_<content hash>",
-                          "secrets are immutable: a new password is a new name"))
+        report.add(
+            Change(
+                "Grafana secret",
+                "secret grafana_admin_password_<content hash>",
+                "secrets are immutable: a new password is a new name",
+            )
+        )
         report.add(Change("depends_on", "", "stacks ignore it: Grafana retries its datasource"))
     else:
-        report.add(Change("Grafana", "", "no Grafana image (GRAFANA_IMAGE=): load the dashboards into an "
-                          "existing Grafana with `make publish-dashboards`"))
+        report.add(
+            Change(
+                "Grafana",
+                "",
+                "no Grafana image (GRAFANA_IMAGE=): load the dashboards into an "
+                "existing Grafana with `make publish-dashboards`",
+            )
+        )
     return services
 
 
 def _grafana(swarm: SwarmConfig) -> dict:
     return {
-        "image": swarm.grafana_image, "user": "472:0", "read_only": True, "cap_drop": ["ALL"],
-        "environment": {"GF_SECURITY_ADMIN_USER": "admin",
-                        "GF_SECURITY_ADMIN_PASSWORD__FILE": "/run/secrets/grafana_admin_password",
-                        "GF_USERS_ALLOW_SIGN_UP": "false", "GF_AUTH_ANONYMOUS_ENABLED": "false"},
+        "image": swarm.grafana_image,
+        "user": "472:0",
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "environment": {
+            "GF_SECURITY_ADMIN_USER": "admin",
+            "GF_SECURITY_ADMIN_PASSWORD__FILE": "/run/secrets/grafana_admin_password",
+            "GF_USERS_ALLOW_SIGN_UP": "false",
+            "GF_AUTH_ANONYMOUS_ENABLED": "false",
+        },
         "secrets": [{"source": "grafana_admin_password", "target": "grafana_admin_password"}],
         "configs": [{"source": key, "target": target} for key, target, _ in _grafana_files()],
         "volumes": ["grafana-data:/var/lib/grafana", tmpfs_volume("/tmp")],
         "networks": ["monitoring"],
         "ports": [{"target": GRAFANA_PORT, "published": GRAFANA_PORT, "protocol": "tcp", "mode": "host"}],
-        "deploy": {"replicas": 1, "placement": placement(0, swarm.nodes),
-                   "restart_policy": {"condition": "any", "delay": RESTART_DELAY}},
+        "deploy": {
+            "replicas": 1,
+            "placement": placement(0, swarm.nodes),
+            "restart_policy": {"condition": "any", "delay": RESTART_DELAY},
+        },
     }
 
 
 def _prometheus_files(cfg: Deployment) -> list[tuple[str, str]]:
     """(config key, path under /etc/prometheus) for prometheus.yml, every rule file, the targets."""
     rules = sorted((REPO / "monitoring/prometheus/rules").glob("*.yml"))
-    return ([("prometheus_yml", "prometheus.yml")]
-            + [(f"rules_{p.stem.replace('.', '_')}", f"rules/{p.name}") for p in rules]
-            + [("targets_trainers", "targets/trainers.json")])
+    return (
+        [("prometheus_yml", "prometheus.yml")]
+        + [(f"rules_{p.stem.replace('.', '_')}", f"rules/{p.name}") for p in rules]
+        + [("targets_trainers", "targets/trainers.json")]
+    )
 
 
 def _grafana_files() -> list[tuple[str, str, Path]]:
     base = REPO / "monitoring/grafana"
-    files = [("grafana_datasources", "/etc/grafana/provisioning/datasources/prometheus.yml",
-              base / "provisioning/datasources/prometheus.yml"),
-             ("grafana_dashboards", "/etc/grafana/provisioning/dashboards/trainer.yml",
-              base / "provisioning/dashboards/trainer.yml")]
-    files += [(f"dashboard_{p.stem.replace('-', '_')}", f"/var/lib/grafana/dashboards/{p.name}", p)
-              for p in sorted((base / "dashboards").glob("*.json"))]
+    files = [
+        (
+            "grafana_datasources",
+            "/etc/grafana/provisioning/datasources/prometheus.yml",
+            base / "provisioning/datasources/prometheus.yml",
+        ),
+        (
+            "grafana_dashboards",
+            "/etc/grafana/provisioning/dashboards/trainer.yml",
+            base / "provisioning/dashboards/trainer.yml",
+        ),
+    ]
+    files += [
+        (f"dashboard_{p.stem.replace('-', '_')}", f"/var/lib/grafana/dashboards/{p.name}", p)
+        for p in sorted((base / "dashboards").glob("*.json"))
+    ]
     return files
 
 
@@ -248,21 +340,30 @@ def write(cfg: Deployment, swarm: SwarmConfig, out: Path) -> str:
     out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "configs", ignore_errors=True)
     (out / "configs").mkdir()
-    sources = {"prometheus_yml": (REPO / "monitoring/prometheus/prometheus.yml").read_text(),
-               "targets_trainers": json.dumps(generate.targets(cfg), indent=2) + "\n"}
-    sources.update({key: (REPO / "monitoring/prometheus" / path).read_text()
-                    for key, path in _prometheus_files(cfg) if key.startswith("rules_")})
+    sources = {
+        "prometheus_yml": (REPO / "monitoring/prometheus/prometheus.yml").read_text(),
+        "targets_trainers": json.dumps(generate.targets(cfg), indent=2) + "\n",
+    }
+    sources.update(
+        {
+            key: (REPO / "monitoring/prometheus" / path).read_text()
+            for key, path in _prometheus_files(cfg)
+            if key.startswith("rules_")
+        }
+    )
     if swarm.grafana_image:
         sources.update({key: path.read_text() for key, _, path in _grafana_files()})
     configs = {}
     for key, text in sorted(sources.items()):
         (out / "configs" / key).write_text(text)
         configs[key] = {"file": f"./configs/{key}", "name": f"{key}_{_digest(text)}"}
-    doc: dict = {"version": "3.9", "services": services,
-                 "networks": {"cluster": {"driver": "overlay", "internal": True},
-                              "monitoring": {"driver": "overlay"}},
-                 "volumes": {"checkpoints": {}, "prometheus-data": {}},
-                 "configs": configs}
+    doc: dict = {
+        "version": "3.9",
+        "services": services,
+        "networks": {"cluster": {"driver": "overlay", "internal": True}, "monitoring": {"driver": "overlay"}},
+        "volumes": {"checkpoints": {}, "prometheus-data": {}},
+        "configs": configs,
+    }
     if swarm.grafana_image:
         doc["volumes"]["grafana-data"] = {}
         doc["secrets"] = {"grafana_admin_password": _secret(swarm.secrets_dir / "grafana_admin_password")}
@@ -289,17 +390,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--nodes", type=int, default=SwarmConfig.nodes)
     p.add_argument("--prometheus-image", default=SwarmConfig.prometheus_image)
     p.add_argument("--grafana-image", default=None)
-    p.add_argument("--gpus-per-worker", type=int, default=0, help="GPUs per task (0: CPU); the node picks them")
+    p.add_argument(
+        "--gpus-per-worker", type=int, default=0, help="GPUs per task (0: CPU); the node picks them"
+    )
     p.add_argument("--secrets-dir", type=Path, default=SwarmConfig.secrets_dir)
     return p.parse_args(argv)
 
 
-def configs_from_args(ns: argparse.Namespace,
-                      environ: Mapping[str, str] | None = None) -> tuple[Deployment, SwarmConfig]:
+def configs_from_args(
+    ns: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> tuple[Deployment, SwarmConfig]:
     """`environ` carries the trainer knobs (compose/knobs.py): main passes the process environment."""
     cfg = deployment.from_args(ns, deployment.fake_gpu_ids(ns.workers, ns.gpus_per_worker), environ=environ)
-    swarm = SwarmConfig(image=ns.image, nodes=ns.nodes, prometheus_image=ns.prometheus_image,
-                        grafana_image=ns.grafana_image, secrets_dir=ns.secrets_dir)
+    swarm = SwarmConfig(
+        image=ns.image,
+        nodes=ns.nodes,
+        prometheus_image=ns.prometheus_image,
+        grafana_image=ns.grafana_image,
+        secrets_dir=ns.secrets_dir,
+    )
     return cfg, swarm
 
 
@@ -312,8 +421,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compose.stack: {err}", file=sys.stderr)
         return 2
     print(text, end="", file=sys.stderr)
-    print(f"compose.stack: chief + {cfg.workers} workers on {swarm.nodes} nodes -> {ns.out}/stack.yaml",
-          file=sys.stderr)
+    print(
+        f"compose.stack: chief + {cfg.workers} workers on {swarm.nodes} nodes -> {ns.out}/stack.yaml",
+        file=sys.stderr,
+    )
     return 0
 
 

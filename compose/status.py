@@ -38,20 +38,33 @@ QUERIES = {
     "input wait": _share(c.INPUT_WAIT),
     "checkpoint": rules.last_value(c.LAST_CHECKPOINT),
 }
-FORMATS = {"step": "{:.0f}", "steps/s": "{:.1f}", "step time": "{:.3f} s", "all-reduce": "{:.0%}",
-           "input wait": "{:.0%}", "checkpoint": "{:.0f}"}
+FORMATS = {
+    "step": "{:.0f}",
+    "steps/s": "{:.1f}",
+    "step time": "{:.3f} s",
+    "all-reduce": "{:.0%}",
+    "input wait": "{:.0%}",
+    "checkpoint": "{:.0f}",
+}
 
 
 def containers(project: str) -> dict[str, str]:
     """service -> human state such as `running` or `exited (0), 2 restarts`."""
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     if not out:
         return {}
-    fmt = ('{{index .Config.Labels "com.docker.compose.service"}}|{{.State.Status}}|'
-           '{{.State.ExitCode}}|{{.RestartCount}}')
-    lines = subprocess.run(["docker", "inspect", "-f", fmt, *out], capture_output=True, text=True,
-                           check=True).stdout.splitlines()
+    fmt = (
+        '{{index .Config.Labels "com.docker.compose.service"}}|{{.State.Status}}|'
+        "{{.State.ExitCode}}|{{.RestartCount}}"
+    )
+    lines = subprocess.run(
+        ["docker", "inspect", "-f", fmt, *out], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     states = {}
     for line in lines:
         service, status, code, restarts = line.split("|")
@@ -77,8 +90,10 @@ def table(states: Mapping[str, str], query: Query) -> list[tuple[str, ...]]:
     rows = [COLUMNS]
     for service in sorted(filter(is_task, states), key=c.task_order):
         # Absent and non-finite values (no step in the window) show as missing.
-        cells = [FORMATS[col].format(x) if math.isfinite(x := values[col].get(service, math.nan)) else "-"
-                 for col in QUERIES]
+        cells = [
+            FORMATS[col].format(x) if math.isfinite(x := values[col].get(service, math.nan)) else "-"
+            for col in QUERIES
+        ]
         rows.append((service, states[service], *cells))
     return rows
 
@@ -92,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compose.status", description=__doc__.splitlines()[0])
     parser.add_argument("--project", default=c.DEFAULT_PROJECT, help="compose project (make's PROJECT)")
     parser.add_argument("--prometheus", default=DEFAULT_URL, help="Prometheus base URL")
-    parser.add_argument("--no-docker", action="store_true",
-                        help="take the tasks and their states from Prometheus, not from this Docker engine")
+    parser.add_argument(
+        "--no-docker",
+        action="store_true",
+        help="take the tasks and their states from Prometheus, not from this Docker engine",
+    )
     args = parser.parse_args(argv)
     prom = Prometheus(url=args.prometheus, timeout=5.0)
     try:
@@ -103,13 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if not states:
         where = f"Prometheus at {args.prometheus}" if args.no_docker else f"project {args.project}"
-        print(f"status: no trainer tasks in {where}: run `make up PROJECT={args.project}` first", file=sys.stderr)
+        print(
+            f"status: no trainer tasks in {where}: run `make up PROJECT={args.project}` first",
+            file=sys.stderr,
+        )
         return 1
     try:
         rows = table(states, prom.by_task)
     except PrometheusError as err:
-        print(f"status: Prometheus at {args.prometheus} does not answer ({err}); showing container states only",
-              file=sys.stderr)
+        print(
+            f"status: Prometheus at {args.prometheus} does not answer ({err}); showing container states only",
+            file=sys.stderr,
+        )
         rows = table(states, lambda _expr: {})
     print(render(rows))
     return 0

@@ -1,53 +1,197 @@
-"""`make wait`: block until the training job is over and exit with the chief's final exit code.
+"""`make wait`: block until the training job is over; exit with its outcome.
 
-Over means: the chief exited 0 (done); or exited 1-127 (permanent failure: restarting cannot help,
-trainer/errors.py); or exited 128-255 (retryable) and Docker will not restart it again (the
-`on-failure:N` budget is spent). A retryable exit that Docker restarts is not the end.
-`docker wait` returns at every exit, restarts included; by then Docker has already marked the
-container `restarting` or `exited`, so one inspect tells the two apart without polling.
+Every task's container runs trainer.supervise, which restarts the trainer inside the container on a
+retryable exit and itself exits only when its task is over: 0 done, or a final code (1 permanent,
+2 bad configuration, 3 missing peers, 4 gave up after its restart budget). So the job is over when
+  - the chief's container exits 0: done, exit 0;
+  - any task's container exits 1-127: that task stays down and the job cannot finish. It is
+    reported at once, with the task's one-line error, and its code is the exit code;
+  - every task's container is stopped (`docker compose stop`, `make down`): exit with the chief's code.
+A container that exits 128-255 was stopped or killed from outside (`docker stop` or `restart`, a
+kill of its supervisor): not the end by itself, since it may be started again; if it never is, its
+peers give up (3, then 4) and that ends the wait. Event-driven: `docker events` is started first,
+then the containers' current state is read, so no exit falls between the two.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import re
+import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from trainer.contract import CHIEF, task_order
+from trainer.supervise import meaning
 
 Runner = Callable[[Sequence[str]], str]
+SERVICE = "com.docker.compose.service"
+# The trainer's log format (trainer/__main__.py): "2026-01-01 12:00:00,000 E <message>".
+ERROR_LINE = re.compile(r"^\S+ \S+ E (.+)$")
+SUPERVISOR_PREFIX = "supervise:"
 
 
 def docker(cmd: Sequence[str]) -> str:
-    return subprocess.run(["docker", *cmd], capture_output=True, text=True, check=True).stdout.strip()
+    """stdout and stderr of one docker command (`docker logs` replays the container's stderr there)."""
+    out = subprocess.run(["docker", *cmd], capture_output=True, text=True, check=True)
+    return (out.stdout + out.stderr).strip()
 
 
-def is_final(code: int, status: str) -> bool:
-    return code == 0 or 1 <= code <= 127 or status == "exited"
+def is_task(service: str) -> bool:
+    return task_order(service)[0] < 2
 
 
-def wait(container: str, run: Runner = docker, log: Callable[[str], None] = print) -> int:
-    code = 125  # Docker's own "could not run" code, if the container vanishes before exiting once
-    while True:
-        try:
-            code = int(run(["wait", container]))
-            status, restarts = run(["inspect", "-f", "{{.State.Status}} {{.RestartCount}}", container]).split()
-        except subprocess.CalledProcessError:
-            log(f"wait: the chief container was removed (make down?); last exit code {code}")
-            return code
-        if is_final(code, status):
-            kind = "done" if code == 0 else "failed for good" if code <= 127 else "gave up after restarts"
-            log(f"wait: chief {kind}: exit code {code} after {restarts} restart(s)")
-            return code
-        log(f"wait: chief exited {code} (retryable); Docker restarts it (restart {int(restarts)})")
+@dataclass(frozen=True)
+class Over:
+    code: int
+    service: str
+    reason: str
+
+
+def judge(states: dict[str, tuple[str, int]]) -> Over | None:
+    """The job's outcome from each task's (container status, last exit code), or None: not over."""
+    for service, (status, code) in sorted(states.items(), key=lambda kv: task_order(kv[0])):
+        if status == "exited" and 1 <= code <= 127:
+            return Over(code, service, "failed for good")
+    chief = states.get(CHIEF)
+    if chief and chief == ("exited", 0):
+        return Over(0, CHIEF, "done")
+    if states and all(status in ("exited", "removed") for status, _ in states.values()):
+        return Over(chief[1] if chief else 125, CHIEF, "stopped with every task (make up resumes)")
+    return None
+
+
+def error_line(container: str, run: Runner = docker) -> str:
+    """The task's one-line error: the trainer's last error line, else the last line of its own output."""
+    try:
+        lines = run(["logs", "--tail", "200", container]).splitlines()
+    except subprocess.CalledProcessError:
+        return ""
+    errors = [m[1] for m in map(ERROR_LINE.match, lines) if m]
+    own = [ln for ln in lines if ln.strip() and not ln.startswith(SUPERVISOR_PREFIX)]
+    return (errors or own or [""])[-1].strip()
+
+
+def restarts(container: str, run: Runner = docker) -> int:
+    try:
+        lines = run(["logs", "--tail", "2000", container]).splitlines()
+    except subprocess.CalledProcessError:
+        return 0
+    return sum(1 for ln in lines if ln.startswith(SUPERVISOR_PREFIX) and ": restart " in ln)
+
+
+class Job:
+    """The task containers of one compose project and what each last did."""
+
+    def __init__(self, project: str, run: Runner = docker) -> None:
+        self.project, self._run = project, run
+        self.containers: dict[str, str] = {}
+        self.states: dict[str, tuple[str, int]] = {}
+
+    def read(self) -> None:
+        out = self._run(
+            [
+                "ps",
+                "-a",
+                "--filter",
+                f"label=com.docker.compose.project={self.project}",
+                "--format",
+                f'{{{{.ID}}}} {{{{.Label "{SERVICE}"}}}}',
+            ]
+        )
+        for line in out.splitlines():
+            cid, _, service = line.partition(" ")
+            if is_task(service):
+                self.containers[service] = cid
+                status, code = self._run(
+                    ["inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", cid]
+                ).split()
+                self.states[service] = (status, int(code))
+
+    def event(self, event: dict) -> str | None:
+        """Apply one `docker events` record; a line worth logging, if any."""
+        attrs = event.get("Actor", {}).get("Attributes", {})
+        service, action = attrs.get(SERVICE, ""), event.get("Action") or event.get("status", "")
+        if service not in self.containers and not is_task(service):
+            return None
+        self.containers.setdefault(service, event.get("id", ""))
+        if action == "start":
+            self.states[service] = ("running", 0)
+        elif action == "die":
+            code = int(attrs.get("exitCode", "125"))
+            self.states[service] = ("exited", code)
+            if code >= 128:
+                return (
+                    f"{service} exited {code} ({meaning(code)}): stopped or killed from outside; "
+                    "waiting for it to start again (or for its peers to give up)"
+                )
+        elif action == "destroy":
+            status, code = self.states.get(service, ("", 125))
+            self.states[service] = ("removed", code if status == "exited" else 125)
+            return f"{service}'s container was removed (make down?)"
+        return None
+
+    def report(self, over: Over) -> str:
+        container = self.containers.get(over.service, "")
+        text = f"wait: {over.service} {over.reason}: exit code {over.code}"
+        if over.code == 0:
+            return f"{text} after {restarts(container, self._run)} restart(s) of the trainer"
+        detail = error_line(container, self._run) if container else ""
+        return f"{text} ({meaning(over.code)})" + (f": {detail}" if detail else "")
+
+
+def watch(job: Job, events: Iterable[dict], log: Callable[[str], None]) -> int:
+    """Judge the state read so far, then after every event, until the job is over."""
+    for event in itertools.chain([None], events):  # lazily: the stream only ends with `docker events`
+        if event is not None:
+            note = job.event(event)
+            if note:
+                log(f"wait: {note}")
+        over = judge(job.states)
+        if over:
+            log(job.report(over))
+            return over.code
+    log("wait: docker events ended before the job did")
+    return 125
+
+
+def docker_events(project: str) -> tuple[subprocess.Popen, Iterable[dict]]:
+    proc = subprocess.Popen(
+        [
+            "docker",
+            "events",
+            "--format",
+            "{{json .}}",
+            "--filter",
+            "type=container",
+            "--filter",
+            f"label=com.docker.compose.project={project}",
+            *(x for e in ("start", "die", "destroy") for x in ("--filter", f"event={e}")),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    return proc, (json.loads(line) for line in proc.stdout)
 
 
 def main(argv: Sequence[str]) -> int:
     project = argv[0] if argv else "mwms"
-    found = docker(["ps", "-aq", "--filter", f"label=com.docker.compose.project={project}",
-                    "--filter", "label=com.docker.compose.service=chief"]).split()
-    if not found:
-        print(f"wait: no chief container in project {project}: run `make up` first", file=sys.stderr)
-        return 125
-    return wait(found[0], log=lambda m: print(m, file=sys.stderr))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through `finally`: no orphaned `docker events`
+    job = Job(project)
+    proc, events = docker_events(project)
+    try:
+        job.read()
+        if CHIEF not in job.containers:
+            print(f"wait: no chief container in project {project}: run `make up` first", file=sys.stderr)
+            return 125
+        return watch(job, events, log=lambda m: print(m, file=sys.stderr))
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #   images.sh base TAG                Debian bookworm + Python 3.11 rootfs (mmdebstrap) -> docker import
 #   images.sh prometheus TAG          Debian's prometheus package (2.42) the same way
 #   images.sh wheelhouse LOCK DIR     the hash-locked wheels for cp311 manylinux, downloaded on the host
+#                                     into DIR, then staged (hard links) in build/wheelhouse for the build
 #   images.sh grafana IMAGE           exit 0 when the Grafana image is present or can be pulled
 # Containers here cannot reach PyPI and no registry answers, so nothing in a build downloads.
 set -euo pipefail
@@ -65,7 +66,15 @@ wheelhouse() {
   local lock=$1 dir=$2
   # The stamp holds the lock's hash: a changed lock means a fresh wheelhouse, nothing stale left.
   local want; want=$(sha256sum "$lock" | cut -d' ' -f1)
-  [ "$(cat "$dir/.lock-sha256" 2>/dev/null)" = "$want" ] && return 0
+  [ "$(cat "$dir/.lock-sha256" 2>/dev/null)" = "$want" ] || download "$lock" "$dir" "$want"
+  # The build context gets this variant's wheels only, as hard links in build/wheelhouse: with both
+  # wheelhouses in it, every CPU build would also send the GPU's 3.3 GB to the builder.
+  local staged; staged="$(dirname "$dir")/wheelhouse"
+  rm -rf "$staged" && cp -al "$dir" "$staged"
+}
+
+download() {
+  local lock=$1 dir=$2 want=$3
   say "downloading the wheelhouse for $lock into $dir"
   rm -rf "$dir"; mkdir -p "$dir"
   # pip does not widen --platform: every manylinux tag the lock may have picked is listed (it is

@@ -1,6 +1,6 @@
 # The trainer image, CPU or GPU. Built by `make up` on the chief service only; every task runs it.
 #   BASE_IMAGE  a Python 3.11 Debian bookworm image: pulled online, built by images/images.sh offline
-#   VARIANT     cpu | gpu: picks images/requirements-<VARIANT>.lock and build/wheelhouse-<VARIANT>
+#   VARIANT     cpu | gpu: images/requirements-<VARIANT>.lock, whose wheels images.sh stages in build/wheelhouse
 # No `# syntax=` line: it would pull the Dockerfile frontend from a registry.
 ARG BASE_IMAGE=mwms/python:3.11-bookworm
 FROM ${BASE_IMAGE}
@@ -13,13 +13,16 @@ ENV TF_USE_LEGACY_KERAS=1 \
     PYTHONPATH=/app \
     PATH=/opt/venv/bin:$PATH
 
-# Wheels come from the host (containers cannot reach PyPI); the lock's hashes are checked again
-# here, and --no-deps because the lock is the whole closure (tf-keras without GPU tensorflow).
-# The whole build/ is mounted: this frontend does not expand ${VARIANT} in a mount source.
-RUN --mount=type=bind,source=build,target=/build \
-    python3 -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links=/build/wheelhouse-${VARIANT} \
-      --no-deps --require-hashes -r /build/wheelhouse-${VARIANT}/requirements.lock \
+# Wheels come from the host (containers cannot reach PyPI): images.sh stages this variant's wheels in
+# build/wheelhouse (this frontend does not expand ${VARIANT} in a mount source, so the check says when
+# the staged ones are another variant's). The lock's hashes are checked again here, and --no-deps
+# because the lock is the whole closure (tf-keras without GPU tensorflow).
+RUN --mount=type=bind,source=build/wheelhouse,target=/wheels \
+    grep -q "requirements-${VARIANT}.lock" /wheels/requirements.lock \
+      || { echo "build/wheelhouse holds no ${VARIANT} wheels: build with make images or make up" >&2; exit 1; } \
+ && python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links=/wheels \
+      --no-deps --require-hashes -r /wheels/requirements.lock \
  && /opt/venv/bin/pip uninstall -y -q pip
 
 # A non-root user; /checkpoints is created owned by it so the named volume inherits the owner.

@@ -15,8 +15,10 @@ from monitoring import rules as r
 from monitoring import verdict as v
 from trainer import contract as c
 
-TASK = (f'{{{{ if eq $labels.task_type "{c.CHIEF}" }}}}{c.CHIEF}{{{{ else }}}}'
-        "{{ $labels.task_type }}-{{ $labels.task_index }}{{ end }}")
+TASK = (
+    f'{{{{ if eq $labels.task_type "{c.CHIEF}" }}}}{c.CHIEF}{{{{ else }}}}'
+    "{{ $labels.task_type }}-{{ $labels.task_index }}{{ end }}"
+)
 """contract.task_name in Go template: `chief`, `worker-0`, ..."""
 
 Text = Callable[[str, str], str]
@@ -37,8 +39,16 @@ class Alert:
 
     def rule(self) -> dict:
         task, value = TASK, self.value[0]
-        return {"alert": self.name, "expr": self.expr, "for": self.wait, "labels": {"severity": self.severity},
-                "annotations": {"summary": self.summary(task, value), "description": self.description(task, value)}}
+        return {
+            "alert": self.name,
+            "expr": self.expr,
+            "for": self.wait,
+            "labels": {"severity": self.severity},
+            "annotations": {
+                "summary": self.summary(task, value),
+                "description": self.description(task, value),
+            },
+        }
 
     def render(self, task: str, value: float) -> dict[str, str]:
         """The annotations Prometheus writes for this task and value."""
@@ -49,7 +59,10 @@ class Alert:
 PERCENT = ("{{ $value | humanizePercentage }}", lambda x: f"{x * 100:.4g}%")
 RATIO = ('{{ $value | printf "%.1f" }}', lambda x: f"{x:.1f}")
 SECONDS = ('{{ $value | printf "%.0f" }}', lambda x: f"{x:.0f}")
-RAW = ("{{ $value }}", lambda x: "NaN" if math.isnan(x) else {math.inf: "+Inf", -math.inf: "-Inf"}.get(x, f"{x:g}"))
+RAW = (
+    "{{ $value }}",
+    lambda x: "NaN" if math.isnan(x) else {math.inf: "+Inf", -math.inf: "-Inf"}.get(x, f"{x:g}"),
+)
 
 
 def _advice(code: int) -> str:
@@ -61,49 +74,90 @@ STALL_AGE = f"time() - max by ({r.BY_TASK}) ({c.LAST_STEP_TIME.name} > 0)"
 concurrently, so its value could lag by one interval."""
 
 ALERTS = (
-    Alert(name="TrainerDown", expr=r.down_condition(), wait="1m", severity="critical", value=RAW,
-          summary=lambda t, x: f"Trainer task {t} is down",
-          description=lambda t, x: (
-              f"Prometheus has not been able to scrape {t} for 1 minute and the task had not finished. "
-              "In synchronous training every other task now blocks in all-reduce. " + _advice(v.DOWN))),
-    Alert(name="TrainingStalled", expr=r.stall_condition(STALL_AGE), wait="15s", severity="critical",
-          value=SECONDS,
-          summary=lambda t, x: f"Trainer task {t} has made no step for {x} s",
-          description=lambda t, x: (
-              f"{t} is scraped but has not finished a step for {x} s (more than {v.STALL_SECONDS:g} s) "
-              "and is not done. " + _advice(v.STALLED))),
-    Alert(name="Straggler", expr=f"{r.COMPUTE_RATIO} > {v.STRAGGLER_RATIO:g}", wait="2m", severity="warning",
-          value=RATIO,
-          summary=lambda t, x: f"Trainer task {t} is a straggler ({x}x the others' compute time)",
-          description=lambda t, x: (
-              f"{t} computes {x} times as long per step as the others (threshold {v.STRAGGLER_RATIO:g}x); "
-              "they wait for it inside all-reduce. " + _advice(v.STRAGGLER))),
-    Alert(name="InputBound", expr=f"{r.SHARE[c.INPUT_WAIT]} > {v.INPUT_SHARE:g}", wait="2m", severity="warning",
-          value=PERCENT,
-          summary=lambda t, x: f"Trainer task {t} spends {x} of each step waiting for input",
-          description=lambda t, x: (
-              f"{t} waits for its input pipeline for {x} of step time (threshold {v.INPUT_SHARE:.0%}); "
-              "the accelerator idles meanwhile. " + _advice(v.INPUT))),
-    Alert(name="CommunicationBound", expr=f"{r.SHARE[c.ALLREDUCE]} > {v.ALLREDUCE_SHARE:g}", wait="2m",
-          severity="warning", value=PERCENT,
-          summary=lambda t, x: f"Trainer task {t} spends {x} of each step in all-reduce",
-          description=lambda t, x: (
-              f"{t} spends {x} of step time in the gradient all-reduce (threshold {v.ALLREDUCE_SHARE:.0%}). "
-              "If only some tasks do, another is a straggler (see Straggler); if all do: "
-              + _advice(v.COMMUNICATION))),
-    Alert(name="LossNotFinite", expr=f"({c.LOSS.name} != {c.LOSS.name}) or (abs({c.LOSS.name}) == Inf)",
-          wait="10s", severity="critical", value=RAW,
-          summary=lambda t, x: f"Trainer task {t} reports a loss of {x}",
-          description=lambda t, x: (
-              f"The loss on {t} is {x}: training has diverged and further steps are wasted. Stop the run, "
-              "lower the learning rate (or its warm-up for a larger global batch), check the input data "
-              "for NaN/Inf, and resume from a checkpoint taken before the divergence.")),
+    Alert(
+        name="TrainerDown",
+        expr=r.down_condition(),
+        wait="1m",
+        severity="critical",
+        value=RAW,
+        summary=lambda t, x: f"Trainer task {t} is down",
+        description=lambda t, x: (
+            f"Prometheus has not been able to scrape {t} for 1 minute and the task had not finished. "
+            "In synchronous training every other task now blocks in all-reduce. " + _advice(v.DOWN)
+        ),
+    ),
+    Alert(
+        name="TrainingStalled",
+        expr=r.stall_condition(STALL_AGE),
+        wait="15s",
+        severity="critical",
+        value=SECONDS,
+        summary=lambda t, x: f"Trainer task {t} has made no step for {x} s",
+        description=lambda t, x: (
+            f"{t} is scraped but has not finished a step for {x} s (more than {v.STALL_SECONDS:g} s) "
+            "and is not done. " + _advice(v.STALLED)
+        ),
+    ),
+    Alert(
+        name="Straggler",
+        expr=f"{r.COMPUTE_RATIO} > {v.STRAGGLER_RATIO:g}",
+        wait="2m",
+        severity="warning",
+        value=RATIO,
+        summary=lambda t, x: f"Trainer task {t} is a straggler ({x}x the others' compute time)",
+        description=lambda t, x: (
+            f"{t} computes {x} times as long per step as the others (threshold {v.STRAGGLER_RATIO:g}x); "
+            "they wait for it inside all-reduce. " + _advice(v.STRAGGLER)
+        ),
+    ),
+    Alert(
+        name="InputBound",
+        expr=f"{r.SHARE[c.INPUT_WAIT]} > {v.INPUT_SHARE:g}",
+        wait="2m",
+        severity="warning",
+        value=PERCENT,
+        summary=lambda t, x: f"Trainer task {t} spends {x} of each step waiting for input",
+        description=lambda t, x: (
+            f"{t} waits for its input pipeline for {x} of step time (threshold {v.INPUT_SHARE:.0%}); "
+            "the accelerator idles meanwhile. " + _advice(v.INPUT)
+        ),
+    ),
+    Alert(
+        name="CommunicationBound",
+        expr=f"{r.SHARE[c.ALLREDUCE]} > {v.ALLREDUCE_SHARE:g}",
+        wait="2m",
+        severity="warning",
+        value=PERCENT,
+        summary=lambda t, x: f"Trainer task {t} spends {x} of each step in all-reduce",
+        description=lambda t, x: (
+            f"{t} spends {x} of step time in the gradient all-reduce (threshold {v.ALLREDUCE_SHARE:.0%}). "
+            "If only some tasks do, another is a straggler (see Straggler); if all do: "
+            + _advice(v.COMMUNICATION)
+        ),
+    ),
+    Alert(
+        name="LossNotFinite",
+        expr=f"({c.LOSS.name} != {c.LOSS.name}) or (abs({c.LOSS.name}) == Inf)",
+        wait="10s",
+        severity="critical",
+        value=RAW,
+        summary=lambda t, x: f"Trainer task {t} reports a loss of {x}",
+        description=lambda t, x: (
+            f"The loss on {t} is {x}: training has diverged and further steps are wasted. Stop the run, "
+            "lower the learning rate (or its warm-up for a larger global batch), check the input data "
+            "for NaN/Inf, and resume from a checkpoint taken before the divergence."
+        ),
+    ),
 )
 BY_NAME = {a.name: a for a in ALERTS}
-GROUPS = {"trainer_availability": ("TrainerDown", "TrainingStalled"),
-          "trainer_performance": ("Straggler", "InputBound", "CommunicationBound"),
-          "trainer_correctness": ("LossNotFinite",)}
+GROUPS = {
+    "trainer_availability": ("TrainerDown", "TrainingStalled"),
+    "trainer_performance": ("Straggler", "InputBound", "CommunicationBound"),
+    "trainer_correctness": ("LossNotFinite",),
+}
 
 
 def rule_file() -> dict:
-    return {"groups": [{"name": g, "rules": [BY_NAME[n].rule() for n in names]} for g, names in GROUPS.items()]}
+    return {
+        "groups": [{"name": g, "rules": [BY_NAME[n].rule() for n in names]} for g, names in GROUPS.items()]
+    }

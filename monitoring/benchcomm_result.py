@@ -68,9 +68,15 @@ class Result:
 
     def to_dict(self) -> dict:
         best = self.best
-        return {"schema": SCHEMA, "where": self.where, "n": self.n, "tf_version": self.tf_version,
-                "tcp": self.tcp, "rows": [asdict(r) for r in self.rows],
-                "best": {**asdict(best), "ratio_to_tcp": best.busbw / self.tcp if self.tcp else None}}
+        return {
+            "schema": SCHEMA,
+            "where": self.where,
+            "n": self.n,
+            "tf_version": self.tf_version,
+            "tcp": self.tcp,
+            "rows": [asdict(r) for r in self.rows],
+            "best": {**asdict(best), "ratio_to_tcp": best.busbw / self.tcp if self.tcp else None},
+        }
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,8 +89,13 @@ class Result:
             raise ResultError(f"schema {found!r}, this code reads {SCHEMA}: run `make bench-comm` again")
         try:
             rows = tuple(Row(**r) for r in data["rows"])
-            result = cls(where=data["where"], n=int(data["n"]), tf_version=data["tf_version"], tcp=data["tcp"],
-                         rows=rows)
+            result = cls(
+                where=data["where"],
+                n=int(data["n"]),
+                tf_version=data["tf_version"],
+                tcp=data["tcp"],
+                rows=rows,
+            )
         except (KeyError, TypeError, ValueError) as err:
             raise ResultError(f"malformed ({err!r}): run `make bench-comm` again") from None
         if not rows:

@@ -16,8 +16,9 @@ from trainer import contract
 DASHBOARD_DIR = Path(__file__).resolve().parent / "grafana" / "dashboards"
 
 
-def substitute(expr: str, *, rate_interval: str, interval: str, range_: str = "1h",
-               variables: dict[str, str]) -> str:
+def substitute(
+    expr: str, *, rate_interval: str, interval: str, range_: str = "1h", variables: dict[str, str]
+) -> str:
     """What Grafana sends to Prometheus: its built-in intervals and dashboard variables replaced.
     Longest names first, so $task does not eat the start of $task_type."""
     expr = expr.replace("$__rate_interval", rate_interval).replace("$__interval", interval)
@@ -47,8 +48,11 @@ def panel_queries(dashboard: dict) -> Iterator[PanelQuery]:
         for inner in [panel, *panel.get("panels", [])]:
             for target in inner.get("targets", []):
                 yield PanelQuery(
-                    dashboard=dashboard["uid"], panel=inner.get("title", ""), ref_id=target.get("refId", ""),
-                    expr=target["expr"], legend=target.get("legendFormat", ""),
+                    dashboard=dashboard["uid"],
+                    panel=inner.get("title", ""),
+                    ref_id=target.get("refId", ""),
+                    expr=target["expr"],
+                    legend=target.get("legendFormat", ""),
                     instant=bool(target.get("instant")) and not target.get("range"),
                     repeat=inner.get("repeat"),
                 )
@@ -104,8 +108,9 @@ def finite_series(result: list[dict]) -> dict[str, dict]:
     return out
 
 
-def wait_for_data(prom: Prometheus, expr: str, *, tasks: int, timeout: float,
-                  lookback: float = 3600) -> Window:
+def wait_for_data(
+    prom: Prometheus, expr: str, *, tasks: int, timeout: float, lookback: float = 3600
+) -> Window:
     """Poll until expr has a finite value for `tasks` tasks in the last run; its window. Prometheus
     offers nothing to block on, so this polls at the scrape interval."""
     deadline = time.monotonic() + timeout

@@ -24,8 +24,13 @@ POINTS = END // INTERVAL
 
 def labels(task: str, /, **extra: str) -> str:
     task_type, index = c.task_labels(task)
-    pairs = {"job": c.JOB, "instance": f"{task}:{c.METRICS_PORT}", c.TASK_TYPE: task_type,
-             c.TASK_INDEX: index, **extra}
+    pairs = {
+        "job": c.JOB,
+        "instance": f"{task}:{c.METRICS_PORT}",
+        c.TASK_TYPE: task_type,
+        c.TASK_INDEX: index,
+        **extra,
+    }
     return "{" + ", ".join(f'{k}="{val}"' for k, val in pairs.items()) + "}"
 
 
@@ -71,23 +76,31 @@ def task_series(t: Task) -> list[dict]:
     if not t.up:
         return up + [{"series": state, "values": f"1x{POINTS // 4} stale"}]
     build = dict(zip(c.BUILD_LABELS, t.build, strict=True))
-    series = {state: _flat(1), f"{c.LAST_STEP_TIME.name}{labels(t.name)}": _last_step(t),
-              f"{c.WORLD_SIZE.name}{labels(t.name)}": _flat(t.world_size),
-              f"{c.LOSS.name}{labels(t.name)}": _flat(t.loss) if math.isfinite(t.loss) else _repeat(t.loss),
-              f"{r.BUILD_INFO}{labels(t.name, **build)}": _flat(1)}
+    series = {
+        state: _flat(1),
+        f"{c.LAST_STEP_TIME.name}{labels(t.name)}": _last_step(t),
+        f"{c.WORLD_SIZE.name}{labels(t.name)}": _flat(t.world_size),
+        f"{c.LOSS.name}{labels(t.name)}": _flat(t.loss) if math.isfinite(t.loss) else _repeat(t.loss),
+        f"{r.BUILD_INFO}{labels(t.name, **build)}": _flat(1),
+    }
     series |= {f"{name}{labels(t.name)}": values for name, values in _timed(t).items()}
     return up + [{"series": k, "values": val} for k, val in series.items()]
 
 
 def _codes(case: Case) -> list[dict]:
     code = {name: k for k, name in v.NAMES.items()}
-    task_samples = [{"labels": f"{r.VERDICT_CODE}{labels(t)}", "value": code[name]}
-                    for t, name in case.per_task.items()]
+    task_samples = [
+        {"labels": f"{r.VERDICT_CODE}{labels(t)}", "value": code[name]} for t, name in case.per_task.items()
+    ]
     cluster = code[case.verdict]
-    cluster_samples = [{"labels": f'{r.CLUSTER_VERDICT_CODE}{{job="{c.JOB}"}}', "value": cluster}] if cluster >= 0 else []
+    cluster_samples = (
+        [{"labels": f'{r.CLUSTER_VERDICT_CODE}{{job="{c.JOB}"}}', "value": cluster}] if cluster >= 0 else []
+    )
     at = f"{END}s"
-    return [{"expr": r.VERDICT_CODE, "eval_time": at, "exp_samples": task_samples},
-            {"expr": r.CLUSTER_VERDICT_CODE, "eval_time": at, "exp_samples": cluster_samples}]
+    return [
+        {"expr": r.VERDICT_CODE, "eval_time": at, "exp_samples": task_samples},
+        {"expr": r.CLUSTER_VERDICT_CODE, "eval_time": at, "exp_samples": cluster_samples},
+    ]
 
 
 def firing(case: Case) -> dict[str, dict[str, float]]:
@@ -97,11 +110,14 @@ def firing(case: Case) -> dict[str, dict[str, float]]:
     ratios = v.compute_ratios(list(timed.values()))
     return {
         "TrainerDown": {t.name: 0.0 for t in case.tasks if not t.up and t.state != "done"},
-        "TrainingStalled": {t.name: t.last_step_age for t in case.tasks if t.up and v.stalled(samples[t.name])},
+        "TrainingStalled": {
+            t.name: t.last_step_age for t in case.tasks if t.up and v.stalled(samples[t.name])
+        },
         "Straggler": {n: x for n, x in ratios.items() if x > v.STRAGGLER_RATIO},
         "InputBound": {n: s.input_share for n, s in timed.items() if s.input_share > v.INPUT_SHARE},
-        "CommunicationBound": {n: s.allreduce_share for n, s in timed.items()
-                               if s.allreduce_share > v.ALLREDUCE_SHARE},
+        "CommunicationBound": {
+            n: s.allreduce_share for n, s in timed.items() if s.allreduce_share > v.ALLREDUCE_SHARE
+        },
         "LossNotFinite": {t.name: t.loss for t in case.tasks if t.up and not math.isfinite(t.loss)},
     }
 
@@ -110,8 +126,13 @@ def _alert_tests(case: Case) -> list[dict]:
     tests = []
     for name, tasks in firing(case).items():
         alert = alerts.BY_NAME[name]
-        expected = [{"exp_labels": {"severity": alert.severity, **_label_dict(task)},
-                     "exp_annotations": alert.render(task, value)} for task, value in tasks.items()]
+        expected = [
+            {
+                "exp_labels": {"severity": alert.severity, **_label_dict(task)},
+                "exp_annotations": alert.render(task, value),
+            }
+            for task, value in tasks.items()
+        ]
         tests.append({"eval_time": f"{END}s", "alertname": name, "exp_alerts": expected})
     return tests
 
@@ -122,18 +143,34 @@ def _label_dict(task: str) -> dict[str, str]:
 
 
 def verdict_tests() -> dict:
-    groups = [{"name": case.name, "interval": f"{INTERVAL}s",
-               "input_series": [s for t in case.tasks for s in task_series(t)],
-               "promql_expr_test": _codes(case), "alert_rule_test": _alert_tests(case)} for case in CASES]
-    return {"rule_files": ["../rules/trainer.rules.yml", "../rules/verdict.yml", "../rules/trainer.alerts.yml"],
-            "evaluation_interval": f"{INTERVAL}s", "tests": groups}
+    groups = [
+        {
+            "name": case.name,
+            "interval": f"{INTERVAL}s",
+            "input_series": [s for t in case.tasks for s in task_series(t)],
+            "promql_expr_test": _codes(case),
+            "alert_rule_test": _alert_tests(case),
+        }
+        for case in CASES
+    ]
+    return {
+        "rule_files": ["../rules/trainer.rules.yml", "../rules/verdict.yml", "../rules/trainer.alerts.yml"],
+        "evaluation_interval": f"{INTERVAL}s",
+        "tests": groups,
+    }
 
 
 # --- Steps per second ---
 
 SHORT = {"steps": 100, "seconds": 1.25}
 """100 steps in 1.25 s of step time (80 steps/s), finished before Prometheus' second scrape."""
-LONG = {"steps_per_interval": 50, "allreduce": 0.05, "bytes_per_step": 3000, "examples_per_step": 16, "world": 4}
+LONG = {
+    "steps_per_interval": 50,
+    "allreduce": 0.05,
+    "bytes_per_step": 3000,
+    "examples_per_step": 16,
+    "world": 4,
+}
 """10 steps/s for minutes; 0.05 s and 3000 bytes per all-reduce, world size 4: algbw 60000 B/s,
 busbw 60000 * 2*3/4 = 90000 B/s; 16 examples per step: 160 examples/s."""
 
@@ -142,18 +179,26 @@ def short_run_series(task: str = c.CHIEF) -> list[dict]:
     """A run over between two scrapes: 0 at t=0, all its steps at t=5s, then unchanged."""
     n, seconds = SHORT["steps"], SHORT["seconds"]
     values = {c.STEP.count: n, c.STEP.sum: seconds, c.STEPS.name: n, c.LAST_STEP_TIME.name: 1000 + seconds}
-    return [{"series": f"{name}{labels(task)}", "values": f"0 {_num(x)}x{POINTS - 1}"} for name, x in values.items()]
+    return [
+        {"series": f"{name}{labels(task)}", "values": f"0 {_num(x)}x{POINTS - 1}"}
+        for name, x in values.items()
+    ]
 
 
 def long_run_series(task: str = "worker-0") -> list[dict]:
     """A step ends every 0.1 s, each 0.1 s long."""
     n = LONG["steps_per_interval"]
-    values = {c.STEP.count: _grow(n), c.STEP.sum: _grow(INTERVAL), c.STEPS.name: _grow(n),
-              c.ALLREDUCE.count: _grow(n), c.ALLREDUCE.sum: _grow(n * LONG["allreduce"]),
-              c.ALLREDUCE_BYTES.name: _grow(n * LONG["bytes_per_step"]),
-              c.EXAMPLES.name: _grow(n * LONG["examples_per_step"]),
-              c.WORLD_SIZE.name: _flat(LONG["world"]),
-              c.LAST_STEP_TIME.name: f"0+{INTERVAL}x{POINTS}"}
+    values = {
+        c.STEP.count: _grow(n),
+        c.STEP.sum: _grow(INTERVAL),
+        c.STEPS.name: _grow(n),
+        c.ALLREDUCE.count: _grow(n),
+        c.ALLREDUCE.sum: _grow(n * LONG["allreduce"]),
+        c.ALLREDUCE_BYTES.name: _grow(n * LONG["bytes_per_step"]),
+        c.EXAMPLES.name: _grow(n * LONG["examples_per_step"]),
+        c.WORLD_SIZE.name: _flat(LONG["world"]),
+        c.LAST_STEP_TIME.name: f"0+{INTERVAL}x{POINTS}",
+    }
     return [{"series": f"{name}{labels(task)}", "values": val} for name, val in values.items()]
 
 
@@ -167,20 +212,27 @@ PRECISION = 0.001
 
 def expect(expr: str, at: str, values: dict[str, float]) -> dict:
     """A promql_expr_test: expr (rounded) at `at` gives these values per task."""
-    samples = [{"labels": labels(task), "value": round(x / PRECISION) * PRECISION} for task, x in values.items()]
+    samples = [
+        {"labels": labels(task), "value": round(x / PRECISION) * PRECISION} for task, x in values.items()
+    ]
     return {"expr": rounded(expr), "eval_time": at, "exp_samples": samples}
 
 
 def expect_cluster(expr: str, at: str, value: float) -> dict:
-    return {"expr": rounded(expr), "eval_time": at,
-            "exp_samples": [{"labels": f'{{job="{c.JOB}"}}', "value": round(value / PRECISION) * PRECISION}]}
+    return {
+        "expr": rounded(expr),
+        "eval_time": at,
+        "exp_samples": [{"labels": f'{{job="{c.JOB}"}}', "value": round(value / PRECISION) * PRECISION}],
+    }
 
 
 def steps_expectations(status_query: str) -> list[dict]:
     """While the short run is in the 1 minute window (30s) and after it (100s)."""
     short, long = SHORT["steps"] / SHORT["seconds"], LONG["steps_per_interval"] / INTERVAL
-    return [expect(status_query, "30s", {c.CHIEF: short, "worker-0": long}),
-            expect(status_query, "100s", {c.CHIEF: short, "worker-0": long})]
+    return [
+        expect(status_query, "30s", {c.CHIEF: short, "worker-0": long}),
+        expect(status_query, "100s", {c.CHIEF: short, "worker-0": long}),
+    ]
 
 
 def rate_tests() -> dict:
@@ -198,6 +250,14 @@ def rate_tests() -> dict:
         expect_cluster(r.CLUSTER_EXAMPLES, "100s", long * LONG["examples_per_step"]),
         *steps_expectations(status.QUERIES["steps/s"]),
     ]
-    group = {"name": "steps per second", "interval": f"{INTERVAL}s",
-             "input_series": short_run_series() + long_run_series(), "promql_expr_test": tests}
-    return {"rule_files": ["../rules/trainer.rules.yml"], "evaluation_interval": f"{INTERVAL}s", "tests": [group]}
+    group = {
+        "name": "steps per second",
+        "interval": f"{INTERVAL}s",
+        "input_series": short_run_series() + long_run_series(),
+        "promql_expr_test": tests,
+    }
+    return {
+        "rule_files": ["../rules/trainer.rules.yml"],
+        "evaluation_interval": f"{INTERVAL}s",
+        "tests": [group],
+    }

@@ -56,8 +56,11 @@ def publish(api: GrafanaApi, *, folder_uid: str, folder_title: str, datasource_u
     ensure_folder(api, folder_uid, folder_title)
     urls = []
     for name, dashboard in load_dashboards().items():
-        body = payload(retarget(dashboard, datasource_uid), folder_uid=folder_uid,
-                       message=f"make publish-dashboards ({name})")
+        body = payload(
+            retarget(dashboard, datasource_uid),
+            folder_uid=folder_uid,
+            message=f"make publish-dashboards ({name})",
+        )
         result = api.dashboard.update_dashboard(body)
         urls.append(result.get("url", dashboard["uid"]))
         log.info("published %s → %s", name, result.get("url"))
@@ -72,12 +75,18 @@ def redact(url: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m monitoring.publish", description=__doc__)
-    parser.add_argument("--url", default=os.environ.get("GRAFANA_URL"),
-                        help="Grafana base URL (default $GRAFANA_URL); user:password@ in it for basic auth")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("GRAFANA_URL"),
+        help="Grafana base URL (default $GRAFANA_URL); user:password@ in it for basic auth",
+    )
     parser.add_argument("--folder-uid", default="training")
     parser.add_argument("--folder-title", default="Training")
-    parser.add_argument("--datasource-uid", default=OUR_DATASOURCE_UID,
-                        help="uid of the Prometheus datasource in that Grafana that scrapes the trainer")
+    parser.add_argument(
+        "--datasource-uid",
+        default=OUR_DATASOURCE_UID,
+        help="uid of the Prometheus datasource in that Grafana that scrapes the trainer",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if not args.url:
@@ -86,8 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     # The token comes from the environment only, so it never shows in `ps` or shell history.
     api = GrafanaApi.from_url(args.url, credential=os.environ.get("GRAFANA_TOKEN") or None)
     try:
-        publish(api, folder_uid=args.folder_uid, folder_title=args.folder_title,
-                datasource_uid=args.datasource_uid)
+        publish(
+            api,
+            folder_uid=args.folder_uid,
+            folder_title=args.folder_title,
+            datasource_uid=args.datasource_uid,
+        )
     except GrafanaException as e:
         log.error("publish: %s answered %s: %s", redact(args.url), e.status_code, e.message)
         return 1

@@ -36,8 +36,9 @@ def series(prom: Prometheus, expr: str, w: Window) -> dict[str, tuple[list[float
     return out
 
 
-def plot(*, breakdown: dict[str, dict[str, tuple]], throughput: dict, loss: dict, title: str,
-         out: Path) -> None:
+def plot(
+    *, breakdown: dict[str, dict[str, tuple]], throughput: dict, loss: dict, title: str, out: Path
+) -> None:
     """breakdown: task → part label → (x, y). One stacked panel per task, then throughput and loss."""
     tasks = sorted(breakdown, key=c.task_order)
     rows = len(tasks) + 2
@@ -47,8 +48,12 @@ def plot(*, breakdown: dict[str, dict[str, tuple]], throughput: dict, loss: dict
         parts = breakdown[name]
         xs = next(iter(parts.values()))[0]
         # Parts can miss a point the others have (a scrape at the edge); align on the first part's times.
-        ys = [[dict(zip(*parts[label], strict=True)).get(x, 0.0) * 1000 for x in xs]
-              if label in parts else [0.0] * len(xs) for _, label in PARTS]
+        ys = [
+            [dict(zip(*parts[label], strict=True)).get(x, 0.0) * 1000 for x in xs]
+            if label in parts
+            else [0.0] * len(xs)
+            for _, label in PARTS
+        ]
         ax.stackplot(xs, ys, labels=[label for _, label in PARTS], alpha=0.85)
         ax.set_ylabel(f"{name}\nms / step")
         ax.legend(loc="upper right", fontsize="small", ncol=len(PARTS))
@@ -82,8 +87,10 @@ def report(prom: Prometheus, out: Path, *, lookback: float, now: float) -> bool:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(w.start))
     plot(
         breakdown=breakdown,
-        throughput=(series(prom, f"sum by (job) ({examples})", w)
-                    | series(prom, f"sum by ({r.BY_TASK}) ({examples})", w)),
+        throughput=(
+            series(prom, f"sum by (job) ({examples})", w)
+            | series(prom, f"sum by ({r.BY_TASK}) ({examples})", w)
+        ),
         loss=series(prom, r.loss_after_first_step(), w),
         title=f"Training run from {started}, {w.end - w.start:.0f} s (step breakdown: 1 min means)",
         out=out,

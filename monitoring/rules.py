@@ -73,6 +73,7 @@ BUILD_BY = ", ".join(c.BUILD_LABELS)
 
 # --- Raw queries: what the rules record, written so they also run without the rules ---
 
+
 def rate(series: str, window: str = WINDOW) -> str:
     """Per-task rate of a counter (or histogram _sum/_count) series."""
     return f"sum by ({BY_TASK}) (rate({series}{JOB_SELECTOR}[{window}]))"
@@ -89,8 +90,10 @@ def steps_per_second_run(lookback: str = RUN_LOOKBACK) -> str:
     """Steps per second of step time over this process's whole run, also after it finished: the
     step histogram's count over its sum (cumulative). Not steps / (last - first step's end): every
     step of a call shares the call's end time, so a run of two calls would count double."""
+
     def last(series: str) -> str:
         return f"max by ({BY_TASK}) (last_over_time({series}{JOB_SELECTOR}[{lookback}]))"
+
     return f"{last(c.STEP.count)} / ({last(c.STEP.sum)} > 0)"
 
 
@@ -109,6 +112,7 @@ def by_job(op: str, expr: str) -> str:
 
 
 # --- Recording rules ---
+
 
 def _per_task_rules() -> list[tuple[str, str]]:
     rules = []
@@ -156,6 +160,7 @@ def _straggler_rules() -> list[tuple[str, str]]:
 def _cluster_rules() -> list[tuple[str, str]]:
     def share(m: c.Metric) -> str:
         return f"{by_job('sum', SUM_RATE[m])} / {by_job('sum', SUM_RATE[c.STEP])}"
+
     return [
         (CLUSTER_EXAMPLES, by_job("sum", EXAMPLES_PER_SECOND)),
         # Synchronous: the cluster steps at its slowest task's pace.
@@ -180,6 +185,7 @@ def recording_rules() -> dict:
 
 # --- The verdict in PromQL (monitoring/verdict.py) ---
 
+
 def _task_code(condition: str, code: int) -> str:
     return f"(0 * max by ({BY_TASK}) ({condition}) + {code})"
 
@@ -198,39 +204,51 @@ def stall_condition(age: str) -> str:
 def _mismatch_condition() -> str:
     per_task = f"count by ({BY_TASK}, {BUILD_BY}) ({BUILD_INFO})"
     per_build = f"count by (job, {BUILD_BY}) ({BUILD_INFO})"
-    return (f"({per_task} * on (job, {BUILD_BY}) group_left {per_build})"
-            f" < on (job) group_left max by (job) ({per_build})"
-            f" or {c.WORLD_SIZE.name} < on (job) group_left max by (job) ({c.WORLD_SIZE.name})")
+    return (
+        f"({per_task} * on (job, {BUILD_BY}) group_left {per_build})"
+        f" < on (job) group_left max by (job) ({per_build})"
+        f" or {c.WORLD_SIZE.name} < on (job) group_left max by (job) ({c.WORLD_SIZE.name})"
+    )
 
 
 def _named(code_rule: str) -> str:
-    return " or ".join(f'label_replace({code_rule} == {code}, "verdict", "{v.NAMES[code]}", "", "")'
-                       for code in range(v.DOWN, v.HEALTHY - 1, -1))
+    return " or ".join(
+        f'label_replace({code_rule} == {code}, "verdict", "{v.NAMES[code]}", "", "")'
+        for code in range(v.DOWN, v.HEALTHY - 1, -1)
+    )
 
 
 def verdict_rules() -> dict:
     # Each branch of an `or` chain carries the same labels, so `or` keeps the first (highest) code.
-    task = " or ".join([
-        _task_code(down_condition(), v.DOWN),
-        _task_code(stall_condition(LAST_STEP_AGE), v.STALLED),
-        _task_code(_mismatch_condition(), v.MISMATCH),
-        _task_code(f"{COMPUTE_RATIO} > {v.STRAGGLER_RATIO:g}", v.STRAGGLER),
-        _task_code(f"{SHARE[c.INPUT_WAIT]} > {v.INPUT_SHARE:g}", v.INPUT),
-        _task_code(f"{SHARE[c.ALLREDUCE]} > {v.ALLREDUCE_SHARE:g}", v.COMMUNICATION),
-        _task_code(f"{COUNT_RATE[c.STEP]} > 0", v.HEALTHY),
-    ])
+    task = " or ".join(
+        [
+            _task_code(down_condition(), v.DOWN),
+            _task_code(stall_condition(LAST_STEP_AGE), v.STALLED),
+            _task_code(_mismatch_condition(), v.MISMATCH),
+            _task_code(f"{COMPUTE_RATIO} > {v.STRAGGLER_RATIO:g}", v.STRAGGLER),
+            _task_code(f"{SHARE[c.INPUT_WAIT]} > {v.INPUT_SHARE:g}", v.INPUT),
+            _task_code(f"{SHARE[c.ALLREDUCE]} > {v.ALLREDUCE_SHARE:g}", v.COMMUNICATION),
+            _task_code(f"{COUNT_RATE[c.STEP]} > 0", v.HEALTHY),
+        ]
+    )
     worst = by_job("max", VERDICT_CODE)
     worlds = f'count by (job) (count_values by (job) ("world_size", {c.WORLD_SIZE.name}))'
     # The worst task, except that communication-bound needs every task (if only some wait in
     # all-reduce, nobody is clearly to blame), and a mismatch is also two equal halves.
-    cluster = " or ".join([
-        f"({worst} >= {v.MISMATCH})",
-        f"(0 * ({BUILDS} > 1) + {v.MISMATCH})",
-        f"(0 * ({worlds} > 1) + {v.MISMATCH})",
-        f"({worst} >= {v.INPUT})",
-        f"(0 * ({by_job('min', SHARE[c.ALLREDUCE])} > {v.ALLREDUCE_SHARE:g}) + {v.COMMUNICATION})",
-        f"(0 * {worst})",
-    ])
-    rules = [(VERDICT_CODE, task), (CLUSTER_VERDICT_CODE, cluster),
-             (VERDICT_NAMED, _named(VERDICT_CODE)), (CLUSTER_VERDICT_NAMED, _named(CLUSTER_VERDICT_CODE))]
+    cluster = " or ".join(
+        [
+            f"({worst} >= {v.MISMATCH})",
+            f"(0 * ({BUILDS} > 1) + {v.MISMATCH})",
+            f"(0 * ({worlds} > 1) + {v.MISMATCH})",
+            f"({worst} >= {v.INPUT})",
+            f"(0 * ({by_job('min', SHARE[c.ALLREDUCE])} > {v.ALLREDUCE_SHARE:g}) + {v.COMMUNICATION})",
+            f"(0 * {worst})",
+        ]
+    )
+    rules = [
+        (VERDICT_CODE, task),
+        (CLUSTER_VERDICT_CODE, cluster),
+        (VERDICT_NAMED, _named(VERDICT_CODE)),
+        (CLUSTER_VERDICT_NAMED, _named(CLUSTER_VERDICT_CODE)),
+    ]
     return {"groups": [{"name": "trainer_verdict", "rules": [{"record": r, "expr": e} for r, e in rules]}]}

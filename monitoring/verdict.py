@@ -191,8 +191,11 @@ def mismatched(samples: list[TaskSample]) -> bool:
 
 
 def stalled(t: TaskSample) -> bool:
-    return (t.last_step_age is not None and t.last_step_age > STALL_SECONDS
-            and t.state not in ("done", "checkpointing"))
+    return (
+        t.last_step_age is not None
+        and t.last_step_age > STALL_SECONDS
+        and t.state not in ("done", "checkpointing")
+    )
 
 
 def task_code(t: TaskSample, odd: dict[str, str], ratio: float | None = None) -> int | None:

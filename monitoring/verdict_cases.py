@@ -50,10 +50,26 @@ class Case:
 
 def sample(t: Task) -> TaskSample:
     """What Prometheus' 1 minute rules give diagnose for this task."""
-    timed = {"step": t.step, "compute": t.compute, "compute_share": t.compute / t.step,
-                 "allreduce_share": t.allreduce / t.step, "input_share": t.input / t.step} if t.stepping else {}
-    return TaskSample(task=t.name, up=t.up, state=t.state, last_step_age=t.last_step_age, build=t.build,
-                      world_size=t.world_size, **timed)
+    timed = (
+        {
+            "step": t.step,
+            "compute": t.compute,
+            "compute_share": t.compute / t.step,
+            "allreduce_share": t.allreduce / t.step,
+            "input_share": t.input / t.step,
+        }
+        if t.stepping
+        else {}
+    )
+    return TaskSample(
+        task=t.name,
+        up=t.up,
+        state=t.state,
+        last_step_age=t.last_step_age,
+        build=t.build,
+        world_size=t.world_size,
+        **timed,
+    )
 
 
 def cluster(names: tuple[str, ...] = THREE, **over: dict) -> tuple[Task, ...]:
@@ -74,50 +90,121 @@ def _all(verdict: str, names: tuple[str, ...] = THREE) -> dict[str, str]:
 
 CASES = (
     Case(name="healthy", tasks=cluster(), verdict="healthy", per_task=_all("healthy")),
-    Case(name="communication-bound", tasks=cluster(**dict.fromkeys(THREE, COMM)),
-         verdict="communication-bound", per_task=_all("communication-bound"), exit_code=1),
-    Case(name="some wait", tasks=cluster(**{"worker-1": COMM}), verdict="healthy",
-         per_task=_all("healthy") | {"worker-1": "communication-bound"}),
-    Case(name="straggler",
-         tasks=cluster(chief=WAITING, **{"worker-1": WAITING,
-                                         "worker-0": {"step": 0.2, "compute": 0.16, "allreduce": 0.02, "input": 0.01}}),
-         verdict="straggler", named=("worker-0",), exit_code=1,
-         per_task=_all("communication-bound") | {"worker-0": "straggler"}),
+    Case(
+        name="communication-bound",
+        tasks=cluster(**dict.fromkeys(THREE, COMM)),
+        verdict="communication-bound",
+        per_task=_all("communication-bound"),
+        exit_code=1,
+    ),
+    Case(
+        name="some wait",
+        tasks=cluster(**{"worker-1": COMM}),
+        verdict="healthy",
+        per_task=_all("healthy") | {"worker-1": "communication-bound"},
+    ),
+    Case(
+        name="straggler",
+        tasks=cluster(
+            chief=WAITING,
+            **{
+                "worker-1": WAITING,
+                "worker-0": {"step": 0.2, "compute": 0.16, "allreduce": 0.02, "input": 0.01},
+            },
+        ),
+        verdict="straggler",
+        named=("worker-0",),
+        exit_code=1,
+        per_task=_all("communication-bound") | {"worker-0": "straggler"},
+    ),
     # Two tasks: 1.6x the other is a straggler (1.5x the median of two would need 3x).
-    Case(name="straggler of two",
-         tasks=cluster(TWO, chief={"step": 0.2, "compute": 0.05, "allreduce": 0.14},
-                       **{"worker-0": {"step": 0.2, "compute": 0.08, "allreduce": 0.11}}),
-         verdict="straggler", named=("worker-0",), exit_code=1,
-         per_task={"chief": "communication-bound", "worker-0": "straggler"}),
-    Case(name="two tasks within 1.5x",
-         tasks=cluster(TWO, chief={"compute": 0.05}, **{"worker-0": {"compute": 0.07}}),
-         verdict="healthy", per_task=_all("healthy", TWO)),
-    Case(name="input-bound",
-         tasks=cluster(chief={"compute": 0.04, "allreduce": 0.05}, **{
-             "worker-0": {"compute": 0.04, "allreduce": 0.05},
-             "worker-1": {"compute": 0.035, "allreduce": 0.01, "input": 0.04}}),
-         verdict="input-bound", named=("worker-1",), exit_code=1,
-         per_task=_all("healthy") | {"worker-1": "input-bound"}),
-    Case(name="down and stalled",
-         tasks=cluster(chief={"last_step_age": 155.0, "stepping": False}, **{
-             "worker-0": {"last_step_age": 155.0, "stepping": False},
-             "worker-1": {"up": False, "last_step_age": 155.0, "stepping": False}}),
-         verdict="down", named=("worker-1",), exit_code=1,
-         per_task={"chief": "stalled", "worker-0": "stalled", "worker-1": "down"}),
-    Case(name="finished task", tasks=cluster(**{"worker-1": DONE}), verdict="healthy",
-         per_task=_all("healthy", TWO)),
-    Case(name="mismatch", tasks=cluster(**{"worker-1": {"build": ("2.21.0", "0.2.0", "mwms", "AUTO", "mlp")}}),
-         verdict="mismatch", named=("worker-1",), exit_code=1,
-         per_task=_all("healthy") | {"worker-1": "mismatch"}),
-    Case(name="world size", tasks=cluster(**{"worker-0": {"world_size": 2}}), verdict="mismatch",
-         named=("worker-0",), exit_code=1, per_task=_all("healthy") | {"worker-0": "mismatch"}),
+    Case(
+        name="straggler of two",
+        tasks=cluster(
+            TWO,
+            chief={"step": 0.2, "compute": 0.05, "allreduce": 0.14},
+            **{"worker-0": {"step": 0.2, "compute": 0.08, "allreduce": 0.11}},
+        ),
+        verdict="straggler",
+        named=("worker-0",),
+        exit_code=1,
+        per_task={"chief": "communication-bound", "worker-0": "straggler"},
+    ),
+    Case(
+        name="two tasks within 1.5x",
+        tasks=cluster(TWO, chief={"compute": 0.05}, **{"worker-0": {"compute": 0.07}}),
+        verdict="healthy",
+        per_task=_all("healthy", TWO),
+    ),
+    Case(
+        name="input-bound",
+        tasks=cluster(
+            chief={"compute": 0.04, "allreduce": 0.05},
+            **{
+                "worker-0": {"compute": 0.04, "allreduce": 0.05},
+                "worker-1": {"compute": 0.035, "allreduce": 0.01, "input": 0.04},
+            },
+        ),
+        verdict="input-bound",
+        named=("worker-1",),
+        exit_code=1,
+        per_task=_all("healthy") | {"worker-1": "input-bound"},
+    ),
+    Case(
+        name="down and stalled",
+        tasks=cluster(
+            chief={"last_step_age": 155.0, "stepping": False},
+            **{
+                "worker-0": {"last_step_age": 155.0, "stepping": False},
+                "worker-1": {"up": False, "last_step_age": 155.0, "stepping": False},
+            },
+        ),
+        verdict="down",
+        named=("worker-1",),
+        exit_code=1,
+        per_task={"chief": "stalled", "worker-0": "stalled", "worker-1": "down"},
+    ),
+    Case(
+        name="finished task",
+        tasks=cluster(**{"worker-1": DONE}),
+        verdict="healthy",
+        per_task=_all("healthy", TWO),
+    ),
+    Case(
+        name="mismatch",
+        tasks=cluster(**{"worker-1": {"build": ("2.21.0", "0.2.0", "mwms", "AUTO", "mlp")}}),
+        verdict="mismatch",
+        named=("worker-1",),
+        exit_code=1,
+        per_task=_all("healthy") | {"worker-1": "mismatch"},
+    ),
+    Case(
+        name="world size",
+        tasks=cluster(**{"worker-0": {"world_size": 2}}),
+        verdict="mismatch",
+        named=("worker-0",),
+        exit_code=1,
+        per_task=_all("healthy") | {"worker-0": "mismatch"},
+    ),
     Case(name="all done", tasks=cluster(**dict.fromkeys(THREE, DONE)), verdict="finished"),
-    Case(name="waiting for peers",
-         tasks=cluster(**{key: dict(state="waiting_for_peers", last_step_age=None, **SILENT) for key in THREE}),
-         verdict="no-data", exit_code=2),
-    Case(name="loss not finite", tasks=cluster(**{"worker-0": {"loss": float("inf")}}), verdict="healthy",
-         per_task=_all("healthy")),
-    Case(name="checkpointing is not a stall",
-         tasks=cluster(chief={"state": "checkpointing", "last_step_age": 300.0, "stepping": False}),
-         verdict="healthy", per_task=_all("healthy", THREE[1:])),
+    Case(
+        name="waiting for peers",
+        tasks=cluster(
+            **{key: dict(state="waiting_for_peers", last_step_age=None, **SILENT) for key in THREE}
+        ),
+        verdict="no-data",
+        exit_code=2,
+    ),
+    Case(
+        name="loss not finite",
+        tasks=cluster(**{"worker-0": {"loss": float("inf")}}),
+        verdict="healthy",
+        per_task=_all("healthy"),
+    ),
+    Case(
+        name="checkpointing is not a stall",
+        tasks=cluster(chief={"state": "checkpointing", "last_step_age": 300.0, "stepping": False}),
+        verdict="healthy",
+        per_task=_all("healthy", THREE[1:]),
+    ),
 )

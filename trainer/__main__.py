@@ -20,12 +20,16 @@ log = logging.getLogger("trainer")
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname).1s %(message)s", stream=sys.stderr
+    )
     try:
         config = config_lib.from_args(sys.argv[1:] if argv is None else argv, env)
         spec = parse_tf_config(env.get("TF_CONFIG"))
         if spec is not None and config.strategy == "mirrored":
-            raise ConfigError("--strategy mirrored runs in one process: unset TF_CONFIG or use --strategy mwms")
+            raise ConfigError(
+                "--strategy mirrored runs in one process: unset TF_CONFIG or use --strategy mwms"
+            )
     except (ConfigError, ClusterSpecError) as err:
         log.error("configuration error: %s", err)
         return EXIT_CONFIG

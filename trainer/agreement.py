@@ -17,9 +17,24 @@ from trainer.errors import ConfigError
 COMPONENTS = ("cluster spec", "TensorFlow version", "trainer version", "training settings")
 # Settings every task must share; ports and directories may legitimately differ per task. The
 # all-reduce settings too: tasks sending different dtypes or packs would not meet in one collective.
-SHARED_SETTINGS = ("steps", "per_replica_batch", "task", "strategy", "data", "learning_rate",
-                   "lr_scaling", "warmup_steps", "seed", "steps_per_call", "measure_every", "save_every",
-                   "log_every", "bytes_per_pack", "allreduce_mode", "allreduce_dtype")
+SHARED_SETTINGS = (
+    "steps",
+    "per_replica_batch",
+    "task",
+    "strategy",
+    "data",
+    "learning_rate",
+    "lr_scaling",
+    "warmup_steps",
+    "seed",
+    "steps_per_call",
+    "measure_every",
+    "save_every",
+    "log_every",
+    "bytes_per_pack",
+    "allreduce_mode",
+    "allreduce_dtype",
+)
 
 
 def _hash52(value: object) -> float:
@@ -27,7 +42,9 @@ def _hash52(value: object) -> float:
     return float(int.from_bytes(digest[:8], "big") >> 12)
 
 
-def fingerprints(spec: ClusterSpec | None, config: Config, tf_version: str, trainer_version: str) -> list[float]:
+def fingerprints(
+    spec: ClusterSpec | None, config: Config, tf_version: str, trainer_version: str
+) -> list[float]:
     cluster = float(spec.fingerprint()) if spec else 0.0
     settings = {name: getattr(config, name) for name in SHARED_SETTINGS}
     return [cluster, _hash52(tf_version), _hash52(trainer_version), _hash52(settings)]
@@ -41,8 +58,11 @@ def check(task_names: Sequence[str], gathered: Sequence[Sequence[float]]) -> Non
         if differs:
             problems.append(f"{name} differs from {task_names[0]} in {' and '.join(differs)}")
     if problems:
-        raise ConfigError("tasks disagree: " + "; ".join(problems)
-                          + " (run the same image, TF_CONFIG cluster and TRAINER_* settings everywhere)")
+        raise ConfigError(
+            "tasks disagree: "
+            + "; ".join(problems)
+            + " (run the same image, TF_CONFIG cluster and TRAINER_* settings everywhere)"
+        )
 
 
 def gather(strategy, values: list[float]) -> list[list[float]]:
@@ -53,6 +73,7 @@ def gather(strategy, values: list[float]) -> list[list[float]]:
     def run():
         def replica():
             return tf.distribute.get_replica_context().all_gather(tf.constant([values], tf.float64), axis=0)
+
         return strategy.run(replica)
 
     result = strategy.experimental_local_results(run())[0].numpy()

@@ -84,6 +84,7 @@ def broadcast_from_chief(strategy, variables) -> None:
                 for i, r in zip(idx, ctx.all_reduce(tf.distribute.ReduceOp.SUM, [values[i] for i in idx])):
                     out[i] = r
             return out
+
         return strategy.run(replica)
 
     for variable, value in zip(variables, run()):

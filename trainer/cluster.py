@@ -106,8 +106,10 @@ def from_template(num_workers: int, template: str, *, port: int = DEFAULT_PORT, 
         raise ClusterSpecError(f"WORKERS={num_workers}: must be 0 or more (a chief plus N workers)")
     tasks = [TaskId(CHIEF, 0)] + [TaskId(WORKER, i) for i in range(num_workers)]
     try:
-        addrs = [template.format(service=t.name, type=t.type, rjob=t.type, i=t.index, port=port, **names)
-                 for t in tasks]
+        addrs = [
+            template.format(service=t.name, type=t.type, rjob=t.type, i=t.index, port=port, **names)
+            for t in tasks
+        ]
     except KeyError as err:
         raise ClusterSpecError(f"address template {template!r} needs a value for {err.args[0]}") from None
     return ClusterSpec(chief=(addrs[0],), worker=tuple(addrs[1:]), task=TaskId(CHIEF, 0))
@@ -136,10 +138,12 @@ def parse_tf_config(text: str | None) -> ClusterSpec | None:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ClusterSpecError(f"TF_CONFIG is not valid JSON ({err.msg} at char {err.pos}); "
-                               'expected {"cluster": {...}, "task": {"type": ..., "index": ...}}') from None
+        raise ClusterSpecError(
+            f"TF_CONFIG is not valid JSON ({err.msg} at char {err.pos}); "
+            'expected {"cluster": {...}, "task": {"type": ..., "index": ...}}'
+        ) from None
     if not isinstance(doc, dict):
-        raise ClusterSpecError("TF_CONFIG must be a JSON object with keys \"cluster\" and \"task\"")
+        raise ClusterSpecError('TF_CONFIG must be a JSON object with keys "cluster" and "task"')
     cluster = _parse_cluster(doc.get("cluster"))
     task = _parse_task(doc.get("task"))
     return ClusterSpec(chief=cluster.get(CHIEF, ()), worker=cluster.get(WORKER, ()), task=task)
@@ -147,18 +151,24 @@ def parse_tf_config(text: str | None) -> ClusterSpec | None:
 
 def _parse_cluster(cluster: object) -> dict[str, tuple[str, ...]]:
     if not isinstance(cluster, dict) or not cluster:
-        raise ClusterSpecError('TF_CONFIG.cluster is missing or empty; give e.g. '
-                               '{"chief": ["chief:2222"], "worker": ["worker-0:2222"]}')
+        raise ClusterSpecError(
+            "TF_CONFIG.cluster is missing or empty; give e.g. "
+            '{"chief": ["chief:2222"], "worker": ["worker-0:2222"]}'
+        )
     for job, addrs in cluster.items():
         if job == "ps":
-            raise ClusterSpecError('TF_CONFIG.cluster.ps: parameter servers are not used by '
-                                   'MultiWorkerMirroredStrategy; remove the "ps" job')
+            raise ClusterSpecError(
+                "TF_CONFIG.cluster.ps: parameter servers are not used by "
+                'MultiWorkerMirroredStrategy; remove the "ps" job'
+            )
         if job not in TASK_TYPES:
             raise ClusterSpecError(f'TF_CONFIG.cluster.{job}: unknown job; use only "chief" and "worker"')
         if not isinstance(addrs, list) or not all(isinstance(a, str) for a in addrs):
             raise ClusterSpecError(f'TF_CONFIG.cluster.{job} must be a list of "host:port" strings')
         if not addrs:
-            raise ClusterSpecError(f"TF_CONFIG.cluster.{job} is an empty list; add addresses or remove the key")
+            raise ClusterSpecError(
+                f"TF_CONFIG.cluster.{job} is an empty list; add addresses or remove the key"
+            )
     return {job: tuple(addrs) for job, addrs in cluster.items()}
 
 
@@ -169,8 +179,10 @@ def _parse_task(task: object) -> TaskId:
     if kind not in TASK_TYPES:
         raise ClusterSpecError(f'TF_CONFIG.task.type {kind!r} is not supported; use "chief" or "worker"')
     if isinstance(index, bool) or not isinstance(index, int):
-        raise ClusterSpecError(f"TF_CONFIG.task.index {index!r} must be a JSON integer, not "
-                               f"{type(index).__name__}; write \"index\": {_as_int_hint(index)}")
+        raise ClusterSpecError(
+            f"TF_CONFIG.task.index {index!r} must be a JSON integer, not "
+            f'{type(index).__name__}; write "index": {_as_int_hint(index)}'
+        )
     return TaskId(kind, index)
 
 
@@ -182,8 +194,9 @@ def _validate(spec: ClusterSpec) -> None:
     if not spec.worker and not spec.chief:
         raise ClusterSpecError("TF_CONFIG.cluster has no tasks; give a chief and/or workers")
     if len(spec.chief) > 1:
-        raise ClusterSpecError(f"TF_CONFIG.cluster.chief has {len(spec.chief)} addresses; "
-                               "a cluster has exactly one chief")
+        raise ClusterSpecError(
+            f"TF_CONFIG.cluster.chief has {len(spec.chief)} addresses; a cluster has exactly one chief"
+        )
     for job, addrs in ((CHIEF, spec.chief), (WORKER, spec.worker)):
         for i, addr in enumerate(addrs):
             _validate_address(f"TF_CONFIG.cluster.{job}[{i}]", addr)
@@ -204,16 +217,22 @@ def _validate_unique(spec: ClusterSpec) -> None:
     for task in spec.tasks:
         addr = spec.address(task)
         if addr in seen:
-            raise ClusterSpecError(f"TF_CONFIG.cluster: {task.name} and {seen[addr]} share the address "
-                                   f"{addr!r}; give every task its own host:port")
+            raise ClusterSpecError(
+                f"TF_CONFIG.cluster: {task.name} and {seen[addr]} share the address "
+                f"{addr!r}; give every task its own host:port"
+            )
         seen[addr] = task.name
 
 
 def _validate_task(spec: ClusterSpec) -> None:
     count = len(spec.chief) if spec.task.type == CHIEF else len(spec.worker)
     if count == 0:
-        raise ClusterSpecError(f'TF_CONFIG.task.type "{spec.task.type}" has no addresses in '
-                               f"TF_CONFIG.cluster; add a {spec.task.type} job or fix the task type")
+        raise ClusterSpecError(
+            f'TF_CONFIG.task.type "{spec.task.type}" has no addresses in '
+            f"TF_CONFIG.cluster; add a {spec.task.type} job or fix the task type"
+        )
     if not 0 <= spec.task.index < count:
-        raise ClusterSpecError(f"TF_CONFIG.task.index {spec.task.index} is out of range for "
-                               f'"{spec.task.type}" (valid: 0..{count - 1})')
+        raise ClusterSpecError(
+            f"TF_CONFIG.task.index {spec.task.index} is out of range for "
+            f'"{spec.task.type}" (valid: 0..{count - 1})'
+        )

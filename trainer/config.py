@@ -84,21 +84,37 @@ class Config:
     def __post_init__(self) -> None:
         for name in ("steps", "per_replica_batch", "measure_every", "log_every"):
             _check(getattr(self, name) >= 1, name, "must be 1 or more")
-        for name in ("warmup_steps", "save_every", "input_delay_ms", "steps_per_call", "metrics_linger",
-                     "bytes_per_pack"):
+        for name in (
+            "warmup_steps",
+            "save_every",
+            "input_delay_ms",
+            "steps_per_call",
+            "metrics_linger",
+            "bytes_per_pack",
+        ):
             _check(getattr(self, name) >= 0, name, "must be 0 or more")
         _check(self.learning_rate > 0, "learning_rate", "must be positive")
         _check(self.cluster_timeout > 0, "cluster_timeout", "must be positive (seconds)")
         _check(self.heartbeat_timeout >= 1, "heartbeat_timeout", "must be 1 or more (seconds)")
         _check(0 <= self.metrics_port < 65536, "metrics_port", "must be a port (0 disables metrics)")
         _check(self.strategy in STRATEGIES, "strategy", f"must be one of {', '.join(STRATEGIES)}")
-        _check(self.allreduce_mode in ALLREDUCE_MODES, "allreduce_mode", f"must be one of {', '.join(ALLREDUCE_MODES)}")
-        _check(self.allreduce_dtype in ALLREDUCE_DTYPES, "allreduce_dtype",
-               f"must be one of {', '.join(ALLREDUCE_DTYPES)}")
+        _check(
+            self.allreduce_mode in ALLREDUCE_MODES,
+            "allreduce_mode",
+            f"must be one of {', '.join(ALLREDUCE_MODES)}",
+        )
+        _check(
+            self.allreduce_dtype in ALLREDUCE_DTYPES,
+            "allreduce_dtype",
+            f"must be one of {', '.join(ALLREDUCE_DTYPES)}",
+        )
         _check(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")
-        _check(_task_found(self.task), "task",
-               f"{self.task!r} is neither a built-in ({', '.join(BUILTIN_TASKS)}) nor an importable "
-               "package.module:function")
+        _check(
+            _task_found(self.task),
+            "task",
+            f"{self.task!r} is neither a built-in ({', '.join(BUILTIN_TASKS)}) nor an importable "
+            "package.module:function",
+        )
 
 
 def _task_found(task: str) -> bool:
@@ -136,8 +152,13 @@ def parser() -> argparse.ArgumentParser:
     docs = field_docs()
     for f in dataclasses.fields(Config):
         env = ENV_PREFIX + f.name.upper()
-        p.add_argument(f"--{_flag(f.name)}", dest=f.name, default=None, metavar=env,
-                       help=f"{docs.get(f.name, '')} (default {f.default!r})")
+        p.add_argument(
+            f"--{_flag(f.name)}",
+            dest=f.name,
+            default=None,
+            metavar=env,
+            help=f"{docs.get(f.name, '')} (default {f.default!r})",
+        )
     return p
 
 
@@ -163,7 +184,9 @@ def _convert(raw: str, kind: type, source: str) -> object:
     try:
         return kind(raw.strip())
     except ValueError:
-        raise ConfigError(f"{source}={raw!r}: must be {'an integer' if kind is int else 'a number'}") from None
+        raise ConfigError(
+            f"{source}={raw!r}: must be {'an integer' if kind is int else 'a number'}"
+        ) from None
 
 
 def to_env(config: Config) -> dict[str, str]:

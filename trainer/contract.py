@@ -100,16 +100,25 @@ def _metric(name: str, kind: str, help_text: str, unit: str = "") -> Metric:
 
 STEP = _metric("step_duration", HISTOGRAM, "Whole training step, host wall clock", "seconds")
 INPUT_WAIT = _metric("input_wait", HISTOGRAM, "Waiting for the next distributed batch", "seconds")
-COMPUTE = _metric("compute_duration", HISTOGRAM,
-                  "Forward, backward and optimizer update on the local replica", "seconds")
-ALLREDUCE = _metric("allreduce_duration", HISTOGRAM,
-                    "Gradient all-reduce from the last gradient to the last reduction, waiting for the slowest "
-                    "task included; with --allreduce-mode overlap only its exposed part (what the step still "
-                    "waits for after its last gradient)", "seconds")
+COMPUTE = _metric(
+    "compute_duration", HISTOGRAM, "Forward, backward and optimizer update on the local replica", "seconds"
+)
+ALLREDUCE = _metric(
+    "allreduce_duration",
+    HISTOGRAM,
+    "Gradient all-reduce from the last gradient to the last reduction, waiting for the slowest "
+    "task included; with --allreduce-mode overlap only its exposed part (what the step still "
+    "waits for after its last gradient)",
+    "seconds",
+)
 STEPS = _metric("steps", COUNTER, "Training steps completed by this task")
 EXAMPLES = _metric("examples", COUNTER, "Examples processed by this task's replicas")
-ALLREDUCE_BYTES = _metric("allreduce", COUNTER, "Gradient bytes this task hands to the all-reduce per step, "
-                          "in the dtype sent (--allreduce-dtype)", "bytes")
+ALLREDUCE_BYTES = _metric(
+    "allreduce",
+    COUNTER,
+    "Gradient bytes this task hands to the all-reduce per step, in the dtype sent (--allreduce-dtype)",
+    "bytes",
+)
 NET_TRANSMIT = _metric("network_transmit", COUNTER, "Bytes sent on the task's network interfaces", "bytes")
 NET_RECEIVE = _metric("network_receive", COUNTER, "Bytes received on the task's network interfaces", "bytes")
 LOSS = _metric("loss", GAUGE, "Global mean training loss of the last step")
@@ -122,8 +131,24 @@ STATE = _metric("state", ENUM, "Lifecycle state of this task")
 
 STEP_PARTS = (INPUT_WAIT, COMPUTE, ALLREDUCE)
 """The histograms a step splits into; the step minus their sum is dispatch and host time."""
-ALL = (STEP, INPUT_WAIT, COMPUTE, ALLREDUCE, STEPS, EXAMPLES, ALLREDUCE_BYTES, NET_TRANSMIT, NET_RECEIVE,
-       LOSS, GLOBAL_STEP, WORLD_SIZE, LAST_STEP_TIME, LAST_CHECKPOINT, BUILD_INFO, STATE)
+ALL = (
+    STEP,
+    INPUT_WAIT,
+    COMPUTE,
+    ALLREDUCE,
+    STEPS,
+    EXAMPLES,
+    ALLREDUCE_BYTES,
+    NET_TRANSMIT,
+    NET_RECEIVE,
+    LOSS,
+    GLOBAL_STEP,
+    WORLD_SIZE,
+    LAST_STEP_TIME,
+    LAST_CHECKPOINT,
+    BUILD_INFO,
+    STATE,
+)
 BUILD_LABELS = ("tf_version", "trainer_version", "strategy", "communication", "task")
 """The labels of BUILD_INFO: tasks whose values differ cannot train together."""
 TASK_BY = ("job", "instance", *LABELS)

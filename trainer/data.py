@@ -53,8 +53,9 @@ def _pooled(x: np.ndarray, pool: int) -> np.ndarray:
     return x.reshape(n, h // pool, pool, w // pool, pool, c).mean(axis=(2, 4))
 
 
-def synthetic_dataset(problem: Synthetic, ctx: tf.distribute.InputContext, per_replica_batch: int,
-                      input_delay_ms: float = 0.0) -> tf.data.Dataset:
+def synthetic_dataset(
+    problem: Synthetic, ctx: tf.distribute.InputContext, per_replica_batch: int, input_delay_ms: float = 0.0
+) -> tf.data.Dataset:
     """This input pipeline's shard: examples id % pipelines == pipeline id, so tasks never overlap."""
     x, y, ids = problem.arrays()
     ds = tf.data.Dataset.from_tensor_slices((x, y, ids))
@@ -65,8 +66,9 @@ def synthetic_dataset(problem: Synthetic, ctx: tf.distribute.InputContext, per_r
 
 def finish(batches: tf.data.Dataset, input_delay_ms: float) -> tf.data.Dataset:
     """Decode in parallel (labels to int32), an optional delay, then prefetch."""
-    ds = batches.map(lambda x, y, i: (tf.cast(x, tf.float32), tf.cast(y, tf.int32), i),
-                     num_parallel_calls=AUTOTUNE)
+    ds = batches.map(
+        lambda x, y, i: (tf.cast(x, tf.float32), tf.cast(y, tf.int32), i), num_parallel_calls=AUTOTUNE
+    )
     if input_delay_ms > 0:
         ds = ds.map(_delay(input_delay_ms / 1000.0))  # sequential on purpose: a real bottleneck
     return ds.prefetch(AUTOTUNE)

@@ -1,22 +1,24 @@
 """Exit codes: the contract between a task and whatever restarts it (compose, a launcher, CI).
 
-    0        the requested steps are done
-    1        a permanent failure not covered below (a bug, a broken plugin task, bad data)
-    2        bad configuration: a flag, an environment variable, TF_CONFIG, or tasks that disagree
-             on the cluster spec, the TensorFlow version or the trainer version
-    3        missing peers: the preflight did not reach every peer, or the cluster did not form
-             (a peer never registered), within --cluster-timeout
-    128-255  retryable: restart every task and it resumes from the last checkpoint.
-             200 = a peer died and the collective was aborted (TensorFlow's error is sticky inside
-             the process, so the only recovery is a restart of every task).
-             201 = preempted (SIGTERM here or on a peer): every task saved the same step and exited,
-             so a restart of every task loses no step.
+0        the requested steps are done
+1        a permanent failure not covered below (a bug, a broken plugin task, bad data)
+2        bad configuration: a flag, an environment variable, TF_CONFIG, or tasks that disagree
+         on the cluster spec, the TensorFlow version or the trainer version
+3        missing peers: the preflight did not reach every peer, or the cluster did not form
+         (a peer never registered), within --cluster-timeout
+4        gave up: trainer.supervise restarted the task its budget of times without a new checkpoint
+128-255  retryable: restart every task and it resumes from the last checkpoint.
+         200 = a peer died and the collective was aborted (TensorFlow's error is sticky inside
+         the process, so the only recovery is a restart of every task).
+         201 = preempted (SIGTERM here or on a peer): every task saved the same step and exited,
+         so a restart of every task loses no step.
 """
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
 EXIT_MISSING_PEERS = 3
+EXIT_GAVE_UP = 4
 EXIT_PEER_LOST = 200
 EXIT_PREEMPTED = 201
 

@@ -39,8 +39,10 @@ def tf_config(env: Mapping[str, str]) -> str:
         if not values[var].isdigit():
             raise ClusterSpecError(f"{var}={values[var]!r}: must be a number")
     if values[ENV_REPLICATED_JOB] not in TASK_TYPES:
-        raise ClusterSpecError(f"{ENV_REPLICATED_JOB}={values[ENV_REPLICATED_JOB]!r}: name the replicated "
-                               f"jobs {' and '.join(TASK_TYPES)}")
+        raise ClusterSpecError(
+            f"{ENV_REPLICATED_JOB}={values[ENV_REPLICATED_JOB]!r}: name the replicated "
+            f"jobs {' and '.join(TASK_TYPES)}"
+        )
     spec = from_template(int(values[ENV_WORKERS]), JOBSET_ADDRESS, port=TF_PORT, jobset=values[ENV_JOBSET])
     task = TaskId(values[ENV_REPLICATED_JOB], int(values[ENV_INDEX]))
     return spec.with_task(task).to_tf_config()
@@ -48,11 +50,14 @@ def tf_config(env: Mapping[str, str]) -> str:
 
 def main(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
     """Execs argv with TF_CONFIG set; returns only on a configuration error."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname).1s %(message)s", stream=sys.stderr
+    )
     if not argv:
-        log.error("configuration error: give the command to run, as in "
-                  "`python -m trainer.jobset_entry python -m trainer`")
+        log.error(
+            "configuration error: give the command to run, as in "
+            "`python -m trainer.jobset_entry python -m trainer`"
+        )
         return EXIT_CONFIG
     child = dict(env)
     if not child.get("TF_CONFIG", "").strip():

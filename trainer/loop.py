@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from trainer.timing import CallOutput, StepFns, StepTiming
+from trainer.timing import CallOutput, StepFns, StepTiming, StepWork
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +195,7 @@ class Controller:
             self.metrics.record_step(
                 step=first + i,
                 loss=out.loss,
-                examples=self.settings.local_examples,
-                allreduce_bytes=self.fns.allreduce_bytes,
+                work=StepWork(self.settings.local_examples, self.fns.allreduce_bytes),
                 now=out.now,
                 timing=timing,
             )

@@ -24,14 +24,40 @@ from trainer import contract as c
 from trainer.cluster import TaskId
 from trainer.errors import ConfigError
 from trainer.netdev import LabelledCollector, NetworkCollector
-from trainer.timing import StepTiming
+from trainer.timing import StepTiming, StepWork
 
 log = logging.getLogger(__name__)
 
 # From 0.25 ms (an input wait that is all prefetched) to a minute (a large GPU step waiting on a
 # slow peer): dense around 2-50 ms where CPU steps live, then roughly x2 steps up to 60 s.
-BUCKETS = (0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
-           0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
+BUCKETS = (
+    0.00025,
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.02,
+    0.03,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+)
 
 
 def _labels(task: TaskId) -> dict[str, str]:
@@ -44,8 +70,9 @@ class TaskMetrics:
     def __init__(self, registry: CollectorRegistry, task: TaskId) -> None:
         self.labels = _labels(task)
         self._info = Info(c.BUILD_INFO.client_name, c.BUILD_INFO.help, c.LABELS, registry=registry)
-        self._state = Enum(c.STATE.client_name, c.STATE.help, c.LABELS, states=list(c.STATES),
-                           registry=registry).labels(**self.labels)
+        self._state = Enum(
+            c.STATE.client_name, c.STATE.help, c.LABELS, states=list(c.STATES), registry=registry
+        ).labels(**self.labels)
         registry.register(NetworkCollector(self.labels))
         registry.register(LabelledCollector(ProcessCollector(registry=None), self.labels))
 
@@ -64,7 +91,9 @@ class Metrics:
         self.registry = registry
 
         def make(metric: c.Metric, cls, **kwargs):
-            return cls(metric.client_name, metric.help, c.LABELS, registry=registry, **kwargs).labels(**labels)
+            return cls(metric.client_name, metric.help, c.LABELS, registry=registry, **kwargs).labels(
+                **labels
+            )
 
         def histogram(metric: c.Metric):
             return make(metric, Histogram, buckets=BUCKETS)
@@ -89,11 +118,12 @@ class Metrics:
     def state(self, state: str) -> None:
         self._task.state(state)
 
-    def record_step(self, *, step: int, loss: float, examples: int, allreduce_bytes: int, now: float,
-                    timing: StepTiming | None) -> None:
+    def record_step(
+        self, *, step: int, loss: float, work: StepWork, now: float, timing: StepTiming | None
+    ) -> None:
         self.steps.inc()
-        self.examples.inc(examples)
-        self.allreduce_bytes.inc(allreduce_bytes)
+        self.examples.inc(work.examples)
+        self.allreduce_bytes.inc(work.allreduce_bytes)
         self.loss.set(loss)
         self.global_step.set(step)
         self.last_step.set(now)
@@ -114,6 +144,7 @@ class NullMetrics:
     def state(self, state: str) -> None: ...
     def record_step(self, **kwargs) -> None: ...
     def checkpointed(self, step: int) -> None: ...
+
     world_size = type("NullGauge", (), {"set": staticmethod(lambda value: None)})()
 
 
@@ -124,8 +155,10 @@ class Server:
         try:
             self._server, self._thread = start_http_server(port, addr=addr, registry=registry)
         except OSError as err:
-            raise ConfigError(f"--metrics-port {port} (TRAINER_METRICS_PORT): cannot listen ({err.strerror}); "
-                              "pick a free port or 0 to disable metrics") from None
+            raise ConfigError(
+                f"--metrics-port {port} (TRAINER_METRICS_PORT): cannot listen ({err.strerror}); "
+                "pick a free port or 0 to disable metrics"
+            ) from None
         log.info("metrics on http://%s:%d/metrics", addr, port)
 
     def close(self) -> None:

@@ -66,9 +66,14 @@ def probe(address: str, timeout: float = 1.0) -> str | None:
         return err.strerror or type(err).__name__
 
 
-def wait_for_peers(spec: ClusterSpec, timeout: float, *, clock: Callable[[], float] = time.monotonic,
-                   sleep: Callable[[float], None] = time.sleep,
-                   probe: Callable[[str], str | None] = probe) -> None:
+def wait_for_peers(
+    spec: ClusterSpec,
+    timeout: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    probe: Callable[[str], str | None] = probe,
+) -> None:
     """Return once every peer answers; raise MissingPeersError naming the missing ones at `timeout`."""
     start = clock()
     next_log = start + LOG_INTERVAL_S
@@ -85,8 +90,9 @@ def wait_for_peers(spec: ClusterSpec, timeout: float, *, clock: Callable[[], flo
             return
         elapsed = clock() - start
         if elapsed >= timeout:
-            raise MissingPeersError(f"peers unreachable after {timeout:g}s (--cluster-timeout): "
-                                    + _describe(spec, missing))
+            raise MissingPeersError(
+                f"peers unreachable after {timeout:g}s (--cluster-timeout): " + _describe(spec, missing)
+            )
         if clock() >= next_log:
             log.warning("waiting for %s, %.0fs/%gs", _describe(spec, missing), elapsed, timeout)
             next_log += LOG_INTERVAL_S

@@ -28,8 +28,13 @@ def shard_policy(num_files: int, num_pipelines: int) -> str:
     return "FILE" if num_files >= num_pipelines else "DATA"
 
 
-def dataset(pattern: str, problem: Synthetic, ctx: tf.distribute.InputContext, per_replica_batch: int,
-            input_delay_ms: float = 0.0) -> tf.data.Dataset:
+def dataset(
+    pattern: str,
+    problem: Synthetic,
+    ctx: tf.distribute.InputContext,
+    per_replica_batch: int,
+    input_delay_ms: float = 0.0,
+) -> tf.data.Dataset:
     files = sorted(glob.glob(pattern))
     if not files:
         raise FileNotFoundError(f"--data {pattern!r} matches no files")
@@ -38,12 +43,16 @@ def dataset(pattern: str, problem: Synthetic, ctx: tf.distribute.InputContext, p
     log.info("input: %d TFRecord files, %d input pipelines: auto-shard policy %s", len(files), n, policy)
     if policy == "FILE":
         ds = tf.data.Dataset.from_tensor_slices(files[i::n])
-        ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=AUTOTUNE,
-                           deterministic=True)
+        ds = ds.interleave(
+            tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=AUTOTUNE, deterministic=True
+        )
     else:
         ds = tf.data.TFRecordDataset(files).shard(n, i)
-    spec = {"x": tf.io.FixedLenFeature(problem.input_shape, tf.float32),
-            "label": tf.io.FixedLenFeature([], tf.int64), "id": tf.io.FixedLenFeature([], tf.int64)}
+    spec = {
+        "x": tf.io.FixedLenFeature(problem.input_shape, tf.float32),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+        "id": tf.io.FixedLenFeature([], tf.int64),
+    }
 
     def parse(records):
         ex = tf.io.parse_example(records, spec)
@@ -59,10 +68,17 @@ def write(problem: Synthetic, out_dir: str, num_files: int) -> list[str]:
     paths = [os.path.join(out_dir, f"part-{k:05d}.tfrecord") for k in range(num_files)]
     writers = [tf.io.TFRecordWriter(p) for p in paths]
     for j in range(len(ids)):
-        ex = tf.train.Example(features=tf.train.Features(feature={
-            "x": tf.train.Feature(float_list=tf.train.FloatList(value=x[j].astype("float32").ravel())),
-            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[y[j]])),
-            "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[ids[j]]))}))
+        ex = tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    "x": tf.train.Feature(
+                        float_list=tf.train.FloatList(value=x[j].astype("float32").ravel())
+                    ),
+                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[y[j]])),
+                    "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[ids[j]])),
+                }
+            )
+        )
         writers[j % num_files].write(ex.SerializeToString())
     for w in writers:
         w.close()

@@ -58,8 +58,13 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     registry = CollectorRegistry()
     metrics = TaskMetrics(registry, task)
-    metrics.build_info(tf_version=_tf_version(), trainer_version=trainer.__version__, strategy="script",
-                       communication="script", task=os.path.basename(path))
+    metrics.build_info(
+        tf_version=_tf_version(),
+        trainer_version=trainer.__version__,
+        strategy="script",
+        communication="script",
+        task=os.path.basename(path),
+    )
     server = Server(registry, port) if port else None
     metrics.state("training")
     sys.argv = [path, *args]

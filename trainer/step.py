@@ -56,11 +56,18 @@ class StepOptions:
 
     @classmethod
     def of(cls, config) -> StepOptions:
-        return cls(mode=config.allreduce_mode, dtype=config.allreduce_dtype, bytes_per_pack=config.bytes_per_pack)
+        return cls(
+            mode=config.allreduce_mode, dtype=config.allreduce_dtype, bytes_per_pack=config.bytes_per_pack
+        )
 
 
-def build(strategy: tf.distribute.Strategy, task: Task, optimizer, global_batch: int,
-          options: StepOptions = StepOptions()) -> StepFns:
+def build(
+    strategy: tf.distribute.Strategy,
+    task: Task,
+    optimizer,
+    global_batch: int,
+    options: StepOptions = StepOptions(),
+) -> StepFns:
     """Functions running n steps per call: one dispatch serves n steps (n=1 is a plain step).
 
     Per call the host pays a function dispatch of a few ms (measured 2-11 ms on 2 shared cores);
@@ -74,7 +81,9 @@ def build(strategy: tf.distribute.Strategy, task: Task, optimizer, global_batch:
     def plain(iterator, n: int):
         return plain_steps(iterator, tf.constant(n, tf.int32))
 
-    return StepFns(timed=timed, plain=plain, allreduce_bytes=payload_bytes(task.model.trainable_variables, options))
+    return StepFns(
+        timed=timed, plain=plain, allreduce_bytes=payload_bytes(task.model.trainable_variables, options)
+    )
 
 
 def payload_bytes(variables, options: StepOptions) -> int:
@@ -120,7 +129,9 @@ def functions(strategy, task: Task, optimizer, global_batch: int, options: StepO
         made = [op for op in _ops()[since:] if op._is_stateful]
         with tf.control_dependencies(made):
             # On GPU the end mark settles on the updated values, read after their writes.
-            return [tf.identity(applied)] + ([tf.reshape(v.value(), [-1])[:1] for v in variables] if on_gpu else [])
+            return [tf.identity(applied)] + (
+                [tf.reshape(v.value(), [-1])[:1] for v in variables] if on_gpu else []
+            )
 
     def replica_step(batch, timed):
         no_ids = tf.zeros([0], tf.int64)  # not a module constant: it would initialise TF's context
@@ -208,12 +219,16 @@ def learning_rate(config, replicas: int):
 def describe_lr(config, replicas: int) -> str:
     """The start-up line saying what batch and rate the job trains with, e.g.
     `global batch 128 = 4 x 32, lr 0.04 = 4 x 0.01, warm-up 100 steps`."""
-    batch, base = f"global batch {config.per_replica_batch * replicas} = {replicas} x {config.per_replica_batch}", \
-        config.learning_rate
+    batch, base = (
+        f"global batch {config.per_replica_batch * replicas} = {replicas} x {config.per_replica_batch}",
+        config.learning_rate,
+    )
     if config.lr_scaling == "linear" and replicas > 1:
         warmup = f"warm-up {config.warmup_steps} steps" if config.warmup_steps else "no warm-up"
         return f"{batch}, lr {base * replicas:g} = {replicas} x {base:g} (--lr-scaling linear), {warmup}"
-    return f"{batch}, lr {base:g} ({'--lr-scaling none' if replicas > 1 else 'one replica: nothing to scale'})"
+    return (
+        f"{batch}, lr {base:g} ({'--lr-scaling none' if replicas > 1 else 'one replica: nothing to scale'})"
+    )
 
 
 def optimizer(config, replicas: int):

@@ -42,8 +42,9 @@ def _sparse_ce(labels, logits):
 def _dataset_fn(name: str, *, per_replica_batch: int, seed: int, data: str, input_delay_ms: float):
     prob = problem(name, seed)
     if data:
-        return partial(records.dataset, data, prob, per_replica_batch=per_replica_batch,
-                       input_delay_ms=input_delay_ms)
+        return partial(
+            records.dataset, data, prob, per_replica_batch=per_replica_batch, input_delay_ms=input_delay_ms
+        )
     return partial(_synthetic, prob, per_replica_batch=per_replica_batch, input_delay_ms=input_delay_ms)
 
 
@@ -54,14 +55,22 @@ def _synthetic(prob, ctx, *, per_replica_batch, input_delay_ms):
 def mlp(*, per_replica_batch: int, seed: int, data: str = "", input_delay_ms: float = 0.0) -> Task:
     prob = problem("mlp", seed)
     init = partial(tf.keras.initializers.GlorotUniform, seed=seed)
-    model = tf.keras.Sequential([
-        tf.keras.Input(prob.input_shape),
-        tf.keras.layers.Dense(64, activation="relu", kernel_initializer=init()),
-        tf.keras.layers.Dense(64, activation="relu", kernel_initializer=init()),
-        tf.keras.layers.Dense(prob.num_classes, kernel_initializer=init()),
-    ])
-    return Task(model, _sparse_ce, _dataset_fn("mlp", per_replica_batch=per_replica_batch, seed=seed,
-                                               data=data, input_delay_ms=input_delay_ms), classify=True)
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input(prob.input_shape),
+            tf.keras.layers.Dense(64, activation="relu", kernel_initializer=init()),
+            tf.keras.layers.Dense(64, activation="relu", kernel_initializer=init()),
+            tf.keras.layers.Dense(prob.num_classes, kernel_initializer=init()),
+        ]
+    )
+    return Task(
+        model,
+        _sparse_ce,
+        _dataset_fn(
+            "mlp", per_replica_batch=per_replica_batch, seed=seed, data=data, input_delay_ms=input_delay_ms
+        ),
+        classify=True,
+    )
 
 
 def cnn(*, per_replica_batch: int, seed: int, data: str = "", input_delay_ms: float = 0.0) -> Task:
@@ -82,10 +91,17 @@ def cnn(*, per_replica_batch: int, seed: int, data: str = "", input_delay_ms: fl
     x = layers.Conv2D(32, 3, strides=2, padding="same", kernel_initializer=init())(x)
     x = block(x, 32)
     outputs = layers.Dense(prob.num_classes, kernel_initializer=tf.keras.initializers.GlorotUniform(seed))(
-        layers.Flatten()(x))
+        layers.Flatten()(x)
+    )
     model = tf.keras.Model(inputs, outputs, name="resnet_small")
-    return Task(model, _sparse_ce, _dataset_fn("cnn", per_replica_batch=per_replica_batch, seed=seed,
-                                               data=data, input_delay_ms=input_delay_ms), classify=True)
+    return Task(
+        model,
+        _sparse_ce,
+        _dataset_fn(
+            "cnn", per_replica_batch=per_replica_batch, seed=seed, data=data, input_delay_ms=input_delay_ms
+        ),
+        classify=True,
+    )
 
 
 BUILTIN = {"mlp": mlp, "cnn": cnn}
@@ -98,7 +114,9 @@ def load(name: str) -> Callable[..., Task | tuple]:
         return BUILTIN[name]
     module_name, sep, attr = name.partition(":")
     if not sep:
-        raise ConfigError(f"--task {name!r}: not a built-in ({', '.join(BUILTIN)}) nor package.module:function")
+        raise ConfigError(
+            f"--task {name!r}: not a built-in ({', '.join(BUILTIN)}) nor package.module:function"
+        )
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:

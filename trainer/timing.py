@@ -15,6 +15,16 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class StepWork:
+    """What one step of this task processes: the same every step of a run."""
+
+    examples: int
+    """Examples this task's replicas process per step."""
+    allreduce_bytes: int
+    """Gradient bytes this task hands to the all-reduce per step, in the dtype sent."""
+
+
+@dataclass(frozen=True)
 class StepTiming:
     """One step's breakdown in seconds; `other` is what the parts do not explain (dispatch, host)."""
 

@@ -27,8 +27,12 @@ from trainer.timing import CallOutput
 
 log = logging.getLogger(__name__)
 # What a dead peer looks like from a survivor: the collective is aborted, sticky for the process.
-PEER_LOST = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
-             tf.errors.DeadlineExceededError)
+PEER_LOST = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+    tf.errors.DeadlineExceededError,
+)
 # How long a finishing task waits at exit for the others to finish too (TF default: 10 min... of nothing).
 SHUTDOWN_BARRIER_S = 30
 
@@ -40,12 +44,16 @@ def make_strategy(config: Config, spec: ClusterSpec | None) -> tf.distribute.Str
     # replica-context all-reduce inherits (batch_reduce_to merges them).
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.AUTO,
-        bytes_per_pack=config.bytes_per_pack)
+        bytes_per_pack=config.bytes_per_pack,
+    )
     resolver = None
     if spec is not None:  # from our validated spec, not from os.environ (one source of truth)
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(spec.cluster_dict()), task_type=spec.task.type, task_id=spec.task.index,
-            rpc_layer="grpc")
+            tf.train.ClusterSpec(spec.cluster_dict()),
+            task_type=spec.task.type,
+            task_id=spec.task.index,
+            rpc_layer="grpc",
+        )
         configure_coordination(config, resolver.cluster_spec())
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
 
@@ -62,13 +70,19 @@ def configure_coordination(config: Config, cluster: tf.train.ClusterSpec) -> Non
     from tensorflow.python.distribute import multi_worker_util
     from tensorflow.python.eager import context
 
-    jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster.num_tasks(job))
-            for job in ("chief", "worker") if job in cluster.jobs]
+    jobs = [
+        coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster.num_tasks(job))
+        for job in ("chief", "worker")
+        if job in cluster.jobs
+    ]
     context.context().configure_coordination_service(
-        service_type="standalone", service_leader=multi_worker_util.coordination_leader(cluster),
-        coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(config.heartbeat_timeout * 1000),
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(cluster),
+        coordinated_jobs=jobs,
+        heartbeat_timeout_in_ms=int(config.heartbeat_timeout * 1000),
         cluster_register_timeout_in_ms=int(config.cluster_timeout * 1000),
-        shutdown_barrier_timeout_in_ms=int(SHUTDOWN_BARRIER_S * 1000))
+        shutdown_barrier_timeout_in_ms=int(SHUTDOWN_BARRIER_S * 1000),
+    )
     # Without the barrier a task that registered goes on and waits in its first collective forever
     # for one that never joins (measured: a worker with a wrong port in its TF_CONFIG).
     context.context().coordination_service.cluster_register_with_barrier = True
@@ -101,20 +115,24 @@ class Trainable:
     checkpoints: Checkpointer | NoCheckpoints
 
 
-def run(config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics,
-        release_port: Callable[[], None]) -> None:
+def run(
+    config: Config, spec: ClusterSpec | None, task_id: TaskId, metrics, release_port: Callable[[], None]
+) -> None:
     release_port()
     try:
         strategy = make_strategy(config, spec)  # first: nothing may touch the TF context before it
     except PEER_LOST as err:
-        raise MissingPeersError(f"the cluster did not form within {config.cluster_timeout:g}s (--cluster-timeout): "
-                                f"a peer accepts connections but never joined ({_first_line(err)}); check that "
-                                "every task runs with the same TF_CONFIG cluster") from None
+        raise MissingPeersError(
+            f"the cluster did not form within {config.cluster_timeout:g}s (--cluster-timeout): "
+            f"a peer accepts connections but never joined ({_first_line(err)}); check that "
+            "every task runs with the same TF_CONFIG cluster"
+        ) from None
     try:
         _run(Context(config, spec, task_id, strategy), metrics)
     except PEER_LOST as err:
-        raise PeerLostError(f"a peer was lost, the collective is aborted ("
-                            f"{_first_line(err)}); restart every task to resume") from None
+        raise PeerLostError(
+            f"a peer was lost, the collective is aborted ({_first_line(err)}); restart every task to resume"
+        ) from None
 
 
 def _first_line(err: Exception) -> str:
@@ -123,13 +141,17 @@ def _first_line(err: Exception) -> str:
 
 def _run(ctx: Context, metrics) -> None:
     if tf.keras.__name__.split(".")[0] != "tf_keras":
-        raise ConfigError("tf.keras is Keras 3, which cannot train under MWMS: install tf-keras "
-                          "and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported")
+        raise ConfigError(
+            "tf.keras is Keras 3, which cannot train under MWMS: install tf-keras "
+            "and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported"
+        )
     if ctx.spec is not None:
         mine = agreement.fingerprints(ctx.spec, ctx.config, tf.__version__, trainer.__version__)
         agreement.check([t.name for t in ctx.spec.tasks], agreement.gather(ctx.strategy, mine))
     _describe(ctx, metrics)
-    log.info("%s: %s", ctx.task_id.name, device.describe(_gpu_names(), tf.sysconfig.get_build_info(), os.environ))
+    log.info(
+        "%s: %s", ctx.task_id.name, device.describe(_gpu_names(), tf.sysconfig.get_build_info(), os.environ)
+    )
     job = _build(ctx)
     start = _resume(ctx, job)
     result = _train(ctx, job, metrics, start)
@@ -139,9 +161,14 @@ def _run(ctx: Context, metrics) -> None:
 def _describe(ctx: Context, metrics) -> None:
     config = ctx.config
     metrics.world_size.set(ctx.strategy.num_replicas_in_sync)
-    metrics.build_info(tf_version=tf.__version__, trainer_version=trainer.__version__, strategy=config.strategy,
-                       communication="AUTO" if config.strategy == "mwms" else "local", task=config.task,
-                       timing="every step" if config.measure_every == 1 else f"1 call in {config.measure_every}")
+    metrics.build_info(
+        tf_version=tf.__version__,
+        trainer_version=trainer.__version__,
+        strategy=config.strategy,
+        communication="AUTO" if config.strategy == "mwms" else "local",
+        task=config.task,
+        timing="every step" if config.measure_every == 1 else f"1 call in {config.measure_every}",
+    )
 
 
 def _gpu_names() -> list[str]:
@@ -152,12 +179,20 @@ def _gpu_names() -> list[str]:
 def _build(ctx: Context) -> Trainable:
     config = ctx.config
     with ctx.strategy.scope():
-        task = tasks.build(tasks.load(config.task), per_replica_batch=config.per_replica_batch,
-                           seed=config.seed, data=config.data, input_delay_ms=config.input_delay_ms)
+        task = tasks.build(
+            tasks.load(config.task),
+            per_replica_batch=config.per_replica_batch,
+            seed=config.seed,
+            data=config.data,
+            input_delay_ms=config.input_delay_ms,
+        )
         optimizer = step.optimizer(config, ctx.strategy.num_replicas_in_sync)
         optimizer.build(task.model.trainable_variables)  # slots exist before restore and broadcast
-        ckpt = (Checkpointer(config.checkpoint_dir, ctx.is_chief, task.model, optimizer)
-                if config.checkpoint_dir else NoCheckpoints())
+        ckpt = (
+            Checkpointer(config.checkpoint_dir, ctx.is_chief, task.model, optimizer)
+            if config.checkpoint_dir
+            else NoCheckpoints()
+        )
     return Trainable(task, optimizer, ckpt)
 
 
@@ -167,9 +202,13 @@ def _resume(ctx: Context, job: Trainable) -> int:
     if ctx.spec is not None:
         broadcast_from_chief(ctx.strategy, job.task.model.variables + job.optimizer.variables)
     start = int(job.optimizer.iterations.numpy())
-    log.info("%s: %s, %d replicas in sync, %s", ctx.task_id.name,
-             f"resumed at step {start} from {restored}" if restored else f"starting at step {start}",
-             ctx.strategy.num_replicas_in_sync, step.describe_lr(ctx.config, ctx.strategy.num_replicas_in_sync))
+    log.info(
+        "%s: %s, %d replicas in sync, %s",
+        ctx.task_id.name,
+        f"resumed at step {start} from {restored}" if restored else f"starting at step {start}",
+        ctx.strategy.num_replicas_in_sync,
+        step.describe_lr(ctx.config, ctx.strategy.num_replicas_in_sync),
+    )
     return start
 
 
@@ -187,12 +226,16 @@ def _preemption(ctx: Context, job: Trainable, metrics) -> tuple[loop.Action, ...
 
     def exit_fn() -> None:
         metrics.checkpointed(saved["step"])
-        raise PreemptedError(f"preempted (SIGTERM here or on a peer): every task saved step {saved['step']}; "
-                             "restart every task to resume with no step lost")
+        raise PreemptedError(
+            f"preempted (SIGTERM here or on a peer): every task saved step {saved['step']}; "
+            "restart every task to resume with no step lost"
+        )
 
     handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        ctx.strategy.cluster_resolver, job.checkpoints.manager,
-        termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn))
+        ctx.strategy.cluster_resolver,
+        job.checkpoints.manager,
+        termination_config=tf.distribute.experimental.TerminationConfig(exit_fn=exit_fn),
+    )
     handler._run_counter = 0  # noqa: SLF001 (see the docstring)
 
     def on_call(out: CallOutput) -> None:
@@ -212,16 +255,28 @@ def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult
     preemption = _preemption(ctx, job, metrics)
     iterator = iter(ctx.strategy.distribute_datasets_from_function(job.task.dataset_fn))
     settings = loop.LoopSettings(
-        task_name=ctx.task_id.name, steps=config.steps, steps_per_call=config.steps_per_call,
-        measure_every=config.measure_every, save_every=config.save_every,
+        task_name=ctx.task_id.name,
+        steps=config.steps,
+        steps_per_call=config.steps_per_call,
+        measure_every=config.measure_every,
+        save_every=config.save_every,
         local_examples=config.per_replica_batch * len(ctx.strategy.extended.worker_devices),
-        classify=job.task.classify, record_ids=bool(config.output_dir))
+        classify=job.task.classify,
+        record_ids=bool(config.output_dir),
+    )
     controller = loop.Controller(
         fns=step.build(ctx.strategy, job.task, job.optimizer, ctx.global_batch, step.StepOptions.of(config)),
         checkpoints=job.checkpoints,
-        metrics=metrics, settings=settings, agree=partial(_agree, ctx.strategy),
-        actions=(progress.ProgressLog(progress.Job(ctx.task_id.name, config.steps, ctx.global_batch),
-                                      config.log_every), *preemption))
+        metrics=metrics,
+        settings=settings,
+        agree=partial(_agree, ctx.strategy),
+        actions=(
+            progress.ProgressLog(
+                progress.Job(ctx.task_id.name, config.steps, ctx.global_batch), config.log_every
+            ),
+            *preemption,
+        ),
+    )
     metrics.state("training")
     return controller.train(iterator, start)
 

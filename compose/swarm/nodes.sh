@@ -3,7 +3,7 @@
 # "hosts". The host's own engine never enters swarm mode: every swarm command runs in a node.
 #   nodes.sh image                 the node image (Debian's docker.io, built offline), cached by tag
 #   nodes.sh up                    network, NODES nodes, swarm init/join, node labels (idempotent)
-#   nodes.sh down                  remove the nodes, their volumes and the network
+#   nodes.sh down                  remove the nodes, their volumes, the network and the registry
 #   nodes.sh load IMAGE...         docker save | docker load into every node, in parallel
 #   nodes.sh registry              start Debian's docker-registry (distribution 2.8) on BIND_ADDR:REGISTRY_PORT
 #   nodes.sh push IMAGE REGISTRY   push IMAGE to REGISTRY, print its pinned reference (repo@sha256:...)
@@ -50,7 +50,7 @@ build_image() {
 
 wait_engine() {
   local n=$1
-  for _ in $(seq 100); do in_node "$n" info >/dev/null 2>&1 && return 0; sleep 0.2; done
+  for _ in $(seq 300); do in_node "$n" info >/dev/null 2>&1 && return 0; sleep 0.2; done
   say "the engine in $(node "$n") did not start: docker logs $(node "$n")"; return 1
 }
 

@@ -21,8 +21,10 @@ TAG = "mwms"
 
 def step_quantile(q: float, selector: str) -> str:
     """The q-quantile of each task's step time over Grafana's rate interval."""
-    return (f"histogram_quantile({q}, sum by ({rules.BY_TASK}, le) "
-            f"(rate({contract.STEP.bucket}{{{selector}}}[$__rate_interval])))")
+    return (
+        f"histogram_quantile({q}, sum by ({rules.BY_TASK}, le) "
+        f"(rate({contract.STEP.bucket}{{{selector}}}[$__rate_interval])))"
+    )
 
 
 def query(expr: str, legend: str = "", *, ref_id: str = "A", instant: bool = False):
@@ -49,74 +51,137 @@ def thresholds(*steps: tuple[float | None, str]):
 GREEN = (None, "green")
 
 
-def graph(ids: itertools.count, title: str, description: str, unit: str, exprs, *,
-          w: int = 12, h: int = 8, stacked: bool = False, limits=None, min_zero: bool = True):
+def graph(
+    ids: itertools.count,
+    title: str,
+    description: str,
+    unit: str,
+    exprs,
+    *,
+    w: int = 12,
+    h: int = 8,
+    stacked: bool = False,
+    limits=None,
+    min_zero: bool = True,
+):
     """A time series panel. limits: threshold steps drawn as dashed lines (what "bad" looks like)."""
     p = (
         timeseries.Panel()
-        .id(next(ids)).title(title).description(description).unit(unit)
-        .datasource(DATASOURCE).targets(targets(*exprs)).span(w).height(h)
-        .legend(cb.VizLegendOptions().show_legend(True).display_mode(common.LegendDisplayMode.LIST)
-                .placement(common.LegendPlacement.BOTTOM))
-        .line_width(1).fill_opacity(40 if stacked else 10)
+        .id(next(ids))
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .datasource(DATASOURCE)
+        .targets(targets(*exprs))
+        .span(w)
+        .height(h)
+        .legend(
+            cb.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+        )
+        .line_width(1)
+        .fill_opacity(40 if stacked else 10)
     )
-    p = p.with_transformation(dashboard.DataTransformerConfig(
-        id_val="renameByRegex", options={"regex": f"{contract.CHIEF}-0(.*)", "renamePattern": f"{contract.CHIEF}$1"}))
+    p = p.with_transformation(
+        dashboard.DataTransformerConfig(
+            id_val="renameByRegex",
+            options={"regex": f"{contract.CHIEF}-0(.*)", "renamePattern": f"{contract.CHIEF}$1"},
+        )
+    )
     if min_zero:
         p = p.min(0)
     if stacked:
         p = p.stacking(cb.StackingConfig().mode(common.StackingMode.NORMAL))
     if limits:
         p = p.thresholds(thresholds(*limits)).thresholds_style(
-            cb.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED))
+            cb.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED)
+        )
     return p
 
 
-def single(ids: itertools.count, title: str, description: str, unit: str, expr: str, *,
-           legend: str = "", w: int = 4, h: int = 4, limits=(GREEN,), text_mode=common.BigValueTextMode.AUTO):
+def single(
+    ids: itertools.count,
+    title: str,
+    description: str,
+    unit: str,
+    expr: str,
+    *,
+    legend: str = "",
+    w: int = 4,
+    h: int = 4,
+    limits=(GREEN,),
+    text_mode=common.BigValueTextMode.AUTO,
+):
     """A stat panel showing the last value, coloured by threshold."""
     return (
         stat.Panel()
-        .id(next(ids)).title(title).description(description).unit(unit)
-        .datasource(DATASOURCE).targets(targets((expr, legend))).span(w).height(h)
-        .thresholds(thresholds(*limits)).color_mode(common.BigValueColorMode.VALUE)
-        .graph_mode(common.BigValueGraphMode.AREA).text_mode(text_mode)
+        .id(next(ids))
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .datasource(DATASOURCE)
+        .targets(targets((expr, legend)))
+        .span(w)
+        .height(h)
+        .thresholds(thresholds(*limits))
+        .color_mode(common.BigValueColorMode.VALUE)
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .text_mode(text_mode)
         .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
     )
 
 
 def value_names(names: dict[int, tuple[str, str]]):
     """Value mappings: a numeric code shown as text in a colour ({code: (text, colour)})."""
-    options = {str(code): dashboard.ValueMappingResult(text=text, color=color, index=i)
-               for i, (code, (text, color)) in enumerate(names.items())}
+    options = {
+        str(code): dashboard.ValueMappingResult(text=text, color=color, index=i)
+        for i, (code, (text, color)) in enumerate(names.items())
+    }
     return [dashboard.ValueMap(options=options)]
 
 
-def labels_table(ids: itertools.count, title: str, description: str, expr: str, *,
-                 hide: tuple[str, ...] = (), w: int = 12, h: int = 7):
+def labels_table(
+    ids: itertools.count,
+    title: str,
+    description: str,
+    expr: str,
+    *,
+    hide: tuple[str, ...] = (),
+    w: int = 12,
+    h: int = 7,
+):
     """An instant query shown as a table of label values, one row per series."""
     excluded = {name: True for name in ("Time", "Value", "__name__", "job", *hide)}
     return (
         table.Panel()
-        .id(next(ids)).title(title).description(description).unit("none")
+        .id(next(ids))
+        .title(title)
+        .description(description)
+        .unit("none")
         .datasource(DATASOURCE)
         .targets([query(expr, ref_id="A", instant=True).format(promql.PromQueryFormat.TABLE)])
-        .span(w).height(h)
-        .with_transformation(dashboard.DataTransformerConfig(id_val="organize",
-                                                             options={"excludeByName": excluded}))
+        .span(w)
+        .height(h)
+        .with_transformation(
+            dashboard.DataTransformerConfig(id_val="organize", options={"excludeByName": excluded})
+        )
     )
 
 
 def task_variable(*, multi: bool):
     """The task selector: one value per scrape target (e.g. worker-1:8000), shown as worker-1."""
     v = (
-        db.QueryVariable("task").label("Task")
+        db.QueryVariable("task")
+        .label("Task")
         .datasource(DATASOURCE)
         .query(f"label_values({contract.WORLD_SIZE.name}{{{JOB}}}, instance)")
         .regex("/(?<value>(?<text>[^:]+).*)/")
         .refresh(dashboard.VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(dashboard.VariableSort.ALPHABETICAL_ASC)
-        .multi(multi).include_all(multi)
+        .multi(multi)
+        .include_all(multi)
     )
     # Multi: every task by default (the overview repeats a panel per task); single: Grafana picks the first.
     return v.current(dashboard.VariableOption(text="All", value="$__all")) if multi else v
@@ -128,12 +193,22 @@ def row(ids: itertools.count, title: str):
 
 def new_dashboard(uid: str, title: str, description: str):
     return (
-        db.Dashboard(title).uid(uid).description(description)
+        db.Dashboard(title)
+        .uid(uid)
+        .description(description)
         .tags([TAG, "training", "tensorflow"])
-        .time("now-30m", "now").refresh("10s").timezone("browser")
+        .time("now-30m", "now")
+        .refresh("10s")
+        .timezone("browser")
         .tooltip(dashboard.DashboardCursorSync.CROSSHAIR)
         .editable()
         # Both dashboards carry the tag, so each links to the other with the same time range.
-        .link(db.DashboardLink("Training dashboards").type(dashboard.DashboardLinkType.DASHBOARDS)
-              .tags([TAG]).as_dropdown(False).keep_time(True).include_vars(False))
+        .link(
+            db.DashboardLink("Training dashboards")
+            .type(dashboard.DashboardLinkType.DASHBOARDS)
+            .tags([TAG])
+            .as_dropdown(False)
+            .keep_time(True)
+            .include_vars(False)
+        )
     )

@@ -23,20 +23,46 @@ LOSS = re.compile(r"\[chief\] .* chief \| step \d+/\d+ .*\| loss ([0-9.]+)")
 
 def _late_loss(task: str, steps: int, dtype: str) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
-    out = subprocess.run([sys.executable, "-m", "trainer.host.launch", "--workers", "1", "--metrics-port", "0",
-                          "--task", task, "--steps", str(steps), "--log-every", "10", "--steps-per-call", "10",
-                          "--allreduce-dtype", dtype], cwd=ROOT, env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
-                         capture_output=True, text=True, timeout=300, check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.host.launch",
+            "--workers",
+            "1",
+            "--metrics-port",
+            "0",
+            "--task",
+            task,
+            "--steps",
+            str(steps),
+            "--log-every",
+            "10",
+            "--steps-per-call",
+            "10",
+            "--allreduce-dtype",
+            dtype,
+        ],
+        cwd=ROOT,
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     losses = [float(m) for m in LOSS.findall(out.stdout)]
     assert out.returncode == 0 and len(losses) >= 5, out.stdout[-3000:] + out.stderr[-2000:]
     return sum(losses[-5:]) / 5
 
 
-@pytest.mark.parametrize(("task", "steps", "dtype"), [("mlp", 200, "bfloat16"), ("mlp", 200, "float16"),
-                                                      ("cnn", 120, "bfloat16")])
+@pytest.mark.parametrize(
+    ("task", "steps", "dtype"), [("mlp", 200, "bfloat16"), ("mlp", 200, "float16"), ("cnn", 120, "bfloat16")]
+)
 def test_compressed_all_reduce_converges_like_float32(task, steps, dtype):
     if task not in FLOAT32:
         FLOAT32[task] = _late_loss(task, steps, "float32")
     full, compressed = FLOAT32[task], _late_loss(task, steps, dtype)
     print(f"{task}: mean loss of the last 50 steps {full:.4f} in float32, {compressed:.4f} in {dtype}")
-    assert compressed <= full * (1 + TOLERANCE), f"{task}: loss {compressed:.4f} in {dtype} vs {full:.4f} in float32"
+    assert compressed <= full * (1 + TOLERANCE), (
+        f"{task}: loss {compressed:.4f} in {dtype} vs {full:.4f} in float32"
+    )

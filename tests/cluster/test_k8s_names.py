@@ -68,8 +68,11 @@ echo "exit codes: chief=$c worker=$w"
 
 def operator_tf_config(task: TaskId) -> str:
     """genTFConfigJSONStr's output for a TFJob whose Chief listens on 2222 and Worker on 2223."""
-    doc = {"cluster": {t: [tfjob_addr(t)] for t in PORTS}, "task": {"type": task.type, "index": task.index},
-           "environment": "cloud"}
+    doc = {
+        "cluster": {t: [tfjob_addr(t)] for t in PORTS},
+        "task": {"type": task.type, "index": task.index},
+        "environment": "cloud",
+    }
     return json.dumps(doc, separators=(",", ":"))
 
 
@@ -82,13 +85,21 @@ def run_in_namespace(script: str, hosts: dict[str, str], tmp_path: Path, **env: 
     need("user namespaces")
     hosts_file = tmp_path / "hosts"
     hosts_file.write_text("127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for name, ip in hosts.items()))
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("TRAINER_", "JOB")) and k != "TF_CONFIG"}
-    clean.update(HOSTS_FILE=str(hosts_file), PY=sys.executable, TF_CPP_MIN_LOG_LEVEL="2",
-                 PYTHONUNBUFFERED="1", **env)
-    proc = subprocess.Popen(["unshare", "-rmn", "bash", "-c", script, "k8s-names", *TRAINER_ARGS], cwd=ROOT,
-                            env=clean, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TRAINER_", "JOB")) and k != "TF_CONFIG"
+    }
+    clean.update(
+        HOSTS_FILE=str(hosts_file), PY=sys.executable, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", **env
+    )
+    proc = subprocess.Popen(
+        ["unshare", "-rmn", "bash", "-c", script, "k8s-names", *TRAINER_ARGS],
+        cwd=ROOT,
+        env=clean,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         return proc.communicate(timeout=300)[0]
     except subprocess.TimeoutExpired:
@@ -112,7 +123,8 @@ def test_cluster_forms_with_the_operators_names_and_tf_config(tmp_path: Path) ->
 
 def test_cluster_forms_from_the_jobset_pod_identity(tmp_path: Path) -> None:
     hosts = {"mwms-chief-0-0.mwms": CHIEF_IP, "mwms-worker-0-0.mwms": WORKER_IP}
-    out = run_in_namespace(JOBSET_SCRIPT, hosts, tmp_path, JOBSET_NAME="mwms", JOB_COMPLETION_INDEX="0",
-                           JOBSET_WORKERS="1")
+    out = run_in_namespace(
+        JOBSET_SCRIPT, hosts, tmp_path, JOBSET_NAME="mwms", JOB_COMPLETION_INDEX="0", JOBSET_WORKERS="1"
+    )
     assert_trained(out, "mwms-chief-0-0.mwms:2222")
     assert "'worker': ['mwms-worker-0-0.mwms:2222']" in out, out[-4000:]

@@ -18,11 +18,32 @@ TOLERANCE = 0.10  # what the benchmark targets; the parts are ~25 ms and ~3 ms p
 
 def test_marks_agree_with_the_profiler_trace():
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
-    out = subprocess.run([sys.executable, "-m", "trainer.host.launch", "--workers", "1", "--metrics-port", "0",
-                          "--module", "trainer.host.tracecheck", "--task", "cnn", "--trace-steps", "20"],
-                         cwd=ROOT, env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"}, capture_output=True, text=True,
-                         timeout=300, check=False)
-    found = [line.split("tracecheck-json:", 1)[1] for line in out.stdout.splitlines() if "tracecheck-json:" in line]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.host.launch",
+            "--workers",
+            "1",
+            "--metrics-port",
+            "0",
+            "--module",
+            "trainer.host.tracecheck",
+            "--task",
+            "cnn",
+            "--trace-steps",
+            "20",
+        ],
+        cwd=ROOT,
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    found = [
+        line.split("tracecheck-json:", 1)[1] for line in out.stdout.splitlines() if "tracecheck-json:" in line
+    ]
     assert out.returncode == 0 and found, out.stdout[-3000:] + out.stderr[-3000:]
     spans = json.loads(found[0])
     for part in ("compute", "allreduce"):

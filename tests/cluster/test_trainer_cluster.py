@@ -37,9 +37,14 @@ class Launch:
 
     def __init__(self, *args: str, workers: int = 2) -> None:
         self.lines: list[str] = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "trainer.host.launch", "--workers", str(workers), *args],
-                                     cwd=ROOT, env=BASE_ENV, text=True, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainer.host.launch", "--workers", str(workers), *args],
+            cwd=ROOT,
+            env=BASE_ENV,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -116,8 +121,20 @@ def _watch_metrics(run: Launch, min_steps: int) -> dict[str, dict]:
 
 def test_cluster_trains_identically_on_disjoint_data_with_metrics(tmp_path, launch):
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
-    run = launch("--steps", "500", "--log-every", "125", "--save-every", "125", "--checkpoint-dir", str(ckpt),
-                 "--output-dir", str(out), "--per-replica-batch", "32")
+    run = launch(
+        "--steps",
+        "500",
+        "--log-every",
+        "125",
+        "--save-every",
+        "125",
+        "--checkpoint-dir",
+        str(ckpt),
+        "--output-dir",
+        str(out),
+        "--per-replica-batch",
+        "32",
+    )
     early = _watch_metrics(run, min_steps=100)
     scraped = _watch_metrics(run, min_steps=350)
     assert run.wait() == 0, run.output()[-5000:]
@@ -139,9 +156,16 @@ def test_cluster_trains_identically_on_disjoint_data_with_metrics(tmp_path, laun
         _check_breakdown(early[task], fams)
 
     files = sorted(os.listdir(ckpt))
-    assert files == ["checkpoint", "ckpt-250.data-00000-of-00001", "ckpt-250.index",
-                     "ckpt-375.data-00000-of-00001", "ckpt-375.index", "ckpt-500.data-00000-of-00001",
-                     "ckpt-500.index", "export"], files
+    assert files == [
+        "checkpoint",
+        "ckpt-250.data-00000-of-00001",
+        "ckpt-250.index",
+        "ckpt-375.data-00000-of-00001",
+        "ckpt-375.index",
+        "ckpt-500.data-00000-of-00001",
+        "ckpt-500.index",
+        "export",
+    ], files
 
 
 def _check_metrics(task: TaskId, fams: dict) -> None:
@@ -169,6 +193,7 @@ def _check_metrics(task: TaskId, fams: dict) -> None:
 
 def _check_breakdown(early: dict, late: dict) -> None:
     """Between two scrapes (steady state, after start-up), the parts add up to the step within 10%."""
+
     def delta(name):
         metric = f"trainer_{name}_seconds"
         return _value(late, metric, metric + "_sum") - _value(early, metric, metric + "_sum")
@@ -186,8 +211,18 @@ def _latest_step(ckpt) -> int:
 
 def test_killed_cluster_resumes_from_checkpoint(tmp_path, launch):
     ckpt, out = tmp_path / "ckpt", tmp_path / "out"
-    run = launch("--steps", "1000000", "--save-every", "20", "--log-every", "20", "--checkpoint-dir", str(ckpt),
-                 "--metrics-port", "0")
+    run = launch(
+        "--steps",
+        "1000000",
+        "--save-every",
+        "20",
+        "--log-every",
+        "20",
+        "--checkpoint-dir",
+        str(ckpt),
+        "--metrics-port",
+        "0",
+    )
     deadline = time.monotonic() + 120
     while not os.path.exists(ckpt / "checkpoint") or _latest_step(ckpt) < 40:
         assert run.proc.poll() is None and time.monotonic() < deadline, run.output()[-3000:]
@@ -198,8 +233,20 @@ def test_killed_cluster_resumes_from_checkpoint(tmp_path, launch):
         _wait_gone(pid)
     resumed_at = _latest_step(ckpt)
 
-    again = launch("--steps", str(resumed_at + 20), "--save-every", "20", "--checkpoint-dir", str(ckpt), "--measure-every", "2",
-                   "--output-dir", str(out), "--metrics-port", "0")
+    again = launch(
+        "--steps",
+        str(resumed_at + 20),
+        "--save-every",
+        "20",
+        "--checkpoint-dir",
+        str(ckpt),
+        "--measure-every",
+        "2",
+        "--output-dir",
+        str(out),
+        "--metrics-port",
+        "0",
+    )
     assert again.wait() == 0, again.output()[-5000:]
     summaries = _summaries(out)
     assert {s["start_step"] for s in summaries.values()} == {resumed_at}
@@ -220,15 +267,26 @@ def _wait_gone(pid: int, timeout: float = 10) -> None:
 
 
 def _task_env(spec, task: TaskId, **extra: str) -> dict:
-    return {**BASE_ENV, "TF_CONFIG": spec.with_task(task).to_tf_config(), "TRAINER_METRICS_PORT": "0", **extra}
+    return {
+        **BASE_ENV,
+        "TF_CONFIG": spec.with_task(task).to_tf_config(),
+        "TRAINER_METRICS_PORT": "0",
+        **extra,
+    }
 
 
 def test_missing_peer_exits_3_naming_it():
     spec = on_ports("127.0.0.1", free_ports(3))
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "trainer", "--cluster-timeout", "3"], cwd=ROOT, text=True,
-                          env=_task_env(spec, TaskId("chief", 0)), capture_output=True, timeout=60,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "--cluster-timeout", "3"],
+        cwd=ROOT,
+        text=True,
+        env=_task_env(spec, TaskId("chief", 0)),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     elapsed = time.monotonic() - start
     assert proc.returncode == 3, proc.stderr
     assert f"worker-0 ({spec.worker[0]})" in proc.stderr and f"worker-1 ({spec.worker[1]})" in proc.stderr
@@ -239,9 +297,17 @@ class Tasks:
     """Tasks started directly (no launcher), killed on exit whatever the test's outcome."""
 
     def __init__(self, spec, envs: dict[TaskId, dict]) -> None:
-        self.procs = {t: subprocess.Popen([sys.executable, "-m", "trainer"], cwd=ROOT, env=env, text=True,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-                      for t, env in envs.items()}
+        self.procs = {
+            t: subprocess.Popen(
+                [sys.executable, "-m", "trainer"],
+                cwd=ROOT,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            for t, env in envs.items()
+        }
 
     def __enter__(self) -> dict[TaskId, subprocess.Popen]:
         return self.procs
@@ -255,8 +321,13 @@ class Tasks:
 def test_tasks_that_disagree_are_named():
     spec = on_ports("127.0.0.1", free_ports(2))
     chief, worker = TaskId("chief", 0), TaskId("worker", 0)
-    with Tasks(spec, {chief: _task_env(spec, chief, TRAINER_STEPS="50"),
-                      worker: _task_env(spec, worker, TRAINER_STEPS="60")}) as procs:
+    with Tasks(
+        spec,
+        {
+            chief: _task_env(spec, chief, TRAINER_STEPS="50"),
+            worker: _task_env(spec, worker, TRAINER_STEPS="60"),
+        },
+    ) as procs:
         outputs = {t: p.communicate(timeout=120)[0] for t, p in procs.items()}
     assert procs[worker].returncode == 2, outputs[worker][-3000:]
     assert "worker-0 differs from chief in training settings" in outputs[worker]

@@ -15,17 +15,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, need
 from monitoring.prom_client import Prometheus
+from tests.conftest import ROOT, need
 from trainer import contract
 from trainer.contract import STEPS as STEPS_METRIC
 
 WORKERS = 2
 # Long enough that Prometheus (5 s scrapes) sees every task running: ~25 ms per step here.
 STEPS = 400
-MAKE_ARGS = [f"WORKERS={WORKERS}", f"STEPS={STEPS}", "SAVE_EVERY=100", "OFFLINE=1", "GPUS=0",
-             "ARGS=--input-delay-ms 25"]
-UP_TIMEOUT_S = 1800   # a cold machine builds everything first
+MAKE_ARGS = [
+    f"WORKERS={WORKERS}",
+    f"STEPS={STEPS}",
+    "SAVE_EVERY=100",
+    "OFFLINE=1",
+    "GPUS=0",
+    "ARGS=--input-delay-ms 25",
+]
+UP_TIMEOUT_S = 1800  # a cold machine builds everything first
 # Every target up and a first step seen: seconds on an idle machine, minutes when the 2 cores are shared.
 TARGETS_TIMEOUT_S = 600
 
@@ -51,8 +57,13 @@ class Stack:
         return query(self.prometheus_url, expr)
 
     def make(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run(["make", "--no-print-directory", *args], cwd=self.root, capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            ["make", "--no-print-directory", *args],
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 def query(url: str, expr: str) -> dict[tuple[str, str], float]:
@@ -80,8 +91,13 @@ def stack(docker_engine) -> Iterator[Stack]:
     # Prometheus would still hold earlier runs' tasks (e.g. a WORKERS=3 run) inside the tests' windows.
     subprocess.run(["make", "--no-print-directory", "clean"], cwd=ROOT, capture_output=True, timeout=300)
     start = time.monotonic()
-    up = subprocess.run(["make", "--no-print-directory", "up", *MAKE_ARGS], cwd=ROOT, capture_output=True,
-                        text=True, timeout=UP_TIMEOUT_S)
+    up = subprocess.run(
+        ["make", "--no-print-directory", "up", *MAKE_ARGS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=UP_TIMEOUT_S,
+    )
     up_seconds = time.monotonic() - start
     try:
         assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
@@ -96,15 +112,28 @@ def stack(docker_engine) -> Iterator[Stack]:
                 pass  # Prometheus still starting
             time.sleep(0.5)
         assert seen_up == want, f"Prometheus saw only {sorted(seen_up)} up, expected {sorted(want)}"
-        yield Stack(prometheus_url=url, workers=WORKERS, steps=STEPS, run_dir=ROOT / ".run", root=ROOT,
-                    up_output=up.stdout + up.stderr, up_seconds=up_seconds,
-                    first_step_seconds=first_step or float("nan"))
+        yield Stack(
+            prometheus_url=url,
+            workers=WORKERS,
+            steps=STEPS,
+            run_dir=ROOT / ".run",
+            root=ROOT,
+            up_output=up.stdout + up.stderr,
+            up_seconds=up_seconds,
+            first_step_seconds=first_step or float("nan"),
+        )
     finally:
-        down = subprocess.run(["make", "--no-print-directory", "down"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=300)
-        left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=mwms"],
-                              capture_output=True, text=True).stdout.split()
-        volumes = subprocess.run(["docker", "volume", "ls", "-q"], capture_output=True, text=True).stdout.split()
+        down = subprocess.run(
+            ["make", "--no-print-directory", "down"], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
+        left = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=mwms"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        volumes = subprocess.run(
+            ["docker", "volume", "ls", "-q"], capture_output=True, text=True
+        ).stdout.split()
         # Reported as an error of the last test: `make down` must leave no containers and keep history.
         assert down.returncode == 0 and not left, f"make down left {left}: {down.stderr[-2000:]}"
         assert "mwms_prometheus-data" in volumes, "make down removed the Prometheus history volume"

@@ -13,13 +13,17 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 # What TensorFlow dlopens by soname when a GPU is present (libcuda.so.1, the driver, is the host's).
-LIBRARIES = {"cuda_runtime": "libcudart.so.12", "cublasLt": "libcublasLt.so.12", "cublas": "libcublas.so.12",
-             "cudnn": "libcudnn.so.9", "nccl": "libnccl.so.2"}
+LIBRARIES = {
+    "cuda_runtime": "libcudart.so.12",
+    "cublasLt": "libcublasLt.so.12",
+    "cublas": "libcublas.so.12",
+    "cudnn": "libcudnn.so.9",
+    "nccl": "libnccl.so.2",
+}
 # <dlfcn.h>: the search path dlopen() uses for calls made from a given object (its RUNPATH first).
 RTLD_DI_SERINFO, RTLD_DI_SERINFOSIZE = 4, 5
 SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
@@ -59,16 +63,19 @@ def load(soname: str, dirs: list[str]) -> dict:
     return {"path": path, "error": None}
 
 
-def duplicate_libraries(root: Path) -> list[list[str]]:
-    """Shared objects present twice with identical bytes (wheels hold no symlinks: every copy is real)."""
+def duplicate_libraries(dists: list[md.Distribution]) -> list[list[str]]:
+    """Shared objects installed twice with identical bytes, as `distribution:path` (wheels hold no
+    symlinks, so every copy is real). Copies inside one wheel are its own; across two they are ours."""
     by_size = defaultdict(list)
-    for path in root.rglob("*"):
-        if SHARED_OBJECT.search(path.name) and path.is_file() and not path.is_symlink():
-            by_size[path.stat().st_size].append(path)
+    for dist in dists:
+        for file in dist.files or ():
+            path = Path(dist.locate_file(file))
+            if SHARED_OBJECT.search(path.name) and path.is_file():
+                by_size[path.stat().st_size].append((dist.metadata["Name"], path))
     by_hash = defaultdict(list)
-    for paths in (p for p in by_size.values() if len(p) > 1):
-        for path in paths:
-            by_hash[hashlib.sha256(path.read_bytes()).hexdigest()].append(str(path))
+    for entries in (e for e in by_size.values() if len(e) > 1):
+        for name, path in entries:
+            by_hash[hashlib.sha256(path.read_bytes()).hexdigest()].append(f"{name}:{path}")
     return sorted(p for p in by_hash.values() if len(p) > 1)
 
 
@@ -76,9 +83,16 @@ def xla_toolkit(tf_dir: Path) -> dict:
     """What XLA finds in the CUDA root it derives from its own library: ../nvidia/cuda_nvcc."""
     root = (tf_dir / ".." / "nvidia" / "cuda_nvcc").resolve()
     ptxas = root / "bin" / "ptxas"
-    version = subprocess.run([str(ptxas), "--version"], capture_output=True, text=True).stdout if ptxas.exists() else ""
-    return {"root": str(root), "libdevice": (root / "nvvm" / "libdevice" / "libdevice.10.bc").is_file(),
-            "ptxas": version.strip().splitlines()[-1] if version.strip() else None}
+    version = (
+        subprocess.run([str(ptxas), "--version"], capture_output=True, text=True).stdout
+        if ptxas.exists()
+        else ""
+    )
+    return {
+        "root": str(root),
+        "libdevice": (root / "nvvm" / "libdevice" / "libdevice.10.bc").is_file(),
+        "ptxas": next((line for line in version.splitlines() if "release" in line), None),
+    }
 
 
 def main() -> None:
@@ -87,19 +101,28 @@ def main() -> None:
     tf_dir = Path(tf.sysconfig.get_lib())
     dists = list(md.distributions())
     dirs = search_path(str(tf_dir / "libtensorflow_framework.so.2"))
-    print(json.dumps({
-        "installed": {d.metadata["Name"]: d.version for d in dists},
-        "tensorflow_providers": sorted(d.metadata["Name"] for d in dists
-                                       if any(str(f) == "tensorflow/__init__.py" for f in d.files or ())),
-        "build_info": {k: str(v) for k, v in tf.sysconfig.get_build_info().items()},
-        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
-        "libraries": {name: load(soname, dirs) for name, soname in LIBRARIES.items()},
-        "site_packages": str(tf_dir.parent),
-        "duplicates": duplicate_libraries(Path(sys.prefix)),
-        "wheels_left": [str(p) for top in ("/opt", "/root", "/tmp", "/app") for p in Path(top).rglob("*.whl")],
-        "pip_cache": [p for p in ("/root/.cache/pip", "/tmp/.cache/pip") if os.path.exists(p)],
-        "xla_toolkit": xla_toolkit(tf_dir),
-    }))
+    print(
+        json.dumps(
+            {
+                "installed": {d.metadata["Name"]: d.version for d in dists},
+                "tensorflow_providers": sorted(
+                    d.metadata["Name"]
+                    for d in dists
+                    if any(str(f) == "tensorflow/__init__.py" for f in d.files or ())
+                ),
+                "build_info": {k: str(v) for k, v in tf.sysconfig.get_build_info().items()},
+                "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+                "libraries": {name: load(soname, dirs) for name, soname in LIBRARIES.items()},
+                "site_packages": str(tf_dir.parent),
+                "duplicates": duplicate_libraries(dists),
+                "wheels_left": [
+                    str(p) for top in ("/opt", "/root", "/tmp", "/app") for p in Path(top).rglob("*.whl")
+                ],
+                "pip_cache": [p for p in ("/root/.cache/pip", "/tmp/.cache/pip") if os.path.exists(p)],
+                "xla_toolkit": xla_toolkit(tf_dir),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

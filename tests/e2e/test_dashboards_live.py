@@ -40,16 +40,22 @@ def trained(stack):
     prom = Prometheus(url=stack.prometheus_url)
     wait_for_data(prom, READY, tasks=stack.workers + 1, timeout=240)
     window = find_window(prom, lookback=3600, now=time.time())  # the run so far (or all of it)
-    sizes = prom.query_range(f"{contract.WORLD_SIZE.name}{rules.JOB_SELECTOR}", window.start, window.end, STEP)
+    sizes = prom.query_range(
+        f"{contract.WORLD_SIZE.name}{rules.JOB_SELECTOR}", window.start, window.end, STEP
+    )
     tasks = finite_series(sizes)
-    assert sorted((contract.task_of(m) for m in tasks.values()), key=contract.task_order) == \
-        [contract.CHIEF] + [contract.task_name(contract.WORKER, i) for i in range(stack.workers)]
+    assert sorted((contract.task_of(m) for m in tasks.values()), key=contract.task_order) == [
+        contract.CHIEF
+    ] + [contract.task_name(contract.WORKER, i) for i in range(stack.workers)]
     return prom, window, tasks
 
 
 def cases() -> list:
-    return [pytest.param(q, id=f"{q.dashboard}:{q.panel}:{q.ref_id}")
-            for dashboard in load_dashboards().values() for q in panel_queries(dashboard)]
+    return [
+        pytest.param(q, id=f"{q.dashboard}:{q.panel}:{q.ref_id}")
+        for dashboard in load_dashboards().values()
+        for q in panel_queries(dashboard)
+    ]
 
 
 def variable_choices(q, instances: list[str]) -> list[dict[str, str]]:
@@ -68,8 +74,13 @@ def test_panel_query_returns_data_for_every_task(trained, q):
     for variables in variable_choices(q, sorted(tasks)):
         # Instant (table) queries: as seen shortly after the run, when the tasks have exited.
         at = window.end + 30
-        expr = substitute(q.expr, rate_interval=RATE_INTERVAL, interval=f"{STEP}s",
-                          range_=f"{at - window.start + STEP:.0f}s", variables=variables)
+        expr = substitute(
+            q.expr,
+            rate_interval=RATE_INTERVAL,
+            interval=f"{STEP}s",
+            range_=f"{at - window.start + STEP:.0f}s",
+            variables=variables,
+        )
         if q.instant:
             result = prom.query(expr, at=at)
         else:

@@ -191,7 +191,9 @@ def wait_for(verdict: str, *, timeout: float, tasks: tuple[str, ...] | None = No
 def rate_ratio(numerator: str, denominator: str) -> float:
     """The largest per-task ratio of two counters' rates over MEASURE_WINDOW."""
     by = "by (task_type, task_index)"
-    per_task = f"sum {by} (rate({numerator}[{MEASURE_WINDOW}])) / sum {by} (rate({denominator}[{MEASURE_WINDOW}]))"
+    per_task = (
+        f"sum {by} (rate({numerator}[{MEASURE_WINDOW}])) / sum {by} (rate({denominator}[{MEASURE_WINDOW}]))"
+    )
     result = prom(f"max({per_task})")
     assert result, f"no data for {numerator} / {denominator}"
     return float(result[0]["value"][1])
@@ -199,8 +201,10 @@ def rate_ratio(numerator: str, denominator: str) -> float:
 
 def measure(report: dict) -> Healthy:
     time.sleep(6 * 5)  # a whole MEASURE_WINDOW of healthy scrapes
-    worker0 = prom(f'rate(process_cpu_seconds_total{{job="trainer", task_type="worker", task_index="0"}}'
-                   f"[{MEASURE_WINDOW}])")
+    worker0 = prom(
+        f'rate(process_cpu_seconds_total{{job="trainer", task_type="worker", task_index="0"}}'
+        f"[{MEASURE_WINDOW}])"
+    )
     healthy = Healthy(
         report=report,
         step_s=rate_ratio(f"{STEP.name}_sum", f"{STEP.name}_count"),
@@ -269,7 +273,9 @@ def test_cpu_starved_worker_is_the_straggler(healthy):
 
 
 def test_slow_input_pipeline_is_input_bound(healthy):
-    print(f"input delay {healthy.input_delay_ms()} ms per batch (healthy step {healthy.step_s * 1000:.0f} ms)")
+    print(
+        f"input delay {healthy.input_delay_ms()} ms per batch (healthy step {healthy.step_s * 1000:.0f} ms)"
+    )
     start_job([*LONG_JOB, f"INPUT_DELAY_MS={healthy.input_delay_ms()}"])
     # The fault starts with the job: start_job returns at its first step. Every task has the same slow
     # pipeline, but only the ones that reach their next batch first wait on it (the others meanwhile

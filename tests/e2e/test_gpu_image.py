@@ -45,11 +45,22 @@ def normalize(name: str) -> str:
 def image() -> str:
     engine_ready()
     start = time.monotonic()
-    built = subprocess.run(["make", "--no-print-directory", "images", "VARIANT=gpu", "OFFLINE=1"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    assert built.returncode == 0, f"make images VARIANT=gpu failed:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}"
-    tag = generate.StackConfig(workers=1, image_repo=os.environ.get("IMAGE_REPO", "mwms/trainer")).image("gpu")
-    size = subprocess.run(["docker", "image", "inspect", "-f", "{{.Size}}", tag], capture_output=True, text=True)
+    built = subprocess.run(
+        ["make", "--no-print-directory", "images", "VARIANT=gpu", "OFFLINE=1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+    )
+    assert built.returncode == 0, (
+        f"make images VARIANT=gpu failed:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}"
+    )
+    tag = generate.StackConfig(workers=1, image_repo=os.environ.get("IMAGE_REPO", "mwms/trainer")).image(
+        "gpu"
+    )
+    size = subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{.Size}}", tag], capture_output=True, text=True
+    )
     assert size.returncode == 0, f"make images VARIANT=gpu did not tag {tag}"
     print(f"GPU image {tag}: {int(size.stdout) / 1e9:.2f} GB, make images {time.monotonic() - start:.0f}s")
     return tag
@@ -59,9 +70,25 @@ def image() -> str:
 def probe(image: str) -> dict:
     probe_py = ROOT / "tests" / "e2e" / "gpu_image_probe.py"
     # root inside: the probe also looks for pip caches in /root; --network none: it needs nothing outside.
-    out = subprocess.run(["docker", "run", "--rm", "--network", "none", "--user", "0",
-                          "-v", f"{probe_py}:/probe.py:ro", image, "python", "/probe.py"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--user",
+            "0",
+            "-v",
+            f"{probe_py}:/probe.py:ro",
+            image,
+            "python",
+            "/probe.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -70,13 +97,32 @@ def probe(image: str) -> dict:
 def rendered(image: str, tmp_path_factory) -> dict:
     """`docker compose config` of a chief + 1 worker on GPUs 0 and 1, as `make up GPUS=0,1 WORKERS=1` renders it."""
     out = tmp_path_factory.mktemp("gpu-run")
-    cfg = generate.StackConfig(workers=1, image_repo=image.rsplit(":", 1)[0], steps=STEPS,
-                               gpu_ids={"chief": ("0",), "worker-0": ("1",)})
+    cfg = generate.StackConfig(
+        workers=1,
+        image_repo=image.rsplit(":", 1)[0],
+        knobs=(("steps", str(STEPS)),),
+        gpu_ids={"chief": ("0",), "worker-0": ("1",)},
+    )
     files = generate.write(cfg, out)
     assert files[-1].name == "compose.gpu.yaml"
     args = [a for f in files for a in ("-f", str(f))]
-    config = subprocess.run(["docker", "compose", "--project-directory", str(ROOT), "-p", PROJECT, *args,
-                             "config", "--format", "json"], capture_output=True, text=True, timeout=60)
+    config = subprocess.run(
+        [
+            "docker",
+            "compose",
+            "--project-directory",
+            str(ROOT),
+            "-p",
+            PROJECT,
+            *args,
+            "config",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert config.returncode == 0, config.stderr
     return json.loads(config.stdout)
 
@@ -87,7 +133,9 @@ def test_the_lock_is_exactly_what_is_installed(probe):
 
 
 def test_one_tensorflow_and_it_is_the_cuda_build(probe):
-    assert probe["tensorflow_providers"] == ["tensorflow"], "a second TensorFlow (tensorflow-cpu?) is installed"
+    assert probe["tensorflow_providers"] == ["tensorflow"], (
+        "a second TensorFlow (tensorflow-cpu?) is installed"
+    )
     info = probe["build_info"]
     assert info["is_cuda_build"] == "True", info
     assert info["cuda_version"].startswith("12") and info["cudnn_version"].startswith("9"), info
@@ -109,8 +157,11 @@ def test_xla_finds_ptxas_and_libdevice_from_the_nvcc_wheel(probe):
     assert toolkit["ptxas"] and "release 12." in toolkit["ptxas"], toolkit
 
 
-def test_no_duplicate_libraries_no_wheels_no_pip_cache(probe):
-    assert probe["duplicates"] == []
+def test_no_library_twice_no_wheels_no_pip_cache(probe):
+    # The tensorflow wheel itself holds two identical 4 KB tflite stubs; only copies across wheels
+    # (a second TensorFlow, a CUDA library shipped by two packages) are ours to avoid.
+    across = [group for group in probe["duplicates"] if len({entry.split(":")[0] for entry in group}) > 1]
+    assert across == []
     assert probe["wheels_left"] == [] and probe["pip_cache"] == []
 
 
@@ -118,9 +169,10 @@ def test_the_gpu_overlay_names_this_image(image, rendered):
     for task, gpu in (("chief", "0"), ("worker-0", "1")):
         service = rendered["services"][task]
         assert service["image"] == image
-        assert service["shm_size"] == 2 * 1024 ** 3
+        assert int(service["shm_size"]) == 2 * 1024**3  # compose renders "2gb" in bytes
         assert service["deploy"]["resources"]["reservations"]["devices"] == [
-            {"driver": "nvidia", "device_ids": [gpu], "capabilities": ["gpu"]}]
+            {"driver": "nvidia", "device_ids": [gpu], "capabilities": ["gpu"]}
+        ]
     build = rendered["services"]["chief"]["build"]
     assert build["dockerfile"] == "images/trainer.Dockerfile" and build["args"]["VARIANT"] == "gpu"
 
@@ -135,7 +187,9 @@ def test_chief_and_worker_train_on_cpu_and_say_why_once(rendered, tmp_path):
         up = subprocess.run([*dc, "up", "-d", "--no-build"], capture_output=True, text=True, timeout=120)
         assert up.returncode == 0, up.stderr
         ids = subprocess.run([*dc, "ps", "-aq"], capture_output=True, text=True).stdout.split()
-        codes = subprocess.run(["docker", "wait", *ids], capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S)
+        codes = subprocess.run(
+            ["docker", "wait", *ids], capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S
+        )
         logs = {i: subprocess.run(["docker", "logs", i], capture_output=True, text=True).stderr for i in ids}
         assert codes.stdout.split() == ["0"] * len(ids), "\n".join(v[-2000:] for v in logs.values())
         for log in logs.values():
@@ -153,8 +207,14 @@ def runnable_without_gpus(rendered: dict) -> dict:
     services = {}
     for name in ("chief", "worker-0"):
         service = {k: v for k, v in rendered["services"][name].items() if k not in ("deploy", "build")}
-        service.update(restart="no", pull_policy="never",
-                       environment={**service["environment"], "TRAINER_METRICS_LINGER": "0"})
+        service.update(
+            restart="no",
+            pull_policy="never",
+            environment={**service["environment"], "TRAINER_METRICS_LINGER": "0"},
+        )
         services[name] = service
-    return {"services": services, "networks": {"cluster": rendered["networks"]["cluster"]},
-            "volumes": {"checkpoints": rendered["volumes"]["checkpoints"]}}
+    return {
+        "services": services,
+        "networks": {"cluster": rendered["networks"]["cluster"]},
+        "volumes": {"checkpoints": rendered["volumes"]["checkpoints"]},
+    }

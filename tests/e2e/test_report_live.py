@@ -16,13 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_make_report_writes_a_png(stack):
     # The report plots the recording rules: wait until every task has them.
-    wait_for_data(Prometheus(url=stack.prometheus_url), rules.OTHER,
-                  tasks=stack.workers + 1, timeout=240)
+    wait_for_data(Prometheus(url=stack.prometheus_url), rules.OTHER, tasks=stack.workers + 1, timeout=240)
     out = Path(stack.run_dir) / "report.png"  # kept with the run: a CI artifact
     out.unlink(missing_ok=True)
     result = subprocess.run(
         ["make", "report", f"PROMETHEUS_URL={stack.prometheus_url}", f"RUN_DIR={stack.run_dir}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     data = out.read_bytes()

@@ -49,11 +49,29 @@ def render(tmp_path: Path, variant: str, bind_addr: str = "127.0.0.1") -> dict:
     (secrets / "grafana_admin_password").write_text("not-a-default")
     env = out / "stack.env"
     # What compose/up.sh writes, with every profile enabled so Grafana is checked too.
-    env.write_text(f"COMPOSE_PROJECT_NAME=mwms-security\nCOMPOSE_PROFILES=grafana\nBIND_ADDR={bind_addr}\n"
-                   f"PROMETHEUS_IMAGE=mwms/prometheus:2.42.0-bookworm\nRUN_DIR={out}\nSECRETS_DIR={secrets}\n")
+    env.write_text(
+        f"COMPOSE_PROJECT_NAME=mwms-security\nCOMPOSE_PROFILES=grafana\nBIND_ADDR={bind_addr}\n"
+        f"PROMETHEUS_IMAGE=mwms/prometheus:2.42.0-bookworm\nRUN_DIR={out}\nSECRETS_DIR={secrets}\n"
+    )
     args = [a for f in files for a in ("-f", str(f))]
-    result = subprocess.run(["docker", "compose", "--project-directory", str(ROOT), "--env-file", str(env), *args,
-                             "config", "--format", "json"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            "docker",
+            "compose",
+            "--project-directory",
+            str(ROOT),
+            "--env-file",
+            str(env),
+            *args,
+            "config",
+            "--format",
+            "json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -88,7 +106,9 @@ def test_bind_addr_moves_every_published_port(tmp_path, compose_cli) -> None:
 def test_every_service_runs_unprivileged(config) -> None:
     for name, service in services(config).items():
         user = str(service.get("user", ""))
-        assert user and user.split(":")[0] not in ("0", "root"), f"{name} runs as {user or 'the image default'}"
+        assert user and user.split(":")[0] not in ("0", "root"), (
+            f"{name} runs as {user or 'the image default'}"
+        )
         assert service.get("cap_drop") == ["ALL"], name
         assert not service.get("cap_add"), name
         assert "no-new-privileges:true" in service.get("security_opt", []), name
@@ -109,7 +129,10 @@ def test_every_root_filesystem_is_read_only_with_a_scratch_tmpfs(config) -> None
 def test_no_docker_socket_anywhere(config) -> None:
     for name, service in services(config).items():
         for volume in service.get("volumes", []):
-            assert "docker.sock" not in f"{volume.get('source', '')} {volume.get('target', '')}", (name, volume)
+            assert "docker.sock" not in f"{volume.get('source', '')} {volume.get('target', '')}", (
+                name,
+                volume,
+            )
 
 
 def test_no_secret_in_environment_only_file_secrets(config) -> None:
@@ -117,8 +140,9 @@ def test_no_secret_in_environment_only_file_secrets(config) -> None:
         for key, value in (service.get("environment") or {}).items():
             if SECRET_WORDS.search(key):
                 assert key.endswith("__FILE") and str(value).startswith("/run/secrets/"), (name, key)
-            assert not SECRET_WORDS.search(str(value) if not str(value).startswith("/run/secrets/") else ""), \
-                (name, key)
+            assert not SECRET_WORDS.search(
+                str(value) if not str(value).startswith("/run/secrets/") else ""
+            ), (name, key)
     for name, secret in config.get("secrets", {}).items():
         assert set(secret) <= {"name", "file"}, f"secret {name} is not a file: {secret}"
     grafana = config["services"]["grafana"]

@@ -16,13 +16,18 @@ def test_every_task_is_a_target_with_one_task_type_and_index(stack) -> None:
     targets = json.loads((stack.run_dir / "targets" / "trainers.json").read_text())
     assert [(t["labels"]["task_type"], t["labels"]["task_index"]) for t in targets] == stack.tasks
     # honor_labels: no exported_task_type / exported_task_index duplicates on any trainer series.
-    for expr in ('count({job="trainer", exported_task_type!=""})', 'count({job="trainer", exported_task_index!=""})'):
+    for expr in (
+        'count({job="trainer", exported_task_type!=""})',
+        'count({job="trainer", exported_task_index!=""})',
+    ):
         assert stack.query(expr) == {}, expr
 
 
 def test_first_step_seen(stack) -> None:
     # A figure for the report, not a timed assertion: it depends on the machine's load.
-    print(f"make up: {stack.up_seconds:.1f} s; first step in Prometheus after {stack.first_step_seconds:.1f} s")
+    print(
+        f"make up: {stack.up_seconds:.1f} s; first step in Prometheus after {stack.first_step_seconds:.1f} s"
+    )
     assert stack.first_step_seconds == stack.first_step_seconds, "Prometheus never saw a step"
 
 
@@ -40,7 +45,9 @@ def test_make_up_says_how_long_it_trains_and_how_to_change_it(stack) -> None:
 
 def test_make_up_prints_no_compose_warning(stack) -> None:
     """Compose's builder choice (Bake needs buildx; COMPOSE_BAKE=false is deprecated) is not the user's to fix."""
-    warnings = [line for line in stack.up_output.splitlines() if "level=warning" in line or "deprecated" in line]
+    warnings = [
+        line for line in stack.up_output.splitlines() if "level=warning" in line or "deprecated" in line
+    ]
     assert not warnings, warnings
 
 
@@ -50,11 +57,23 @@ def test_unreadable_script_stops_make_up_before_any_container(stack, tmp_path) -
     folder.mkdir(mode=0o700)
     (folder / "train.py").write_text("print('never runs')\n")
     project = "mwms-e2e-script"
-    result = stack.make("up", f"PROJECT={project}", f"RUN_DIR={tmp_path / 'run'}", "BIND_ADDR=127.0.0.4",
-                        f"SCRIPT={folder / 'train.py'}", "OFFLINE=1", "GPUS=0", timeout=600)
+    result = stack.make(
+        "up",
+        f"PROJECT={project}",
+        f"RUN_DIR={tmp_path / 'run'}",
+        "BIND_ADDR=127.0.0.4",
+        f"SCRIPT={folder / 'train.py'}",
+        "OFFLINE=1",
+        "GPUS=0",
+        timeout=600,
+    )
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if "cannot read" in line]
     assert len(errors) == 1 and errors[0].endswith(f"chmod o+rx {folder}"), result.stderr[-2000:]
-    started = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
-                             capture_output=True, text=True, check=True).stdout.split()
+    started = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert not started, f"make up started {started} for an unreadable script"

@@ -44,29 +44,54 @@ HEARTBEAT_S = 5
 # Covers the manager noticing the dead node (~15 s), the restart and the restarted node's engine.
 CLUSTER_TIMEOUT_S = 180
 TRAINER_ARGS = f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}"
-VARS = [f"SWARM_NAME={SWARM}", f"SWARM_SUBNET={SUBNET}", f"STACK={STACK}", f"BIND_ADDR={BIND}", "RUN_DIR=.run/swarm-e2e", "WORKERS=2",
-        "NODES=3", "OFFLINE=1", "GPUS=0", f"STEPS={STEPS}", f"SAVE_EVERY={SAVE_EVERY}",
-        f"CLUSTER_TIMEOUT={CLUSTER_TIMEOUT_S}", f"ARGS={TRAINER_ARGS}"]
+VARS = [
+    f"SWARM_NAME={SWARM}",
+    f"SWARM_SUBNET={SUBNET}",
+    f"STACK={STACK}",
+    f"BIND_ADDR={BIND}",
+    "RUN_DIR=.run/swarm-e2e",
+    "WORKERS=2",
+    "NODES=3",
+    "OFFLINE=1",
+    "GPUS=0",
+    f"STEPS={STEPS}",
+    f"SAVE_EVERY={SAVE_EVERY}",
+    f"CLUSTER_TIMEOUT={CLUSTER_TIMEOUT_S}",
+    f"ARGS={TRAINER_ARGS}",
+]
 STEP_LINE = re.compile(r"^(\S+) .*chief \| step (\d+)/")
 RESUMED = re.compile(r"^(\S+) .*chief: resumed at step (\d+)")
 FIGURES = os.environ.get("SWARM_RESULTS")
 
 
 def make(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", "--no-print-directory", *args, *VARS], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        ["make", "--no-print-directory", *args, *VARS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def node(n: int, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", "exec", f"{SWARM}-node-{n}", "docker", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        ["docker", "exec", f"{SWARM}-node-{n}", "docker", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def prom(expr: str) -> dict[str, float]:
-    with urllib.request.urlopen(f"{PROM}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=5) as r:
+    with urllib.request.urlopen(
+        f"{PROM}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=5
+    ) as r:
         result = json.load(r)["data"]["result"]
-    return {s["metric"].get("task_type", "") + s["metric"].get("task_index", ""): float(s["value"][1])
-            for s in result}
+    return {
+        s["metric"].get("task_type", "") + s["metric"].get("task_index", ""): float(s["value"][1])
+        for s in result
+    }
 
 
 def stamp(text: str) -> float:
@@ -120,13 +145,18 @@ def swarm() -> Iterator[Deployed]:
     finally:
         make("stack-down", timeout=300)
         down = make("nodes-down", timeout=300)
-        left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=org.mwms.swarm={SWARM}"],
-                              capture_output=True, text=True).stdout.split()
+        left = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=org.mwms.swarm={SWARM}"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
         assert down.returncode == 0 and not left, f"make nodes-down left {left}: {down.stderr[-2000:]}"
 
 
 def test_host_engine_stays_out_of_swarm_mode(swarm: Deployed) -> None:
-    state = subprocess.run(["docker", "info", "-f", "{{.Swarm.LocalNodeState}}"], capture_output=True, text=True)
+    state = subprocess.run(
+        ["docker", "info", "-f", "{{.Swarm.LocalNodeState}}"], capture_output=True, text=True
+    )
     assert state.stdout.strip() == "inactive"
 
 
@@ -135,11 +165,20 @@ def test_one_task_per_node_and_prometheus_sees_every_task_over_the_overlay(swarm
     first = wait_until("the first step in Prometheus", lambda: prom("trainer_steps_total > 0"), timeout=600)
     figure("stack-up start -> first step in Prometheus, seconds", time.time() - swarm.started)
     assert first
-    wait_until("every trainer target up", lambda: {k for k, h in trainer_targets(PROM).items() if h == "up"} == want,
-               timeout=120)
-    placed = node(1, "stack", "ps", STACK, "--filter", "desired-state=running", "--format", "{{.Name}} {{.Node}}")
+    wait_until(
+        "every trainer target up",
+        lambda: {k for k, h in trainer_targets(PROM).items() if h == "up"} == want,
+        timeout=120,
+    )
+    placed = node(
+        1, "stack", "ps", STACK, "--filter", "desired-state=running", "--format", "{{.Name}} {{.Node}}"
+    )
     where = dict(line.split() for line in placed.stdout.splitlines())
-    assert {where[f"{STACK}_{t}.1"] for t in ("chief", "worker-0", "worker-1")} == {"node-1", "node-2", "node-3"}
+    assert {where[f"{STACK}_{t}.1"] for t in ("chief", "worker-0", "worker-1")} == {
+        "node-1",
+        "node-2",
+        "node-3",
+    }
 
 
 def test_stack_keeps_the_hardening_compose_has(swarm: Deployed) -> None:
@@ -151,27 +190,53 @@ def test_stack_keeps_the_hardening_compose_has(swarm: Deployed) -> None:
     assert container["CapabilityDrop"] == ["ALL"]
     # security_opt (no-new-privileges) cannot be expressed in a stack: the image must not need it.
     image = container["Image"]
-    found = node(1, "run", "--rm", "--user", "0", "--entrypoint", "find", image, "/", "-xdev", "-perm", "/6000", "-type", "f")
+    found = node(
+        1,
+        "run",
+        "--rm",
+        "--user",
+        "0",
+        "--entrypoint",
+        "find",
+        image,
+        "/",
+        "-xdev",
+        "-perm",
+        "/6000",
+        "-type",
+        "f",
+    )
     assert found.returncode == 0 and found.stdout.strip() == "", f"setuid/setgid binaries: {found.stdout}"
 
 
 def test_worker_node_killed_mid_run_resumes_and_chief_exits_0(swarm: Deployed) -> None:
-    wait_until(f"a checkpoint at step {SAVE_EVERY}",
-               lambda: prom("trainer_last_checkpoint_step")["chief0"] >= SAVE_EVERY, timeout=600)
+    wait_until(
+        f"a checkpoint at step {SAVE_EVERY}",
+        lambda: prom("trainer_last_checkpoint_step")["chief0"] >= SAVE_EVERY,
+        timeout=600,
+    )
     killed = time.time()
     subprocess.run(["docker", "kill", f"{SWARM}-node-3"], check=True, capture_output=True)
     at_kill = max(s for t, s in matches(STEP_LINE, chief_log()) if t <= killed)
     assert at_kill < STEPS - SAVE_EVERY, "the job was nearly over before the kill: raise STEPS"
-    wait_until("node-3 Down", lambda: node(1, "node", "inspect", "-f", "{{.Status.State}}", "node-3").stdout.strip()
-               == "down", timeout=120)
+    wait_until(
+        "node-3 Down",
+        lambda: node(1, "node", "inspect", "-f", "{{.Status.State}}", "node-3").stdout.strip() == "down",
+        timeout=120,
+    )
     figure("node kill -> manager marks it Down, seconds", time.time() - killed)
     subprocess.run(["docker", "start", f"{SWARM}-node-3"], check=True, capture_output=True)
-    resumed = wait_until("the chief's resume", lambda: [r for r in matches(RESUMED, chief_log()) if r[0] > killed],
-                         timeout=CLUSTER_TIMEOUT_S + 120)
+    resumed = wait_until(
+        "the chief's resume",
+        lambda: [r for r in matches(RESUMED, chief_log()) if r[0] > killed],
+        timeout=CLUSTER_TIMEOUT_S + 120,
+    )
     resumed_at, resumed_step = resumed[0]
-    first_after = wait_until("a step after the resume", lambda: [t for t, s in matches(STEP_LINE, chief_log())
-                                                                  if t > resumed_at and s > resumed_step],
-                             timeout=120)
+    first_after = wait_until(
+        "a step after the resume",
+        lambda: [t for t, s in matches(STEP_LINE, chief_log()) if t > resumed_at and s > resumed_step],
+        timeout=120,
+    )
     # The chief can finish a step or two after the kill (the collective was under way): count those too.
     last = max(s for t, s in matches(STEP_LINE, chief_log()) if t < resumed_at)
     lost = last - resumed_step
@@ -187,8 +252,15 @@ def test_worker_node_killed_mid_run_resumes_and_chief_exits_0(swarm: Deployed) -
 
 def _chief_final() -> str | None:
     """The status of the chief's newest container once the job is over (no task of it still running)."""
-    ps = node(1, "ps", "-a", "--filter", f"label=com.docker.swarm.service.name={STACK}_chief",
-              "--format", "{{.CreatedAt}}\t{{.Status}}")
+    ps = node(
+        1,
+        "ps",
+        "-a",
+        "--filter",
+        f"label=com.docker.swarm.service.name={STACK}_chief",
+        "--format",
+        "{{.CreatedAt}}\t{{.Status}}",
+    )
     rows = sorted(line.split("\t") for line in ps.stdout.splitlines())
     ended = re.match(r"Exited \(\d+\)", rows[-1][1]) if rows else None
     return ended[0] if ended else None
@@ -196,31 +268,71 @@ def _chief_final() -> str | None:
 
 def test_gpu_task_lands_only_on_the_node_advertising_gpus(swarm: Deployed) -> None:
     image = json.loads(node(1, "service", "inspect", f"{STACK}_chief").stdout)[0]["Spec"]["TaskTemplate"][
-        "ContainerSpec"]["Image"]
-    # Three one-GPU replicas; only node-3 advertises GPUs, two of them (fake-0, fake-1): two run there,
-    # the third waits for a GPU no node has.
-    probe = {"version": "3.9", "services": {"probe": {
-        "image": image, "entrypoint": ["sleep", "600"],
-        "deploy": {"replicas": 3, "resources": stack.gpu_resources(1), "restart_policy": {"condition": "none"}}}}}
-    subprocess.run(["docker", "exec", "-i", f"{SWARM}-node-1", "sh", "-c", "cat > /tmp/gpu-probe.yaml"],
-                   input=yaml.safe_dump(probe), text=True, check=True)
+        "ContainerSpec"
+    ]["Image"]
+    # Only node-3 advertises GPUs (fake-0, fake-1). Two one-GPU replicas both go there, one GPU each;
+    # a task asking for 3 GPUs fits no node and waits. On 20.10 the stack's new network changing
+    # node-3's record can reject a GPU task already assigned there ("assigned node no longer meets
+    # constraints", moby/moby#44378): restart on failure replaces it, as the trainer services do.
+    probe = {
+        "version": "3.9",
+        "services": {
+            "probe": _sleeper(image, replicas=2, gpus=1),
+            "toobig": _sleeper(image, replicas=1, gpus=3),
+        },
+    }
+    subprocess.run(
+        ["docker", "exec", "-i", f"{SWARM}-node-1", "sh", "-c", "cat > /tmp/gpu-probe.yaml"],
+        input=yaml.safe_dump(probe),
+        text=True,
+        check=True,
+    )
     deploy = node(1, "stack", "deploy", "--resolve-image", "never", "-c", "/tmp/gpu-probe.yaml", "gpuprobe")
     assert deploy.returncode == 0, deploy.stderr
     try:
-        running = wait_until("two GPU probes running", lambda: _probes("Running"), timeout=180)
-        assert len(running) == 2 and {n for n, _ in running} == {"node-3"}, running
-        pending = wait_until("the third probe pending", lambda: _probes("Pending"), timeout=60)
-        assert len(pending) == 1 and "insufficient resources" in pending[0][1], pending
-        ids = node(3, "ps", "-q", "--filter", "label=com.docker.swarm.service.name=gpuprobe_probe").stdout.split()
-        gpus = {dict(e.split("=", 1) for e in json.loads(node(3, "inspect", "-f", "{{json .Config.Env}}", c).stdout))
-                .get("DOCKER_RESOURCE_GPU") for c in ids}
+        running = wait_until(
+            "two GPU probes running", lambda: _tasks("probe", "Running", at_least=2), timeout=180
+        )
+        assert [n for n, _ in running] == ["node-3", "node-3"], running
+        pending = wait_until("the 3-GPU task pending", lambda: _tasks("toobig", "Pending"), timeout=60)
+        assert "insufficient resources" in pending[0][1], pending
+        ids = node(
+            3, "ps", "-q", "--filter", "label=com.docker.swarm.service.name=gpuprobe_probe"
+        ).stdout.split()
+        gpus = {
+            dict(
+                e.split("=", 1)
+                for e in json.loads(node(3, "inspect", "-f", "{{json .Config.Env}}", c).stdout)
+            ).get("DOCKER_RESOURCE_GPU")
+            for c in ids
+        }
         assert gpus == {"fake-0", "fake-1"}, gpus
     finally:
         node(1, "stack", "rm", "gpuprobe")
 
 
-def _probes(state: str) -> list[tuple[str, str]]:
-    ps = node(1, "service", "ps", "gpuprobe_probe", "--format", "{{.Node}}\t{{.CurrentState}}\t{{.Error}}")
+def _sleeper(image: str, *, replicas: int, gpus: int) -> dict:
+    return {
+        "image": image,
+        "entrypoint": ["sleep", "600"],
+        "deploy": {
+            "replicas": replicas,
+            "resources": stack.gpu_resources(gpus),
+            "restart_policy": {"condition": "on-failure", "delay": "1s"},
+        },
+    }
+
+
+def _tasks(service: str, state: str, at_least: int = 1) -> list[tuple[str, str]]:
+    ps = node(
+        1,
+        "service",
+        "ps",
+        "--no-trunc",
+        f"gpuprobe_{service}",
+        "--format",
+        "{{.Node}}\t{{.CurrentState}}\t{{.Error}}",
+    )
     rows = [line.split("\t") for line in ps.stdout.splitlines()]
     found = [(r[0], r[2] if len(r) > 2 else "") for r in rows if r[1].startswith(state)]
-    return found if (state != "Running" or len(found) >= 2) else []
+    return found if len(found) >= at_least else []

@@ -34,13 +34,20 @@ def _compose(compose_cli) -> None:
 def render(tmp_path: Path, args: list[str], *extra: str) -> subprocess.CompletedProcess:
     (tmp_path / "user").mkdir(exist_ok=True)
     (tmp_path / "user" / "train.py").write_text("pass\n")
-    args = [str(tmp_path / "user" / "train.py") if a == "SCRIPT" else str(tmp_path / "user") if a == "DATA"
-            else a for a in args]
+    args = [
+        str(tmp_path / "user" / "train.py") if a == "SCRIPT" else str(tmp_path / "user") if a == "DATA" else a
+        for a in args
+    ]
     run_dir = tmp_path / "run"
     ns = generate.parse_args(["--out", str(run_dir), *args])
     files = generate.write(generate.config_from_args(ns, runner=lambda _cmd: ""), run_dir)
-    env = {**os.environ, "RUN_DIR": str(run_dir), "SECRETS_DIR": str(tmp_path / "secrets"),
-           "COMPOSE_PROFILES": "grafana", "PROMETHEUS_IMAGE": "mwms/prometheus:2.42.0-bookworm"}
+    env = {
+        **os.environ,
+        "RUN_DIR": str(run_dir),
+        "SECRETS_DIR": str(tmp_path / "secrets"),
+        "COMPOSE_PROFILES": "grafana",
+        "PROMETHEUS_IMAGE": "mwms/prometheus:2.42.0-bookworm",
+    }
     env.pop("BIND_ADDR", None)
     cmd = ["docker", "compose", "--project-directory", str(ROOT)]
     for f in files:
@@ -64,5 +71,5 @@ def test_gpu_devices_are_disjoint(tmp_path: Path) -> None:
         device = svc["deploy"]["resources"]["reservations"]["devices"][0]
         assert device["driver"] == "nvidia" and len(device["device_ids"]) == 2
         seen += device["device_ids"]
-        assert int(svc["shm_size"]) >= 2 ** 31 and svc["image"].endswith("-gpu")
+        assert int(svc["shm_size"]) >= 2**31 and svc["image"].endswith("-gpu")
     assert sorted(seen, key=int) == [str(i) for i in range(8)]

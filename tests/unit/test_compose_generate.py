@@ -12,8 +12,9 @@ from compose import generate, gpus
 from trainer.cluster import parse_tf_config
 
 
-def build(tmp_path: Path, *args: str, runner: gpus.Runner = lambda _cmd: "",
-          knobs: dict[str, str] | None = None) -> generate.StackConfig:
+def build(
+    tmp_path: Path, *args: str, runner: gpus.Runner = lambda _cmd: "", knobs: dict[str, str] | None = None
+) -> generate.StackConfig:
     ns = generate.parse_args(["--out", str(tmp_path), *args])
     cfg = generate.config_from_args(ns, runner=runner, environ=knobs or {})
     generate.write(cfg, tmp_path)
@@ -43,20 +44,47 @@ def test_image_is_built_once_on_the_chief(tmp_path: Path) -> None:
 
 
 def test_environment_contract_with_the_trainer(tmp_path: Path) -> None:
-    build(tmp_path, "--workers", "1", "--gpus", "0", knobs={
-        "STEPS": "7", "TASK": "mlp", "PER_REPLICA_BATCH": "16", "STRATEGY": "mwms", "SAVE_EVERY": "5",
-        "CLUSTER_TIMEOUT": "30"})
+    build(
+        tmp_path,
+        "--workers",
+        "1",
+        "--gpus",
+        "0",
+        knobs={
+            "STEPS": "7",
+            "TASK": "mlp",
+            "PER_REPLICA_BATCH": "16",
+            "STRATEGY": "mwms",
+            "SAVE_EVERY": "5",
+            "CLUSTER_TIMEOUT": "30",
+        },
+    )
     env = services(tmp_path)["chief"]["environment"]
-    assert env == {"TF_CONFIG": env["TF_CONFIG"], "TRAINER_METRICS_PORT": "8000", "TRAINER_METRICS_LINGER": "12",
-                   "TRAINER_CHECKPOINT_DIR": "/checkpoints", "TRAINER_STEPS": "7", "TRAINER_TASK": "mlp",
-                   "TRAINER_PER_REPLICA_BATCH": "16", "TRAINER_STRATEGY": "mwms", "TRAINER_SAVE_EVERY": "5",
-                   "TRAINER_CLUSTER_TIMEOUT": "30"}
+    assert env == {
+        "TF_CONFIG": env["TF_CONFIG"],
+        "TRAINER_METRICS_PORT": "8000",
+        "TRAINER_METRICS_LINGER": "12",
+        "TRAINER_CHECKPOINT_DIR": "/checkpoints",
+        "TRAINER_STEPS": "7",
+        "TRAINER_TASK": "mlp",
+        "TRAINER_PER_REPLICA_BATCH": "16",
+        "TRAINER_STRATEGY": "mwms",
+        "TRAINER_SAVE_EVERY": "5",
+        "TRAINER_CLUSTER_TIMEOUT": "30",
+        "SUPERVISE_MAX_RESTARTS": "3",
+    }
 
 
 def test_unset_knobs_are_left_to_the_trainer_defaults_but_the_job_length(tmp_path: Path) -> None:
     build(tmp_path, "--workers", "1", "--gpus", "0")
     assert set(services(tmp_path)["worker-0"]["environment"]) == {
-        "TF_CONFIG", "TRAINER_METRICS_PORT", "TRAINER_METRICS_LINGER", "TRAINER_CHECKPOINT_DIR", "TRAINER_STEPS"}
+        "TF_CONFIG",
+        "TRAINER_METRICS_PORT",
+        "TRAINER_METRICS_LINGER",
+        "TRAINER_CHECKPOINT_DIR",
+        "TRAINER_STEPS",
+        "SUPERVISE_MAX_RESTARTS",
+    }
 
 
 def test_only_the_chief_mounts_the_checkpoint_volume(tmp_path: Path) -> None:
@@ -70,9 +98,12 @@ def test_only_the_chief_mounts_the_checkpoint_volume(tmp_path: Path) -> None:
 def test_fault_handling_settings(tmp_path: Path) -> None:
     build(tmp_path, "--workers", "1", "--gpus", "0", "--max-restarts", "5")
     for service in services(tmp_path).values():
-        # every task restarts on a retryable exit, a bounded number of times; SIGTERM reaches Python
+        # The supervisor restarts a task on a retryable exit, its budget from MAX_RESTARTS; Docker never
+        # does (it would retry final exits too). SIGTERM reaches Python
         # through tini and the preemption save has a minute; outside names fail in 1 s, not 10.
-        assert service["restart"] == "on-failure:5" and service["init"] is True
+        assert service["command"][:4] == ["python", "-m", "trainer.supervise", "--"]
+        assert service["environment"]["SUPERVISE_MAX_RESTARTS"] == "5"
+        assert service["restart"] == "no" and service["init"] is True
         assert service["stop_grace_period"] == "60s"
         assert service["dns_opt"] == ["timeout:1", "attempts:1"]
 
@@ -84,7 +115,7 @@ def test_script_and_data_are_read_only_binds(tmp_path: Path) -> None:
     data.mkdir()
     build(tmp_path, "--workers", "1", "--gpus", "0", "--script", str(script), "--data", str(data))
     for service in services(tmp_path).values():
-        assert service["command"] == ["python", "-m", "trainer.run_script", "/script/train.py"]
+        assert service["command"][4:] == ["python", "-m", "trainer.run_script", "/script/train.py"]
         assert service["environment"]["TRAINER_DATA"] == "/data"
         binds = {v["target"]: v for v in service["volumes"] if isinstance(v, dict)}
         assert binds["/script"]["source"] == str(script.parent) and binds["/script"]["read_only"]
@@ -92,7 +123,9 @@ def test_script_and_data_are_read_only_binds(tmp_path: Path) -> None:
 
 
 def test_missing_script_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert generate.main(["--workers", "1", "--gpus", "0", "--script", "nope.py", "--out", str(tmp_path)]) == 2
+    assert (
+        generate.main(["--workers", "1", "--gpus", "0", "--script", "nope.py", "--out", str(tmp_path)]) == 2
+    )
     err = capsys.readouterr().err
     assert "nope.py does not exist" in err and err.count("\n") == 1
 
@@ -122,7 +155,10 @@ def test_gpu_overlay_gives_each_task_its_own_devices(tmp_path: Path) -> None:
 
 def test_gpu_ids_in_turn_from_an_explicit_list() -> None:
     assert gpus.assign(["chief", "worker-0", "worker-1"], gpus.parse("3,1,0"), 1) == {
-        "chief": ("3",), "worker-0": ("1",), "worker-1": ("0",)}
+        "chief": ("3",),
+        "worker-0": ("1",),
+        "worker-1": ("0",),
+    }
 
 
 @pytest.mark.parametrize(("tasks", "ids", "per_task"), [(3, 2, 1), (2, 3, 2), (1, 0, 1)])
@@ -158,4 +194,5 @@ def test_auto_uses_gpus_only_with_the_nvidia_runtime() -> None:
 
 def test_dollar_in_values_is_not_interpolated(tmp_path: Path) -> None:
     from compose import yamltext
+
     assert yamltext.dump({"a": "pa$$word $HOME"}) == 'a: "pa$$$$word $$HOME"\n'

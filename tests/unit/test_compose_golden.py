@@ -22,7 +22,10 @@ def render(workers: int, variant: str, out: Path) -> dict[str, str]:
     gpu_flag = ["--gpus", "0"] if variant == "cpu" else ["--gpus", "0,1,2,3", "--gpus-per-worker", "1"]
     ns = generate.parse_args(["--workers", str(workers), "--out", str(out), *gpu_flag, *FIXED])
     generate.write(generate.config_from_args(ns, runner=lambda _cmd: "", environ=KNOBS), out)
-    files = {"compose.tasks.yaml": out / "compose.tasks.yaml", "targets.json": out / "targets" / "trainers.json"}
+    files = {
+        "compose.tasks.yaml": out / "compose.tasks.yaml",
+        "targets.json": out / "targets" / "trainers.json",
+    }
     if variant == "gpu":
         files = {"compose.gpu.yaml": out / "compose.gpu.yaml"}
     return {f"{variant}-workers-{workers}.{name}": path.read_text() for name, path in files.items()}
@@ -44,4 +47,3 @@ def test_cpu_run_writes_no_gpu_overlay(tmp_path: Path) -> None:
     render(1, "cpu", tmp_path)
     assert not (tmp_path / "compose.gpu.yaml").exists()
     assert "compose.gpu.yaml" not in (tmp_path / "compose.args").read_text()
-

@@ -18,22 +18,41 @@ from trainer import contract
 def test_steps_per_second_is_per_second_of_training(promtool, tmp_path: Path) -> None:
     """A 100-step run over in 1.25 s must show 80 steps/s, during the 1 minute window and after it
     (not 100 steps / 60 s), and a long run its steady 10 steps/s."""
-    doc = {"evaluation_interval": "5s", "tests": [{
-        "interval": "5s", "input_series": promtests.short_run_series() + promtests.long_run_series(),
-        "promql_expr_test": promtests.steps_expectations(status.QUERIES["steps/s"])}]}
+    doc = {
+        "evaluation_interval": "5s",
+        "tests": [
+            {
+                "interval": "5s",
+                "input_series": promtests.short_run_series() + promtests.long_run_series(),
+                "promql_expr_test": promtests.steps_expectations(status.QUERIES["steps/s"]),
+            }
+        ],
+    }
     path = tmp_path / "status_test.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    result = subprocess.run([promtool, "test", "rules", str(path)], check=False, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [promtool, "test", "rules", str(path)], check=False, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_table_rows_per_task_in_order() -> None:
-    states = {"worker-1": "running", "prometheus": "running", "chief": "exited (0)", "worker-0": "running",
-              "worker-10": "running", "worker-2": "running"}
-    values = {"step": {"chief": 120.0, "worker-0": 118.0}, "steps/s": {"chief": 80.0},
-              "step time": {"chief": 0.0125}, "all-reduce": {"chief": 0.25}, "input wait": {"chief": 0.05},
-              "checkpoint": {"chief": 100.0}}
+    states = {
+        "worker-1": "running",
+        "prometheus": "running",
+        "chief": "exited (0)",
+        "worker-0": "running",
+        "worker-10": "running",
+        "worker-2": "running",
+    }
+    values = {
+        "step": {"chief": 120.0, "worker-0": 118.0},
+        "steps/s": {"chief": 80.0},
+        "step time": {"chief": 0.0125},
+        "all-reduce": {"chief": 0.25},
+        "input wait": {"chief": 0.05},
+        "checkpoint": {"chief": 100.0},
+    }
     columns = {expr: col for col, expr in status.QUERIES.items()}
     rows = status.table(states, lambda expr: values.get(columns[expr], {}))
     assert rows[0] == status.COLUMNS
@@ -44,8 +63,9 @@ def test_table_rows_per_task_in_order() -> None:
 
 
 def test_services_that_are_tasks() -> None:
-    assert [s for s in ("chief", "worker-12", "prometheus", "grafana", "worker-x", "chief-0")
-            if status.is_task(s)] == ["chief", "worker-12"]
+    assert [
+        s for s in ("chief", "worker-12", "prometheus", "grafana", "worker-x", "chief-0") if status.is_task(s)
+    ] == ["chief", "worker-12"]
 
 
 def test_project_comes_from_the_arguments(monkeypatch, capsys) -> None:

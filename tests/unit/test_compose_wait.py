@@ -1,45 +1,122 @@
-"""`make wait`: the chief's final exit code across Docker's automatic restarts."""
+"""`make wait`: when the job is over, and what it says. The real engine is in tests/e2e/test_faults.py."""
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pytest
 
 from compose import wait
 
-
-def fake_docker(exits: list[tuple[int, str]]) -> wait.Runner:
-    """Each `docker wait` returns the next exit; the following inspect shows the state Docker chose."""
-    events = iter(exits)
-    current: list[tuple[int, str]] = []
-
-    def run(cmd: Sequence[str]) -> str:
-        if cmd[0] == "wait":
-            current[:] = [next(events)]
-            return str(current[0][0])
-        return f"{current[0][1]} {len(exits)}"
-    return run
+RUNNING = ("running", 0)
 
 
-@pytest.mark.parametrize(("exits", "final"), [
-    ([(0, "exited")], 0),
-    ([(200, "restarting"), (200, "restarting"), (0, "exited")], 0),
-    ([(200, "restarting"), (2, "restarting")], 2),       # permanent: Docker's retry cannot help
-    ([(200, "restarting"), (200, "exited")], 200),       # restart budget spent
-    ([(137, "restarting"), (143, "exited")], 143),
-])
-def test_final_exit_code(exits: list[tuple[int, str]], final: int) -> None:
-    assert wait.wait("chief", run=fake_docker(exits), log=lambda _m: None) == final
+@pytest.mark.parametrize(
+    ("states", "over"),
+    [
+        ({"chief": RUNNING, "worker-0": RUNNING}, None),
+        ({"chief": ("exited", 0), "worker-0": ("exited", 0)}, (0, "chief")),
+        ({"chief": ("exited", 0), "worker-0": RUNNING}, (0, "chief")),
+        ({"chief": RUNNING, "worker-0": ("exited", 0)}, None),  # the chief is still saving
+        ({"chief": RUNNING, "worker-1": ("exited", 2)}, (2, "worker-1")),  # final: reported at once
+        ({"chief": ("exited", 3), "worker-0": ("exited", 4)}, (3, "chief")),  # the chief first
+        ({"chief": RUNNING, "worker-1": ("exited", 201)}, None),  # docker stop / restart: may come back
+        ({"chief": RUNNING, "worker-1": ("exited", 137)}, None),
+        ({"chief": ("exited", 201), "worker-0": ("exited", 201)}, (201, "chief")),  # everything stopped
+        ({"chief": ("removed", 137), "worker-0": ("removed", 0)}, (137, "chief")),
+    ],
+)
+def test_judge(states: dict, over: tuple[int, str] | None) -> None:
+    got = wait.judge(states)
+    assert (got and (got.code, got.service)) == over
 
 
-def test_container_removed_mid_wait_returns_last_code() -> None:
-    calls = iter(["200", "restarting 1"])
+class FakeDocker:
+    """ps/inspect/logs answers for a project of a chief, worker-0 and Prometheus."""
 
-    def run(cmd: Sequence[str]) -> str:
-        try:
-            return next(calls)
-        except StopIteration:
-            raise subprocess.CalledProcessError(1, cmd) from None
-    assert wait.wait("chief", run=run, log=lambda _m: None) == 200
+    def __init__(self, logs: dict[str, str], states: dict[str, str]) -> None:
+        self.logs, self.states = logs, states
+
+    def __call__(self, cmd: Sequence[str]) -> str:
+        if cmd[0] == "ps":
+            return "\n".join(f"id-{s} {s}" for s in [*self.states, "prometheus"])
+        if cmd[0] == "inspect":
+            return self.states[cmd[-1].removeprefix("id-")]
+        return self.logs.get(cmd[-1].removeprefix("id-"), "")
+
+
+def die(service: str, code: int) -> dict:
+    return {
+        "Action": "die",
+        "id": f"id-{service}",
+        "Actor": {"Attributes": {"exitCode": str(code), wait.SERVICE: service}},
+    }
+
+
+def start(service: str) -> dict:
+    return {"Action": "start", "id": f"id-{service}", "Actor": {"Attributes": {wait.SERVICE: service}}}
+
+
+def run_watch(events: Iterable[dict], logs: dict[str, str] | None = None) -> tuple[int, list[str]]:
+    job = wait.Job("p", run=FakeDocker(logs or {}, {"chief": "running 0", "worker-0": "running 0"}))
+    job.read()
+    lines: list[str] = []
+    return wait.watch(job, events, log=lines.append), lines
+
+
+def test_a_configuration_error_is_reported_at_once_with_the_tasks_error_line() -> None:
+    worker_log = (
+        "2026-01-01 12:00:00,000 I starting\n"
+        "2026-01-01 12:00:00,100 E configuration error: --steps (TRAINER_STEPS): must be 1 or more\n"
+        "supervise: exited 2 (bad configuration): final, not restarting"
+    )
+    code, lines = run_watch([die("worker-0", 2), die("chief", 0)], logs={"worker-0": worker_log})
+    assert code == 2
+    assert lines == [
+        "wait: worker-0 failed for good: exit code 2 (bad configuration): "
+        "configuration error: --steps (TRAINER_STEPS): must be 1 or more"
+    ]
+
+
+def test_a_restarted_container_is_not_the_end_and_done_counts_the_trainers_restarts() -> None:
+    chief_log = (
+        "supervise: exited 200 (peer lost): restart 1/3 since the last new checkpoint (step 100)\n" * 2
+    )
+    code, lines = run_watch(
+        [die("worker-0", 201), start("worker-0"), die("chief", 0)], logs={"chief": chief_log}
+    )
+    assert code == 0
+    assert "worker-0 exited 201 (preempted): stopped or killed from outside" in lines[0]
+    assert lines[-1] == "wait: chief done: exit code 0 after 2 restart(s) of the trainer"
+
+
+def test_a_script_without_the_trainers_log_format_reports_its_last_line() -> None:
+    log = "Traceback (most recent call last):\nValueError: no such file\nsupervise: exited 1 (permanent failure)"
+    assert run_watch([die("chief", 1)], logs={"chief": log}) == (
+        1,
+        ["wait: chief failed for good: exit code 1 (permanent failure): ValueError: no such file"],
+    )
+
+
+def test_removed_containers_end_the_wait() -> None:
+    code, lines = run_watch(
+        [
+            {"Action": "destroy", "id": "id-chief", "Actor": {"Attributes": {wait.SERVICE: "chief"}}},
+            {"Action": "destroy", "id": "id-worker-0", "Actor": {"Attributes": {wait.SERVICE: "worker-0"}}},
+        ]
+    )
+    assert code == 125  # removed while running: no exit code of its own
+    assert lines[0] == "wait: chief's container was removed (make down?)"
+    assert "stopped with every task" in lines[-1]
+
+
+def test_returns_at_the_deciding_event_without_waiting_for_more() -> None:
+    def stream():  # `docker events` never ends by itself
+        yield die("chief", 0)
+        raise AssertionError("read past the event that ended the job")
+
+    assert run_watch(stream())[0] == 0
+
+
+def test_events_that_end_early_are_an_error() -> None:
+    assert run_watch([])[0] == 125

@@ -20,14 +20,18 @@ def test_compose_template_is_the_service_name() -> None:
 
 def test_tfjob_template_matches_the_operator() -> None:
     spec = cluster.from_template(1, cluster.TFJOB_ADDRESS, port=2222, job="mnist", namespace="team-a")
-    assert spec.cluster_dict() == {"chief": ["mnist-chief-0.team-a.svc:2222"],
-                                   "worker": ["mnist-worker-0.team-a.svc:2222"]}
+    assert spec.cluster_dict() == {
+        "chief": ["mnist-chief-0.team-a.svc:2222"],
+        "worker": ["mnist-worker-0.team-a.svc:2222"],
+    }
 
 
 def test_jobset_template_matches_pod_hostnames() -> None:
     spec = cluster.from_template(2, cluster.JOBSET_ADDRESS, port=2222, jobset="mwms")
-    assert spec.cluster_dict() == {"chief": ["mwms-chief-0-0.mwms:2222"],
-                                   "worker": ["mwms-worker-0-0.mwms:2222", "mwms-worker-0-1.mwms:2222"]}
+    assert spec.cluster_dict() == {
+        "chief": ["mwms-chief-0-0.mwms:2222"],
+        "worker": ["mwms-worker-0-0.mwms:2222", "mwms-worker-0-1.mwms:2222"],
+    }
 
 
 def test_template_missing_a_name_says_which() -> None:
@@ -38,9 +42,24 @@ def test_template_missing_a_name_says_which() -> None:
 def test_trainer_env_is_the_same_for_every_target() -> None:
     d = Deployment(workers=1, knobs=(("steps", "7"), ("save_every", "5")), data="/somewhere")
     assert deployment.trainer_env(d) == {
-        "TRAINER_METRICS_PORT": "8000", "TRAINER_METRICS_LINGER": "12",
+        "TRAINER_METRICS_PORT": "8000",
+        "TRAINER_METRICS_LINGER": "12",
         "TRAINER_CHECKPOINT_DIR": "/checkpoints",
-        "TRAINER_STEPS": "7", "TRAINER_SAVE_EVERY": "5", "TRAINER_DATA": "/data"}
+        "TRAINER_STEPS": "7",
+        "TRAINER_SAVE_EVERY": "5",
+        "TRAINER_DATA": "/data",
+        "SUPERVISE_MAX_RESTARTS": "3",
+    }
+
+
+def test_every_target_runs_the_trainer_under_the_supervisor() -> None:
+    assert deployment.command(Deployment(workers=1))[:4] == ["python", "-m", "trainer.supervise", "--"]
+    assert deployment.command(Deployment(workers=1, script="/x/train.py"))[:4] == [
+        "python",
+        "-m",
+        "trainer.supervise",
+        "--",
+    ]
 
 
 def test_unknown_knob_is_rejected() -> None:
@@ -66,6 +85,9 @@ def test_knobs_from_the_environment_in_a_fixed_order() -> None:
 
 def test_report_lists_each_change() -> None:
     text = deployment.report("k8s", [Change("shm_size", "", "why"), Change("restart", "ExitCode", "because")])
-    assert text.splitlines() == ["k8s: 2 setting(s) dropped or rewritten", "  dropped shm_size: why",
-                                 "  rewrote restart -> ExitCode: because"]
+    assert text.splitlines() == [
+        "k8s: 2 setting(s) dropped or rewritten",
+        "  dropped shm_size: why",
+        "  rewrote restart -> ExitCode: because",
+    ]
     assert deployment.report("x", []) == "x: nothing dropped"

@@ -110,13 +110,20 @@ def test_healthy_json_exit_0(prometheus, capsys, tmp_path):
 
 
 def bench_result(*rows: tuple[str, int, float]) -> Result:
-    return Result(where="local processes", n=2, tf_version="2.21.0", tcp=1e9,
-                  rows=tuple(Row(variant, size, size / busbw, busbw, busbw) for variant, size, busbw in rows))
+    return Result(
+        where="local processes",
+        n=2,
+        tf_version="2.21.0",
+        tcp=1e9,
+        rows=tuple(Row(variant, size, size / busbw, busbw, busbw) for variant, size, busbw in rows),
+    )
 
 
 def test_bench_comm_result_is_the_reference(prometheus, capsys, tmp_path):
     bench = tmp_path / "bench-comm.json"
-    bench_result(("RING/0", 256 << 10, 7e7), ("RING/1MiB", 256 << 10, 8e7), ("RING/0", 64 << 20, 5e8)).write(bench)
+    bench_result(("RING/0", 256 << 10, 7e7), ("RING/1MiB", 256 << 10, 8e7), ("RING/0", 64 << 20, 5e8)).write(
+        bench
+    )
     FakePrometheus.answers = healthy(allreduce_share={t: 0.7 for t in ("chief", "worker-0", "worker-1")})
     FakePrometheus.answers["allreduce_bytes"] = [vec(t, 300_000) for t in ("chief", "worker-0", "worker-1")]
     assert diagnose.main(["--prometheus", prometheus, "--bench", str(bench)]) == 1

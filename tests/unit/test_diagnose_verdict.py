@@ -34,13 +34,16 @@ def test_verdict(name):
     assert d.cluster.advice, "every verdict comes with advice"
 
 
-@pytest.mark.parametrize(("computes", "reference"), [
-    ([0.05, 0.08], 0.05),            # two tasks: the other one
-    ([0.04, 0.16, 0.04], 0.04),
-    ([0.035, 0.07, 0.07], 0.0525),   # ties for slowest: one is set aside
-    ([0.1], 0.1),
-    ([], None),
-])
+@pytest.mark.parametrize(
+    ("computes", "reference"),
+    [
+        ([0.05, 0.08], 0.05),  # two tasks: the other one
+        ([0.04, 0.16, 0.04], 0.04),
+        ([0.035, 0.07, 0.07], 0.0525),  # ties for slowest: one is set aside
+        ([0.1], 0.1),
+        ([], None),
+    ],
+)
 def test_compute_reference_is_the_median_of_all_but_the_slowest(computes, reference):
     assert v.compute_reference(computes) == pytest.approx(reference)
 

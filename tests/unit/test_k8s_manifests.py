@@ -33,16 +33,32 @@ CPU = Deployment(workers=1, knobs=(("steps", "200"),))
 GPU = Deployment(workers=3, knobs=(("steps", "200"),), gpu_ids=deployment.fake_gpu_ids(3, 1))
 NAMES = k8s.Names()
 JOBSET_FIELDS = {
-    "spec": {"replicatedJobs", "network", "successPolicy", "failurePolicy", "startupPolicy", "suspend",
-             "coordinator", "managedBy", "ttlSecondsAfterFinished"},
+    "spec": {
+        "replicatedJobs",
+        "network",
+        "successPolicy",
+        "failurePolicy",
+        "startupPolicy",
+        "suspend",
+        "coordinator",
+        "managedBy",
+        "ttlSecondsAfterFinished",
+    },
     "network": {"enableDNSHostnames", "subdomain", "publishNotReadyAddresses"},
     "successPolicy": {"operator", "targetReplicatedJobs"},
     "failurePolicy": {"maxRestarts", "restartStrategy", "rules"},
     "rule": {"name", "action", "onJobFailureReasons", "targetReplicatedJobs"},
     "replicatedJob": {"name", "template", "replicas", "dependsOn"},
 }
-PODMONITOR_ENDPOINT_FIELDS = {"port", "path", "interval", "honorLabels", "relabelings", "scheme",
-                              "scrapeTimeout"}
+PODMONITOR_ENDPOINT_FIELDS = {
+    "port",
+    "path",
+    "interval",
+    "honorLabels",
+    "relabelings",
+    "scheme",
+    "scrapeTimeout",
+}
 
 
 def manifests(d: Deployment, tmp_path: Path) -> dict[str, list[dict]]:
@@ -90,11 +106,23 @@ def core_objects(docs: dict[str, list[dict]]) -> list[dict]:
     """Every core object, plus the pod and job templates nested in the two CRDs, as core kinds."""
     objects = [by_kind(docs["tfjob.yaml"], "PersistentVolumeClaim")]
     for spec in by_kind(docs["tfjob.yaml"], "TFJob")["spec"]["tfReplicaSpecs"].values():
-        objects.append({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
-                        "template": spec["template"]})
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PodTemplate",
+                "metadata": {"name": "t"},
+                "template": spec["template"],
+            }
+        )
     for rjob in by_kind(docs["jobset.yaml"], "JobSet")["spec"]["replicatedJobs"]:
-        objects.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
-                        "spec": rjob["template"]["spec"]})
+        objects.append(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "j"},
+                "spec": rjob["template"]["spec"],
+            }
+        )
     return objects
 
 
@@ -106,9 +134,14 @@ def test_core_kinds_pass_strict_schema_validation(tmp_path: Path, d: Deployment,
 
 
 def test_strict_validation_rejects_a_misspelt_field() -> None:
-    bad = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
-           "template": {"spec": {"containers": [
-               {"name": "c", "image": "i", "securityContext": {"readOnly": True}}]}}}
+    bad = {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "t"},
+        "template": {
+            "spec": {"containers": [{"name": "c", "image": "i", "securityContext": {"readOnly": True}}]}
+        },
+    }
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, K8S_VERSIONS[0], strict=True)
 
@@ -125,8 +158,9 @@ def test_jobset_uses_only_jobset_v1alpha2_fields(tmp_path: Path) -> None:
 def pod_specs(docs: dict[str, list[dict]]) -> list[tuple[str, dict]]:
     tf = by_kind(docs["tfjob.yaml"], "TFJob")["spec"]["tfReplicaSpecs"]
     js = by_kind(docs["jobset.yaml"], "JobSet")["spec"]["replicatedJobs"]
-    return ([(f"tfjob {t}", s["template"]) for t, s in tf.items()]
-            + [(f"jobset {r['name']}", r["template"]["spec"]["template"]) for r in js])
+    return [(f"tfjob {t}", s["template"]) for t, s in tf.items()] + [
+        (f"jobset {r['name']}", r["template"]["spec"]["template"]) for r in js
+    ]
 
 
 def test_every_pod_mirrors_the_compose_hardening(tmp_path: Path) -> None:
@@ -206,13 +240,16 @@ def test_cli_prints_a_translation_report_per_target(tmp_path: Path, capsys: pyte
     assert k8s.main(["--workers", "1", "--out", str(tmp_path), "--script", "x.py"]) == 0
     err = capsys.readouterr().err
     assert "k8s TFJob:" in err and "k8s JobSet:" in err and TFJOB_ADDRESS in err
-    assert "dropped script bind x.py" in err and "the budget is not enforced" in err
+    assert "dropped script bind x.py" in err and "only the supervisor's budget bounds retries" in err
 
 
-@pytest.mark.parametrize(("args", "message"), [(["--name", "Bad_Name"], "--name 'Bad_Name'"),
-                                               (["--gpus-per-worker", "-1"], "GPUS_PER_WORKER=-1")])
-def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str],
-                                   message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--name", "Bad_Name"], "--name 'Bad_Name'"), (["--gpus-per-worker", "-1"], "GPUS_PER_WORKER=-1")],
+)
+def test_cli_bad_input_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str], message: str
+) -> None:
     assert k8s.main(["--workers", "1", "--out", str(tmp_path), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1

@@ -17,7 +17,9 @@ RULE_FILES = sorted((ROOT / "monitoring" / "prometheus" / "rules").glob("*.yml")
 
 # The dashboards may use the contract's series and nothing else.
 CONTRACT = {contract.exposed_name(m) for m in contract.ALL}
-HISTOGRAM_SERIES = {s for m in contract.ALL if m.kind == contract.HISTOGRAM for s in (m.bucket, m.sum, m.count)}
+HISTOGRAM_SERIES = {
+    s for m in contract.ALL if m.kind == contract.HISTOGRAM for s in (m.bucket, m.sum, m.count)
+}
 
 COMMITTED = load_dashboards()
 
@@ -69,8 +71,13 @@ def test_variables_query_the_datasource_by_uid():
 
 
 def test_queries_use_only_contract_metrics_and_recorded_rules():
-    recorded = {r["record"] for f in RULE_FILES for g in yaml.safe_load(f.read_text())["groups"]
-                for r in g["rules"] if "record" in r}
+    recorded = {
+        r["record"]
+        for f in RULE_FILES
+        for g in yaml.safe_load(f.read_text())["groups"]
+        for r in g["rules"]
+        if "record" in r
+    }
     for dashboard in COMMITTED.values():
         for q in panel_queries(dashboard):
             rule_names = re.findall(r"\b(?:task|cluster):[a-z0-9_]+:[a-z0-9_]+", q.expr)
@@ -83,18 +90,34 @@ def test_queries_use_only_contract_metrics_and_recorded_rules():
 
 def test_overview_has_the_panels_users_asked_for():
     titles = {p["title"] for p in panels(COMMITTED["training-overview.json"])}
-    assert {"Throughput", "Steps per second", "Loss", "Step time p50 / p95 per task", "Step breakdown: $task",
-            "Straggler ratio", "All-reduce bus bandwidth", "Network traffic per task", "Build info per task",
-            "Firing alerts", "Verdict", "Verdict per task"} <= titles
+    assert {
+        "Throughput",
+        "Steps per second",
+        "Loss",
+        "Step time p50 / p95 per task",
+        "Step breakdown: $task",
+        "Straggler ratio",
+        "All-reduce bus bandwidth",
+        "Network traffic per task",
+        "Build info per task",
+        "Firing alerts",
+        "Verdict",
+        "Verdict per task",
+    } <= titles
 
 
 def test_verdict_panel_names_every_code_of_make_diagnose():
     from monitoring import verdict
 
-    stat = next(p for p in panels(COMMITTED["training-overview.json"]) if p["title"] == "Verdict" and p["type"] == "stat")
+    stat = next(
+        p
+        for p in panels(COMMITTED["training-overview.json"])
+        if p["title"] == "Verdict" and p["type"] == "stat"
+    )
     shown = stat["fieldConfig"]["defaults"]["mappings"][0]["options"]
     assert {int(code): m["text"] for code, m in shown.items()} == {
-        code: name for code, name in verdict.NAMES.items() if code >= 0}
+        code: name for code, name in verdict.NAMES.items() if code >= 0
+    }
 
 
 def test_task_detail_has_a_task_variable():

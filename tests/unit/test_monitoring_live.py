@@ -25,6 +25,7 @@ from tests.conftest import need
 from trainer import contract
 from trainer.cluster import TaskId
 from trainer.metrics import Metrics, Server, StepTiming
+from trainer.timing import StepWork
 
 STEP = StepTiming(step=0.0125, input=0.000625, compute=0.01, allreduce=0.001875)
 """80 steps per second of step time; shares 5 %, 80 %, 15 %: a healthy task."""
@@ -53,8 +54,9 @@ def exporters() -> Iterator[dict[str, int]]:
         ports[task.name] = free_port()
         servers.append(Server(registry, ports[task.name], addr="127.0.0.1"))
         metrics.append(Metrics(registry, task))
-        metrics[-1].build_info(tf_version="test", trainer_version="test", strategy="mwms", communication="AUTO",
-                               task="mlp")
+        metrics[-1].build_info(
+            tf_version="test", trainer_version="test", strategy="mwms", communication="AUTO", task="mlp"
+        )
         metrics[-1].world_size.set(len(TASKS))
         metrics[-1].state("training")
 
@@ -64,8 +66,7 @@ def exporters() -> Iterator[dict[str, int]]:
             for _ in range(20):
                 step += 1
                 for m in metrics:
-                    m.record_step(step=step, loss=1.0, examples=32, allreduce_bytes=4096, now=time.time(),
-                                  timing=STEP)
+                    m.record_step(step=step, loss=1.0, work=StepWork(32, 4096), now=time.time(), timing=STEP)
 
     thread = threading.Thread(target=step_forever, daemon=True)
     thread.start()
@@ -81,14 +82,24 @@ def prom(prometheus_binary, exporters, tmp_path_factory) -> Iterator[Prometheus]
     work = tmp_path_factory.mktemp("prometheus")
     rule_files = sorted(str(p) for p in (rules.PROM_DIR / "rules").glob("*.yml"))
     targets = [{"targets": [f"127.0.0.1:{port}"]} for port in exporters.values()]
-    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": rule_files,
-              "scrape_configs": [{"job_name": contract.JOB, "honor_labels": True, "static_configs": targets}]}
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": rule_files,
+        "scrape_configs": [{"job_name": contract.JOB, "honor_labels": True, "static_configs": targets}],
+    }
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log = (work / "prometheus.log").open("w")
-    proc = subprocess.Popen([prometheus_binary, f"--config.file={work / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            prometheus_binary,
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         yield Prometheus(url=f"http://127.0.0.1:{port}", timeout=5)
     finally:

@@ -38,8 +38,9 @@ def test_payload_overwrites_by_uid_into_the_folder():
     assert "id" not in body["dashboard"]  # Grafana matches on uid; an id would pin one instance
 
 
-@pytest.mark.skipif(not os.environ.get("GRAFANA_URL"),
-                    reason="needs a real Grafana: set GRAFANA_URL and GRAFANA_TOKEN")
+@pytest.mark.skipif(
+    not os.environ.get("GRAFANA_URL"), reason="needs a real Grafana: set GRAFANA_URL and GRAFANA_TOKEN"
+)
 def test_publish_to_a_real_grafana():
     from grafana_client import GrafanaApi
 

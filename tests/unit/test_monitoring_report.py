@@ -16,6 +16,11 @@ def test_plot_writes_a_png(tmp_path):
     parts = {label: (xs, [0.01, 0.012, 0.011]) for _, label in PARTS}
     breakdown = {"chief": parts, "worker-0": parts}
     out = tmp_path / "report.png"
-    plot(breakdown=breakdown, throughput={"cluster": (xs, [100.0, 120.0, 110.0])},
-         loss={"chief": (xs, [2.3, 2.0, 1.8])}, title="test", out=out)
+    plot(
+        breakdown=breakdown,
+        throughput={"cluster": (xs, [100.0, 120.0, 110.0])},
+        loss={"chief": (xs, [2.3, 2.0, 1.8])},
+        title="test",
+        out=out,
+    )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000

@@ -14,7 +14,13 @@ from trainer.config import Config
 
 # Ops that write a variable: the model's, the optimizer's (Adam's moments, the iteration count) and
 # batch normalisation's moving averages.
-UPDATES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "AssignNewValue", "ResourceApplyAdam")
+UPDATES = (
+    "AssignVariableOp",
+    "AssignAddVariableOp",
+    "AssignSubVariableOp",
+    "AssignNewValue",
+    "ResourceApplyAdam",
+)
 
 
 def _timed_graph(task_name: str, **config):
@@ -55,13 +61,18 @@ def test_every_variable_update_precedes_the_steps_last_mark(task_name):
     updates = [n.name for n in body.node_def if n.op in UPDATES]
     assert len(updates) > 10, f"expected the optimizer's updates in the step body, found {updates}"
     late = sorted(set(updates) - _ancestors(body, end))
-    assert not late, f"{len(late)} of {len(updates)} variable updates are not before the last mark: {late[:5]}"
+    assert not late, (
+        f"{len(late)} of {len(updates)} variable updates are not before the last mark: {late[:5]}"
+    )
 
 
 def test_start_up_line_states_batch_rate_and_warm_up():
     assert step.describe_lr(Config(per_replica_batch=32, learning_rate=0.001), 4) == (
-        "global batch 128 = 4 x 32, lr 0.004 = 4 x 0.001 (--lr-scaling linear), warm-up 100 steps")
-    assert step.describe_lr(Config(lr_scaling="none", learning_rate=0.01), 3).endswith("lr 0.01 (--lr-scaling none)")
+        "global batch 128 = 4 x 32, lr 0.004 = 4 x 0.001 (--lr-scaling linear), warm-up 100 steps"
+    )
+    assert step.describe_lr(Config(lr_scaling="none", learning_rate=0.01), 3).endswith(
+        "lr 0.01 (--lr-scaling none)"
+    )
 
 
 @pytest.mark.parametrize(("dtype", "size"), [("float32", 4), ("bfloat16", 2), ("float16", 2)])

@@ -7,8 +7,10 @@ import pytest
 from trainer import cluster
 from trainer.cluster import ClusterSpecError, TaskId
 
-GOOD = {"cluster": {"chief": ["chief:2222"], "worker": ["worker-0:2222", "worker-1:2222"]},
-        "task": {"type": "worker", "index": 1}}
+GOOD = {
+    "cluster": {"chief": ["chief:2222"], "worker": ["worker-0:2222", "worker-1:2222"]},
+    "task": {"type": "worker", "index": 1},
+}
 
 
 def _with(**changes):
@@ -53,28 +55,31 @@ def test_chiefless_cluster_makes_worker_0_chief():
     assert spec.is_chief
 
 
-@pytest.mark.parametrize("text, field", [
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "JSON object"),
-    (_with(cluster=KeyError), "TF_CONFIG.cluster"),
-    (_with(task=KeyError), "TF_CONFIG.task"),
-    (_with(task__type="evaluator"), "TF_CONFIG.task.type"),
-    (_with(task__type="ps"), "TF_CONFIG.task.type"),
-    (_with(task__index=5), "TF_CONFIG.task.index 5"),
-    (_with(task__index=-1), "TF_CONFIG.task.index -1"),
-    (_with(task__index="1"), "must be a JSON integer"),
-    (_with(task__index=True), "must be a JSON integer"),
-    (_with(cluster__ps=["ps:2222"]), "TF_CONFIG.cluster.ps"),
-    (_with(cluster__evaluator=["e:2222"]), "TF_CONFIG.cluster.evaluator"),
-    (_with(cluster__worker=[]), "TF_CONFIG.cluster.worker"),
-    (_with(cluster__worker="worker-0:2222"), "TF_CONFIG.cluster.worker"),
-    (_with(cluster__worker=["worker-0:2222", "chief:2222"]), "share the address"),
-    (_with(cluster__worker=["worker-0:http", "w:1"]), "TF_CONFIG.cluster.worker[0]"),
-    (_with(cluster__worker=["worker-0", "w:1"]), "TF_CONFIG.cluster.worker[0]"),
-    (_with(cluster__worker=["worker-0:70000", "w:1"]), "port"),
-    (_with(cluster__chief=["a:1", "b:2"]), "exactly one chief"),
-    (_with(cluster__chief=KeyError, task__type="chief", task__index=0), 'task.type "chief"'),
-])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        (_with(cluster=KeyError), "TF_CONFIG.cluster"),
+        (_with(task=KeyError), "TF_CONFIG.task"),
+        (_with(task__type="evaluator"), "TF_CONFIG.task.type"),
+        (_with(task__type="ps"), "TF_CONFIG.task.type"),
+        (_with(task__index=5), "TF_CONFIG.task.index 5"),
+        (_with(task__index=-1), "TF_CONFIG.task.index -1"),
+        (_with(task__index="1"), "must be a JSON integer"),
+        (_with(task__index=True), "must be a JSON integer"),
+        (_with(cluster__ps=["ps:2222"]), "TF_CONFIG.cluster.ps"),
+        (_with(cluster__evaluator=["e:2222"]), "TF_CONFIG.cluster.evaluator"),
+        (_with(cluster__worker=[]), "TF_CONFIG.cluster.worker"),
+        (_with(cluster__worker="worker-0:2222"), "TF_CONFIG.cluster.worker"),
+        (_with(cluster__worker=["worker-0:2222", "chief:2222"]), "share the address"),
+        (_with(cluster__worker=["worker-0:http", "w:1"]), "TF_CONFIG.cluster.worker[0]"),
+        (_with(cluster__worker=["worker-0", "w:1"]), "TF_CONFIG.cluster.worker[0]"),
+        (_with(cluster__worker=["worker-0:70000", "w:1"]), "port"),
+        (_with(cluster__chief=["a:1", "b:2"]), "exactly one chief"),
+        (_with(cluster__chief=KeyError, task__type="chief", task__index=0), 'task.type "chief"'),
+    ],
+)
 def test_rejects_malformed_config(text, field):
     with pytest.raises(ClusterSpecError) as err:
         cluster.parse_tf_config(text)

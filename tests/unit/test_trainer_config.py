@@ -10,10 +10,21 @@ from trainer.errors import ConfigError
 
 # Contract: compose files and other engineers set these; renaming one is a breaking change.
 CONTRACT_ENV = {
-    "TRAINER_STEPS", "TRAINER_PER_REPLICA_BATCH", "TRAINER_TASK", "TRAINER_STRATEGY", "TRAINER_METRICS_PORT",
-    "TRAINER_CHECKPOINT_DIR", "TRAINER_SAVE_EVERY", "TRAINER_LOG_EVERY", "TRAINER_CLUSTER_TIMEOUT",
-    "TRAINER_DATA", "TRAINER_INPUT_DELAY_MS", "TRAINER_SEED", "TRAINER_OUTPUT_DIR",
-    "TRAINER_HEARTBEAT_TIMEOUT", "TRAINER_BYTES_PER_PACK",
+    "TRAINER_STEPS",
+    "TRAINER_PER_REPLICA_BATCH",
+    "TRAINER_TASK",
+    "TRAINER_STRATEGY",
+    "TRAINER_METRICS_PORT",
+    "TRAINER_CHECKPOINT_DIR",
+    "TRAINER_SAVE_EVERY",
+    "TRAINER_LOG_EVERY",
+    "TRAINER_CLUSTER_TIMEOUT",
+    "TRAINER_DATA",
+    "TRAINER_INPUT_DELAY_MS",
+    "TRAINER_SEED",
+    "TRAINER_OUTPUT_DIR",
+    "TRAINER_HEARTBEAT_TIMEOUT",
+    "TRAINER_BYTES_PER_PACK",
 }
 
 
@@ -40,17 +51,20 @@ def test_empty_env_means_default():
     assert config.from_args([], {"TRAINER_STEPS": ""}).steps == Config().steps
 
 
-@pytest.mark.parametrize("argv, env, names", [
-    ([], {"TRAINER_STEPS": "ten"}, "TRAINER_STEPS"),
-    (["--steps", "0"], {}, "--steps"),
-    (["--strategy", "ps"], {}, "--strategy"),
-    (["--metrics-port", "70000"], {}, "--metrics-port"),
-    (["--cluster-timeout", "0"], {}, "--cluster-timeout"),
-    (["--heartbeat-timeout", "0.5"], {}, "--heartbeat-timeout"),
-    (["--save-every", "-1"], {}, "--save-every"),
-    ([], {"TRAINER_BYTES_PER_PACK": "-1"}, "TRAINER_BYTES_PER_PACK"),
-    ([], {"TRAINER_INPUT_DELAY_MS": "x"}, "TRAINER_INPUT_DELAY_MS"),
-])
+@pytest.mark.parametrize(
+    "argv, env, names",
+    [
+        ([], {"TRAINER_STEPS": "ten"}, "TRAINER_STEPS"),
+        (["--steps", "0"], {}, "--steps"),
+        (["--strategy", "ps"], {}, "--strategy"),
+        (["--metrics-port", "70000"], {}, "--metrics-port"),
+        (["--cluster-timeout", "0"], {}, "--cluster-timeout"),
+        (["--heartbeat-timeout", "0.5"], {}, "--heartbeat-timeout"),
+        (["--save-every", "-1"], {}, "--save-every"),
+        ([], {"TRAINER_BYTES_PER_PACK": "-1"}, "TRAINER_BYTES_PER_PACK"),
+        ([], {"TRAINER_INPUT_DELAY_MS": "x"}, "TRAINER_INPUT_DELAY_MS"),
+    ],
+)
 def test_bad_values_name_the_field(argv, env, names):
     with pytest.raises(ConfigError, match=names):
         config.from_args(argv, env)

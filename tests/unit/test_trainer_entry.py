@@ -8,7 +8,10 @@ import sys
 
 import pytest
 
-GOOD = {"cluster": {"chief": ["chief:2222"], "worker": ["worker-0:2222"]}, "task": {"type": "worker", "index": 0}}
+GOOD = {
+    "cluster": {"chief": ["chief:2222"], "worker": ["worker-0:2222"]},
+    "task": {"type": "worker", "index": 0},
+}
 
 
 def _tf_config(**task_or_cluster):
@@ -52,8 +55,15 @@ def _run(env_extra, *args):
     env = {**os.environ, **env_extra}
     env.pop("TF_CONFIG", None)
     env.update(env_extra)
-    return subprocess.run([sys.executable, "-c", NO_TENSORFLOW, *args], env=env, capture_output=True, text=True,
-                          timeout=60, check=False, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    return subprocess.run(
+        [sys.executable, "-c", NO_TENSORFLOW, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
 
 
 @pytest.mark.parametrize("tf_config, field", CASES)
@@ -75,8 +85,10 @@ def test_mirrored_with_tf_config_is_a_config_error():
 
 
 def test_config_path_does_not_import_tensorflow():
-    code = ("import sys; from trainer import config, cluster, preflight, metrics, errors, "
-            "progress, agreement, timing, loop, summary; assert 'tensorflow' not in sys.modules")
+    code = (
+        "import sys; from trainer import config, cluster, preflight, metrics, errors, "
+        "progress, agreement, timing, loop, summary; assert 'tensorflow' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
 
 

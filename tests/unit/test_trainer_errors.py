@@ -15,9 +15,23 @@ def test_codes_and_classes():
     assert errors.MissingPeersError.exit_code == 3 and errors.ConfigError.exit_code == 2
 
 
-@pytest.mark.parametrize("code,retryable", [(0, False), (1, False), (2, False), (3, False), (42, False),
-                                             (127, False), (128, True), (137, True), (143, True), (200, True),
-                                             (201, True), (255, True)])
+@pytest.mark.parametrize(
+    "code,retryable",
+    [
+        (0, False),
+        (1, False),
+        (2, False),
+        (3, False),
+        (42, False),
+        (127, False),
+        (128, True),
+        (137, True),
+        (143, True),
+        (200, True),
+        (201, True),
+        (255, True),
+    ],
+)
 def test_retryable_is_128_to_255(code, retryable):
     # 42 is TensorFlow's own preemption exit: permanent for us, so the trainer never exits with it.
     assert errors.is_retryable(code) is retryable

@@ -133,7 +133,7 @@ def test_train_records_every_step_and_logs(caplog):
     result = _train(_fns(clock), _settings(save_every=10), start_step=3, metrics=rec, clock=clock)
     assert (result.start_step, result.final_step) == (3, 25)
     assert [c["step"] for c in rec.calls] == list(range(4, 26))
-    assert all(c["examples"] == 32 for c in rec.calls)
+    assert all(c["work"].examples == 32 for c in rec.calls)
     assert [c["timing"] is None for c in rec.calls] == [True] * 7 + [False] * 15  # the first call traces
     assert rec.saves == [10, 20]
     assert rec.events[:4] == [

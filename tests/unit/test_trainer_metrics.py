@@ -6,17 +6,26 @@ from prometheus_client.parser import text_string_to_metric_families
 from trainer import contract, metrics, netdev
 from trainer.cluster import TaskId
 from trainer.metrics import Metrics, NullMetrics
-from trainer.timing import StepTiming
+from trainer.timing import StepTiming, StepWork
 
 # Frozen: the series names as Prometheus stores them. Changing one breaks users' queries and alerts.
 CONTRACT = {
-    "trainer_step_duration_seconds": "histogram", "trainer_input_wait_seconds": "histogram",
-    "trainer_compute_duration_seconds": "histogram", "trainer_allreduce_duration_seconds": "histogram",
-    "trainer_steps_total": "counter", "trainer_examples_total": "counter", "trainer_allreduce_bytes_total": "counter",
-    "trainer_network_transmit_bytes_total": "counter", "trainer_network_receive_bytes_total": "counter",
-    "trainer_loss": "gauge", "trainer_global_step": "gauge", "trainer_world_size": "gauge",
+    "trainer_step_duration_seconds": "histogram",
+    "trainer_input_wait_seconds": "histogram",
+    "trainer_compute_duration_seconds": "histogram",
+    "trainer_allreduce_duration_seconds": "histogram",
+    "trainer_steps_total": "counter",
+    "trainer_examples_total": "counter",
+    "trainer_allreduce_bytes_total": "counter",
+    "trainer_network_transmit_bytes_total": "counter",
+    "trainer_network_receive_bytes_total": "counter",
+    "trainer_loss": "gauge",
+    "trainer_global_step": "gauge",
+    "trainer_world_size": "gauge",
     "trainer_last_step_timestamp_seconds": "gauge",
-    "trainer_last_checkpoint_step": "gauge", "trainer_build": "info", "trainer_state": "enum",
+    "trainer_last_checkpoint_step": "gauge",
+    "trainer_build": "info",
+    "trainer_state": "enum",
 }
 # How the text format exposes each kind: families of counters lose _total, infos and enums are gauges.
 EXPOSED = {"counter": "counter", "histogram": "histogram", "gauge": "gauge", "info": "gauge", "enum": "gauge"}
@@ -37,11 +46,18 @@ def _families(registry):
 def _recorded():
     registry = CollectorRegistry()
     m = Metrics(registry, TaskId("worker", 2))
-    m.build_info(tf_version="2.21.0", trainer_version="0.1.0", strategy="mwms", communication="AUTO", task="mlp")
+    m.build_info(
+        tf_version="2.21.0", trainer_version="0.1.0", strategy="mwms", communication="AUTO", task="mlp"
+    )
     m.state("training")
     m.world_size.set(3)
-    m.record_step(step=5, loss=0.5, examples=32, allreduce_bytes=1000, now=1e9,
-                  timing=StepTiming(step=0.02, input=0.001, compute=0.01, allreduce=0.008))
+    m.record_step(
+        step=5,
+        loss=0.5,
+        work=StepWork(32, 1000),
+        now=1e9,
+        timing=StepTiming(step=0.02, input=0.001, compute=0.01, allreduce=0.008),
+    )
     m.checkpointed(5)
     return registry
 
@@ -85,7 +101,7 @@ def test_buckets_resolve_cpu_and_gpu_steps():
 def test_null_metrics_has_the_same_interface():
     public = {n for n in dir(Metrics) if not n.startswith("_")}
     assert public - {"registry"} <= set(dir(NullMetrics))
-    NullMetrics().record_step(step=1, loss=0.0, examples=1, allreduce_bytes=1, now=0.0, timing=None)
+    NullMetrics().record_step(step=1, loss=0.0, work=StepWork(1, 1), now=0.0, timing=None)
     NullMetrics().world_size.set(3)
 
 
@@ -100,7 +116,9 @@ def test_netdev_parse_skips_loopback():
 
 def test_network_collector_reads_at_scrape():
     registry = CollectorRegistry()
-    registry.register(netdev.NetworkCollector({"task_type": "chief", "task_index": "0"}, read=lambda: PROC_NET_DEV))
+    registry.register(
+        netdev.NetworkCollector({"task_type": "chief", "task_index": "0"}, read=lambda: PROC_NET_DEV)
+    )
     fams = _families(registry)
     assert fams["trainer_network_transmit_bytes"].samples[0].value == 7200
 

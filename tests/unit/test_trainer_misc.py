@@ -33,7 +33,7 @@ def test_agreement_ignores_per_task_settings():
     b = agreement.fingerprints(spec, Config(metrics_port=2, output_dir="/b"), "x", "y")
     c = agreement.fingerprints(spec, Config(steps=5), "x", "y")
     assert a == b and a != c
-    assert all(v < 2 ** 53 for v in a)  # exact in float64
+    assert all(v < 2**53 for v in a)  # exact in float64
 
 
 class V:
@@ -45,7 +45,9 @@ class V:
 
 
 def test_summary_written_atomically(tmp_path):
-    result = LoopResult(start_step=0, final_step=10, loss=0.1, accuracy=0.9, ids=[np.array([5, 1]), np.array([3])])
+    result = LoopResult(
+        start_step=0, final_step=10, loss=0.1, accuracy=0.9, ids=[np.array([5, 1]), np.array([3])]
+    )
     s = summary.build("worker-0", result, [V([1, 2]), V([3])])
     path = summary.write(s, str(tmp_path))
     with open(path) as f:
@@ -73,13 +75,21 @@ def test_run_script_serves_metrics_and_returns_the_status(tmp_path):
     script.write_text(
         "import sys, urllib.request\n"
         f"text = urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode()\n"
-        "assert 'trainer_state{task_index=\"1\",task_type=\"worker\",trainer_state=\"training\"} 1.0' in text, text\n"
+        'assert \'trainer_state{task_index="1",task_type="worker",trainer_state="training"} 1.0\' in text, text\n'
         "assert 'process_cpu_seconds_total{task_index=\"1\"' in text\n"
         "assert 'trainer_network_receive_bytes_total' in text and 'trainer_build_info' in text\n"
         "assert sys.argv[1:] == ['--epochs', '2'], sys.argv\n"
-        "sys.exit(5)\n")
+        "sys.exit(5)\n"
+    )
     tf_config = on_ports("127.0.0.1", [1, 2, 3]).with_task(TaskId("worker", 1)).to_tf_config()
     env = {**os.environ, "TRAINER_METRICS_PORT": str(port), "TF_CONFIG": tf_config}
-    proc = subprocess.run([sys.executable, "-m", "trainer.run_script", str(script), "--epochs", "2"],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer.run_script", str(script), "--epochs", "2"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 5, proc.stderr

@@ -48,8 +48,13 @@ def test_missing_peer_named_after_timeout_and_logged_every_10s(caplog):
 
 def test_peer_that_comes_up_late_is_accepted():
     clock = FakeClock()
-    preflight.wait_for_peers(SPEC, 300, clock=clock, sleep=clock.sleep,
-                             probe=lambda addr: None if clock.now > 20 else "connection refused")
+    preflight.wait_for_peers(
+        SPEC,
+        300,
+        clock=clock,
+        sleep=clock.sleep,
+        probe=lambda addr: None if clock.now > 20 else "connection refused",
+    )
     assert 20 < clock.now < 22
 
 

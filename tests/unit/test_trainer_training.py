@@ -44,8 +44,15 @@ class Recorder:
 
 
 def _train(tmp_path, **overrides):
-    config = Config(**{"strategy": "mirrored", "metrics_port": 0, "output_dir": str(tmp_path / "out"),
-                       "log_every": 10, **overrides})
+    config = Config(
+        **{
+            "strategy": "mirrored",
+            "metrics_port": 0,
+            "output_dir": str(tmp_path / "out"),
+            "log_every": 10,
+            **overrides,
+        }
+    )
     rec = Recorder()
     training.run(config, None, TaskId("chief", 0), rec, release_port=lambda: None)
     return rec, json.loads((tmp_path / "out" / "chief.json").read_text())
@@ -87,8 +94,9 @@ def plugin(*, per_replica_batch):
 
 
 def test_plugin_task(tmp_path):
-    rec, summary = _train(tmp_path, task="test_trainer_training:plugin", steps=60, steps_per_call=1,
-                          learning_rate=0.05)
+    rec, summary = _train(
+        tmp_path, task="test_trainer_training:plugin", steps=60, steps_per_call=1, learning_rate=0.05
+    )
     assert _mean_loss(rec, -10) < 0.7 * _mean_loss(rec, 5)
     assert summary["examples"] == 0 and summary["accuracy"] is None
 

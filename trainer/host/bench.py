@@ -60,13 +60,21 @@ def _instrumented(fns, iterator, steps: int, per_call: int, sink) -> None:
             if kw["timing"] is not None:
                 timings.append(kw["timing"])
 
-    settings = loop.LoopSettings(task_name="bench", steps=steps, steps_per_call=per_call,
-                                 measure_every=measure_every, save_every=0, local_examples=1,
-                                 classify=False, record_ids=False)
+    settings = loop.LoopSettings(
+        task_name="bench",
+        steps=steps,
+        steps_per_call=per_call,
+        measure_every=measure_every,
+        save_every=0,
+        local_examples=1,
+        classify=False,
+        record_ids=False,
+    )
     lines = progress.ProgressLog(progress.Job("bench", steps, 1), every=steps)  # as in training
     logging.disable(logging.INFO)
-    loop.Controller(fns=fns, checkpoints=NoCheckpoints(), metrics=Keep(), settings=settings,
-                    actions=(lines,)).train(iterator, 0)
+    loop.Controller(
+        fns=fns, checkpoints=NoCheckpoints(), metrics=Keep(), settings=settings, actions=(lines,)
+    ).train(iterator, 0)
     logging.disable(logging.NOTSET)
 
 
@@ -77,7 +85,9 @@ def _one_step_per_call(strategy, task, optimizer, global_batch):
     def replica(batch):
         x, y = batch[0], batch[1]
         with tf.GradientTape() as tape:
-            loss = tf.nn.compute_average_loss(task.loss(y, task.model(x, training=True)), global_batch_size=global_batch)
+            loss = tf.nn.compute_average_loss(
+                task.loss(y, task.model(x, training=True)), global_batch_size=global_batch
+            )
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
 
@@ -125,8 +135,13 @@ def _timed_rate(run, settle: int, steps: int) -> float:
 
 def _build(config, strategy, task_name: str, options: step.StepOptions, replicas: int):
     with strategy.scope():
-        task = tasks.build(tasks.load(task_name), per_replica_batch=config.per_replica_batch, seed=config.seed,
-                           data=config.data, input_delay_ms=config.input_delay_ms)
+        task = tasks.build(
+            tasks.load(task_name),
+            per_replica_batch=config.per_replica_batch,
+            seed=config.seed,
+            data=config.data,
+            input_delay_ms=config.input_delay_ms,
+        )
         optimizer = step.optimizer(config, replicas)
     fns = step.build(strategy, task, optimizer, config.per_replica_batch * replicas, options)
     return task, optimizer, fns, iter(strategy.distribute_datasets_from_function(task.dataset_fn))
@@ -135,9 +150,14 @@ def _build(config, strategy, task_name: str, options: step.StepOptions, replicas
 def _fit_model(config, strategy, task, replicas: int, k: int):
     with strategy.scope():
         model = tf.keras.models.clone_model(task.model)
-        model.compile(optimizer=step.optimizer(config, replicas), steps_per_execution=k,
-                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model, strategy.distribute_datasets_from_function(lambda ctx: task.dataset_fn(ctx).map(lambda x, y, i: (x, y)))
+        model.compile(
+            optimizer=step.optimizer(config, replicas),
+            steps_per_execution=k,
+            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+    return model, strategy.distribute_datasets_from_function(
+        lambda ctx: task.dataset_fn(ctx).map(lambda x, y, i: (x, y))
+    )
 
 
 def main(argv=None) -> int:
@@ -146,8 +166,12 @@ def main(argv=None) -> int:
     p.add_argument("--bench-steps", type=int, default=400, help="steps per mode per round")
     p.add_argument("--cnn-steps", type=int, default=60, help="steps per mode per round of (c) and (d) on cnn")
     p.add_argument("--pack", type=int, default=256 * 1024, help="bytes per pack of (d)")
-    p.add_argument("--sample-every", type=int, default=4,
-                   help="also bench timing one call in this many (the --measure-every trade-off)")
+    p.add_argument(
+        "--sample-every",
+        type=int,
+        default=4,
+        help="also bench timing one call in this many (the --measure-every trade-off)",
+    )
     p.add_argument("--skip-rates", action="store_true", help="only (c) and (e)")
     args, rest = p.parse_known_args(argv)
     config = config_lib.from_args(rest, os.environ)
@@ -161,29 +185,44 @@ def main(argv=None) -> int:
     metrics = Metrics(CollectorRegistry(), spec.task if spec else TaskId(CHIEF, 0))
     k = config.steps_per_call or _auto_steps_per_call(strategy, fns, iterator)
     fit_model, fit_data = _fit_model(config, strategy, task, replicas, k)
-    cnn = {mode: _build(config, strategy, "cnn", replace(options, mode=mode, bytes_per_pack=args.pack), replicas)
-           for mode in ("serial", "overlap")}
+    cnn = {
+        mode: _build(config, strategy, "cnn", replace(options, mode=mode, bytes_per_pack=args.pack), replicas)
+        for mode in ("serial", "overlap")
+    }
     n, settle, cn = args.bench_steps, max(k, args.bench_steps // 5), args.cnn_steps
     cnn_k = max(1, min(k, cn // 3))
     timings = {"ours": [], "serial": [], "overlap": []}
     modes = {  # name -> () -> steps per second
         "untimed fused steps": lambda: _timed_rate(lambda m: _untimed(fns, iterator, m, k), settle, n),
         "instrumented loop": lambda: _timed_rate(
-            lambda m: _instrumented(fns, iterator, m, k, (metrics, timings["ours"], 1)), settle, n),
+            lambda m: _instrumented(fns, iterator, m, k, (metrics, timings["ours"], 1)), settle, n
+        ),
         f"instrumented, 1 call in {args.sample_every} timed": lambda: _timed_rate(
-            lambda m: _instrumented(fns, iterator, m, k, (metrics, [], args.sample_every)), settle, n),
+            lambda m: _instrumented(fns, iterator, m, k, (metrics, [], args.sample_every)), settle, n
+        ),
         f"model.fit, steps_per_execution {k}": lambda: _fit_rate(fit_model, fit_data, settle, n),
         "tutorial custom loop, 1 per call": lambda: _timed_rate(
-            lambda m: [classic(iterator) for _ in range(m)], settle, n),
+            lambda m: [classic(iterator) for _ in range(m)], settle, n
+        ),
         "cnn serial": lambda: _timed_rate(
-            lambda m: _instrumented(cnn["serial"][2], cnn["serial"][3], m, cnn_k, (metrics, timings["serial"], 1)),
-            cnn_k, cn),
+            lambda m: _instrumented(
+                cnn["serial"][2], cnn["serial"][3], m, cnn_k, (metrics, timings["serial"], 1)
+            ),
+            cnn_k,
+            cn,
+        ),
         "cnn overlap": lambda: _timed_rate(
-            lambda m: _instrumented(cnn["overlap"][2], cnn["overlap"][3], m, cnn_k, (metrics, timings["overlap"], 1)),
-            cnn_k, cn),
+            lambda m: _instrumented(
+                cnn["overlap"][2], cnn["overlap"][3], m, cnn_k, (metrics, timings["overlap"], 1)
+            ),
+            cnn_k,
+            cn,
+        ),
     }
     rates = {name: [] for name in modes}
-    for r in range(0 if args.skip_rates else args.rounds + 1):  # round 0 traces every function and is not counted
+    for r in range(
+        0 if args.skip_rates else args.rounds + 1
+    ):  # round 0 traces every function and is not counted
         for name, run in modes.items():
             rate = run()
             if r:
@@ -192,8 +231,10 @@ def main(argv=None) -> int:
             for kept in timings.values():
                 kept.clear()
     if chief and not args.skip_rates:  # first what is measured, in case a later part fails
-        header = (f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "
-                  f"{k} steps per call, {args.rounds} rounds x {args.bench_steps} steps per mode; ")
+        header = (
+            f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "
+            f"{k} steps per call, {args.rounds} rounds x {args.bench_steps} steps per mode; "
+        )
         print(_report(header, args, k, rates, timings), flush=True)
     trace = _trace_check(cnn["serial"][2], cnn["serial"][3], TRACE_STEPS, chief)
     payload = _compression(strategy, args.rounds)
@@ -253,20 +294,27 @@ def _report(header: str, args, k, rates, timings) -> str:
         f"(d) cnn, {args.pack} B packs: step time overlap / serial {_spread(_ratios(rates, serial, overlap))}; "
         f"all-reduce metric serial {_ms(timings['serial'], 'allreduce'):.2f} ms (whole), overlap "
         f"{_ms(timings['overlap'], 'allreduce'):.2f} ms (exposed), compute {_ms(timings['serial'], 'compute'):.2f} "
-        f"vs {_ms(timings['overlap'], 'compute'):.2f} ms, medians")
+        f"vs {_ms(timings['overlap'], 'compute'):.2f} ms, medians"
+    )
     return "\n".join(lines)
 
 
 def _report_more(trace, payload, total: int) -> str:
     ours, theirs, steps = trace
     ratios = [b / f for b, f in zip(payload["bfloat16"], payload["float32"], strict=True)]
-    return "\n".join([
-        (f"(c) marks vs profiler, cnn, {steps} of {total} steps in the trace: "
-         f"{tracecheck.describe(ours, theirs, steps)} (target <= 10%)"),
-        (f"(e) ResNet-50-like payload (161 tensors, 25.6 M params), bfloat16 / float32 all-reduce time: "
-         f"{_spread(ratios)} (target <= 0.6); float32 median {statistics.median(payload['float32']):.3f} s"),
-        f"load average after the run: {os.getloadavg()[0]:.1f}",
-    ])
+    return "\n".join(
+        [
+            (
+                f"(c) marks vs profiler, cnn, {steps} of {total} steps in the trace: "
+                f"{tracecheck.describe(ours, theirs, steps)} (target <= 10%)"
+            ),
+            (
+                f"(e) ResNet-50-like payload (161 tensors, 25.6 M params), bfloat16 / float32 all-reduce time: "
+                f"{_spread(ratios)} (target <= 0.6); float32 median {statistics.median(payload['float32']):.3f} s"
+            ),
+            f"load average after the run: {os.getloadavg()[0]:.1f}",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -47,8 +47,14 @@ def _pump(name: str, stream, out) -> None:
         out.flush()
 
 
-def start(argv: Sequence[str], workers: int, *, module: str = "trainer", metrics_port: int | None = None,
-          host: str = "127.0.0.1") -> list[tuple[str, subprocess.Popen]]:
+def start(
+    argv: Sequence[str],
+    workers: int,
+    *,
+    module: str = "trainer",
+    metrics_port: int | None = None,
+    host: str = "127.0.0.1",
+) -> list[tuple[str, subprocess.Popen]]:
     """Every task as a child of this process, with this process's environment plus its own TF_CONFIG."""
     spec = on_ports(host, free_ports(workers + 1, host))
     if metrics_port == 0:
@@ -59,11 +65,20 @@ def start(argv: Sequence[str], workers: int, *, module: str = "trainer", metrics
         mports = [metrics_port + i for i in range(workers + 1)]
     procs = []
     for task, mport in zip(spec.tasks, mports):
-        child_env = {**os.environ, "TF_CONFIG": spec.with_task(task).to_tf_config(), "TRAINER_METRICS_PORT": str(mport),
-                     "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen([sys.executable, "-m", module, *argv], env=child_env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                preexec_fn=_die_with_parent)  # noqa: PLW1509 (only prctl)
+        child_env = {
+            **os.environ,
+            "TF_CONFIG": spec.with_task(task).to_tf_config(),
+            "TRAINER_METRICS_PORT": str(mport),
+            "PYTHONUNBUFFERED": "1",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, *argv],
+            env=child_env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )  # noqa: PLW1509 (only prctl)
         threading.Thread(target=_pump, args=(task.name, proc.stdout, sys.stdout), daemon=True).start()
         where = f"metrics http://{host}:{mport}/metrics" if mport else "metrics off"
         print(f"[launch] {task.name}: pid {proc.pid}, {spec.address(task)}, {where}", flush=True)
@@ -101,11 +116,18 @@ def stop(procs: list[tuple[str, subprocess.Popen]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.host.launch", description=__doc__.splitlines()[0],
-                                epilog="Other flags go to every task (see python -m trainer --help).")
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.host.launch",
+        description=__doc__.splitlines()[0],
+        epilog="Other flags go to every task (see python -m trainer --help).",
+    )
     p.add_argument("--workers", type=int, default=2, help="workers besides the chief (default 2)")
-    p.add_argument("--metrics-port", type=int, default=None,
-                   help="chief's metrics port, workers the next ones; 0 disables; default free ports")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="chief's metrics port, workers the next ones; 0 disables; default free ports",
+    )
     p.add_argument("--module", default="trainer", help="module each task runs (default trainer)")
     args, rest = p.parse_known_args(argv)
     if args.workers < 0:

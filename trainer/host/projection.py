@@ -55,8 +55,9 @@ def from_bench_comm(report: dict, variant: str | None = None) -> tuple[str, Ring
     """Fitted to the trainer's default setting (AUTO, one pack) when bench-comm measured it, since the
     scaling runs use it; else to bench-comm's best setting."""
     rows = [r for r in report["rows"] if r.get("payload", "equal8") == "equal8"]  # the size sweep
-    variant = variant or (DEFAULT_VARIANT if any(r["variant"] == DEFAULT_VARIANT for r in rows)
-                          else report["best"]["variant"])
+    variant = variant or (
+        DEFAULT_VARIANT if any(r["variant"] == DEFAULT_VARIANT for r in rows) else report["best"]["variant"]
+    )
     return variant, fit(report["n"], [(r["size"], r["seconds"]) for r in rows if r["variant"] == variant])
 
 
@@ -76,8 +77,10 @@ def check(ring: Ring, points: list[dict]) -> list[str]:
         if p["tasks"] < 2 or not p.get("allreduce_bytes_per_step"):
             continue
         model = 1000 * ring.seconds(p["tasks"], p["allreduce_bytes_per_step"])
-        lines.append(f"  {p['tasks']} tasks: all-reduce measured {p['allreduce_ms']:.2f} ms, model {model:.2f} ms "
-                     f"(error {(model - p['allreduce_ms']) / p['allreduce_ms']:+.0%})")
+        lines.append(
+            f"  {p['tasks']} tasks: all-reduce measured {p['allreduce_ms']:.2f} ms, model {model:.2f} ms "
+            f"(error {(model - p['allreduce_ms']) / p['allreduce_ms']:+.0%})"
+        )
     return lines
 
 
@@ -99,11 +102,17 @@ def report(scaling: dict, bench_comm: dict) -> str:
     points = scaling["points"]
     one = next(p for p in points if p["tasks"] == 1)
     nbytes = max(p.get("allreduce_bytes_per_step", 0.0) for p in points)
-    lines = [(f"projection: ring all-reduce fitted to bench-comm ({variant}, {bench_comm['n']} tasks): "
-              f"alpha {1e6 * ring.alpha:.0f} us per hop, beta {ring.beta / 1e6:.0f} MB/s")]
+    lines = [
+        (
+            f"projection: ring all-reduce fitted to bench-comm ({variant}, {bench_comm['n']} tasks): "
+            f"alpha {1e6 * ring.alpha:.0f} us per hop, beta {ring.beta / 1e6:.0f} MB/s"
+        )
+    ]
     lines += check(ring, points)
-    lines.append(f"  compute {one['compute_ms']:.2f} ms per step (1 task), gradients {nbytes / 1e6:.2f} MB per step; "
-                 f"overlap hides up to {BACKWARD_SHARE:.0%} of compute")
+    lines.append(
+        f"  compute {one['compute_ms']:.2f} ms per step (1 task), gradients {nbytes / 1e6:.2f} MB per step; "
+        f"overlap hides up to {BACKWARD_SHARE:.0%} of compute"
+    )
     lines += projection(ring, compute=one["compute_ms"] / 1000, nbytes=nbytes)
     return "\n".join(lines)
 

@@ -87,8 +87,16 @@ def point(tasks: int, first: list[Snapshot], last: list[Snapshot]) -> Point:
         means[part] = 1000 * sum(per_task) / len(per_task) if per_task else float("nan")
     step_count = delta(0, "trainer_steps_total")
     nbytes = delta(0, "trainer_allreduce_bytes_total") / step_count if step_count else 0.0
-    return Point(tasks, examples, steps, means["step"], means["compute"], means["allreduce"], means["input"],
-                 allreduce_bytes_per_step=nbytes)
+    return Point(
+        tasks,
+        examples,
+        steps,
+        means["step"],
+        means["compute"],
+        means["allreduce"],
+        means["input"],
+        allreduce_bytes_per_step=nbytes,
+    )
 
 
 def with_efficiency(points: list[Point]) -> list[Point]:
@@ -213,8 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--warmup", type=float, default=5.0, help="seconds from a task's first step before measuring"
     )
     p.add_argument("--out", type=Path, default=Path(".run/scaling"))
-    p.add_argument("--bench-comm", type=Path, default=Path(".run/bench-comm.json"),
-                   help="make bench-comm's result, to fit the projection's all-reduce model")
+    p.add_argument(
+        "--bench-comm",
+        type=Path,
+        default=Path(".run/bench-comm.json"),
+        help="make bench-comm's result, to fit the projection's all-reduce model",
+    )
     args, trainer_args = p.parse_known_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     log = args.out.with_suffix(".log")

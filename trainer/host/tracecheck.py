@@ -18,9 +18,20 @@ from dataclasses import dataclass
 import numpy as np
 
 # Not compute: the marks, the all-reduce's own ops, the input pipeline, the loop's bookkeeping after t3.
-NOT_COMPUTE = ("Timestamp", "CollectiveReduceV2", "ConcatV2", "SplitV", "IteratorGetNext",
-               "MultiDeviceIteratorGetNextFromShard", "Pack", "TensorListSetItem", "TensorListStack",
-               "TensorListConcatV2", "Identity", "Less")
+NOT_COMPUTE = (
+    "Timestamp",
+    "CollectiveReduceV2",
+    "ConcatV2",
+    "SplitV",
+    "IteratorGetNext",
+    "MultiDeviceIteratorGetNextFromShard",
+    "Pack",
+    "TensorListSetItem",
+    "TensorListStack",
+    "TensorListConcatV2",
+    "Identity",
+    "Less",
+)
 LAUNCH = "CollectiveOpV2Kernel::Run"  # the collective kernel starting, before its async part
 
 
@@ -129,15 +140,17 @@ def deviation(ours: float, theirs: float) -> float:
 
 
 def describe(ours: Spans, theirs: Spans, steps: int) -> str:
-    return (f"compute marks {1000 * ours.compute / steps:.2f} ms vs trace {1000 * theirs.compute / steps:.2f} ms "
-            f"({deviation(ours.compute, theirs.compute):.1%}), all-reduce marks {1000 * ours.allreduce / steps:.2f} ms "
-            f"vs trace {1000 * theirs.allreduce / steps:.2f} ms ({deviation(ours.allreduce, theirs.allreduce):.1%})")
+    return (
+        f"compute marks {1000 * ours.compute / steps:.2f} ms vs trace {1000 * theirs.compute / steps:.2f} ms "
+        f"({deviation(ours.compute, theirs.compute):.1%}), all-reduce marks {1000 * ours.allreduce / steps:.2f} ms "
+        f"vs trace {1000 * theirs.allreduce / steps:.2f} ms ({deviation(ours.allreduce, theirs.allreduce):.1%})"
+    )
 
 
 def main(argv=None) -> int:
     """In every task of a local cluster; the chief traces one timed call and prints the comparison.
 
-        python -m trainer.host.launch --workers 1 --metrics-port 0 --module trainer.host.tracecheck --task cnn
+    python -m trainer.host.launch --workers 1 --metrics-port 0 --module trainer.host.tracecheck --task cnn
     """
     import argparse
     import json
@@ -155,11 +168,21 @@ def main(argv=None) -> int:
     spec = parse_tf_config(os.environ.get("TF_CONFIG"))
     strategy = training.make_strategy(config, spec)
     with strategy.scope():
-        task = tasks.build(tasks.load(config.task), per_replica_batch=config.per_replica_batch, seed=config.seed,
-                           data=config.data, input_delay_ms=config.input_delay_ms)
+        task = tasks.build(
+            tasks.load(config.task),
+            per_replica_batch=config.per_replica_batch,
+            seed=config.seed,
+            data=config.data,
+            input_delay_ms=config.input_delay_ms,
+        )
         optimizer = step.optimizer(config, strategy.num_replicas_in_sync)
-    fns = step.build(strategy, task, optimizer, config.per_replica_batch * strategy.num_replicas_in_sync,
-                     step.StepOptions.of(config))
+    fns = step.build(
+        strategy,
+        task,
+        optimizer,
+        config.per_replica_batch * strategy.num_replicas_in_sync,
+        step.StepOptions.of(config),
+    )
     iterator = iter(strategy.distribute_datasets_from_function(task.dataset_fn))
     for _ in range(3):  # trace, then settle
         fns.timed(iterator, args.trace_steps)[1].numpy()
@@ -168,9 +191,16 @@ def main(argv=None) -> int:
         marks = traced_call(fns, iterator, args.trace_steps, logdir, profile=chief)
         if chief:
             ours, theirs, steps = compare(marks, logdir)
-            print(f"tracecheck: {steps} of {len(marks)} steps in the trace:", describe(ours, theirs, steps), flush=True)
-            print("tracecheck-json:", json.dumps({"marks": ours.__dict__, "trace": theirs.__dict__, "steps": steps}),
-                  flush=True)
+            print(
+                f"tracecheck: {steps} of {len(marks)} steps in the trace:",
+                describe(ours, theirs, steps),
+                flush=True,
+            )
+            print(
+                "tracecheck-json:",
+                json.dumps({"marks": ours.__dict__, "trace": theirs.__dict__, "steps": steps}),
+                flush=True,
+            )
     return 0
 
 

@@ -1,0 +1,180 @@
+"""One small compose project for fault injection, driven and read from outside the trainer.
+
+The fault tests and the chaos run each start their own project (own PROJECT, RUN_DIR and
+Prometheus address), so the session `stack` of the other e2e tests is never touched. Everything
+is read where an operator reads it: `make wait`, `docker logs -t` (with --log-every 1 every call
+logs its last step), the checkpoint file in the chief's volume, and Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from tests.e2e.conftest import ROOT
+
+STEP_LINE = re.compile(r"^(\S+) .* chief \| step (\d+)/")
+RESUMED = re.compile(r"^(\S+) .*chief: (?:resumed at|starting at) step (\d+)")
+SUPERVISOR_RESTART = re.compile(r"^(\S+) supervise: exited (\d+) .*: restart ")
+
+
+def stamp(text: str) -> float:
+    """Unix time of a `docker logs -t` timestamp (nanoseconds cut to microseconds)."""
+    return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
+
+
+@dataclass(frozen=True)
+class FaultStack:
+    project: str
+    run_dir: str
+    bind: str
+    settings: dict[str, str] = field(default_factory=dict)
+    """Extra make variables: WORKERS, STEPS, SAVE_EVERY, ARGS, ..."""
+
+    @property
+    def prometheus(self) -> str:
+        return f"http://{self.bind}:9090"
+
+    def make(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        variables = [
+            f"PROJECT={self.project}",
+            f"RUN_DIR={self.run_dir}",
+            f"BIND_ADDR={self.bind}",
+            "OFFLINE=1",
+            "GPUS=0",
+            *(f"{k}={v}" for k, v in self.settings.items()),
+        ]
+        return subprocess.run(
+            ["make", "--no-print-directory", *args, *variables],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def compose(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        files = (ROOT / self.run_dir / "compose.args").read_text().split()
+        return subprocess.run(
+            [
+                "docker",
+                "compose",
+                "--project-directory",
+                str(ROOT),
+                "--env-file",
+                str(ROOT / self.run_dir / "stack.env"),
+                *files,
+                *args,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def wait_process(self) -> subprocess.Popen:
+        """`make wait` (the module, for the exact exit code), running in the background."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "compose.wait", self.project], cwd=ROOT, stderr=subprocess.PIPE, text=True
+        )
+
+    def wait_code(self, timeout: float = 600) -> int:
+        proc = self.wait_process()
+        try:
+            return proc.wait(timeout=timeout)
+        finally:
+            proc.kill()
+
+    def container(self, service: str) -> str:
+        return f"{self.project}-{service}-1"
+
+    def inspect(self, service: str, fmt: str) -> str:
+        return subprocess.run(
+            ["docker", "inspect", "-f", fmt, self.container(service)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    def logs(self, service: str = "chief") -> list[str]:
+        out = subprocess.run(
+            ["docker", "logs", "-t", self.container(service)], capture_output=True, text=True
+        )
+        return (out.stdout + out.stderr).splitlines()
+
+    def chief_steps(self) -> list[tuple[float, int]]:
+        return [(stamp(m[1]), int(m[2])) for m in map(STEP_LINE.match, self.logs()) if m]
+
+    def resumes(self) -> list[tuple[float, int]]:
+        """(time, step) of every start of the chief's trainer: the first one, then every resume."""
+        return [(stamp(m[1]), int(m[2])) for m in map(RESUMED.match, self.logs()) if m]
+
+    def trainer_pid(self, service: str) -> int:
+        """Host PID of the trainer process itself (under tini and trainer.supervise): what a crash kills."""
+        out = subprocess.run(
+            ["docker", "top", self.container(service), "-eo", "pid,args"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()[1:]
+        found = [int(ln.split()[0]) for ln in out if " -m trainer" in ln and "trainer.supervise" not in ln]
+        assert len(found) == 1, f"{service}: expected one trainer process, found {out}"
+        return found[0]
+
+    def checkpoint_dir(self) -> Path:
+        return Path(
+            subprocess.run(
+                ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", f"{self.project}_checkpoints"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
+
+    def checkpoint_step(self) -> int:
+        state = (self.checkpoint_dir() / "checkpoint").read_text()
+        return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', state, re.MULTILINE)[1])
+
+    def kill_chief_during_a_save(self, timeout: float) -> list[str] | None:
+        """SIGKILL the chief's trainer while TensorFlow's temporary checkpoint files exist: what was
+        seen then, or None if no save came within `timeout` (it is killed anyway)."""
+        mount, pid = self.checkpoint_dir(), self.trainer_pid("chief")
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            names = os.listdir(mount)
+            if any("_temp" in n or ".tmp" in n for n in names):
+                os.kill(pid, signal.SIGKILL)
+                return names
+        os.kill(pid, signal.SIGKILL)
+        return None
+
+    def prom(self, expr: str, at: float | None = None) -> dict[str, float]:
+        params = {"query": expr} | ({"time": f"{at:.3f}"} if at else {})
+        with urllib.request.urlopen(
+            f"{self.prometheus}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=5
+        ) as r:
+            result = json.load(r)["data"]["result"]
+        return {
+            s["metric"].get("task_type", "") + s["metric"].get("task_index", ""): float(s["value"][1])
+            for s in result
+        }
+
+    def wait_for_step(self, step: int, timeout: float) -> float:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if any(s >= step for _, s in self.chief_steps()):
+                return time.time()
+            time.sleep(0.2)
+        raise AssertionError(
+            f"the chief never reached step {step} in {timeout:.0f}s:\n" + "\n".join(self.logs()[-30:])
+        )

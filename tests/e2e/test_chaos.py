@@ -1,0 +1,292 @@
+"""A sequence of faults in ONE job on real containers, at random steps from a printed seed.
+
+Each fault waits for the job to recover from the previous one, lets it train a random number of
+steps (a seeded draw, in save intervals), then strikes:
+  sigkill-worker        SIGKILL of a worker's trainer process (a crash, an OOM kill)
+  sigkill-chief-saving  SIGKILL of the chief's trainer while its checkpoint files are being written
+  sigterm-worker        `docker restart -t 60` of a worker: SIGTERM, the preemption path
+  pause-worker          `docker pause` of a worker until the chief has noticed (heartbeat), then unpause
+  restart-prometheus    `docker restart` of Prometheus, in the background: training must not notice
+The job must finish every step with the chief's exit 0, lose at most one save interval per SIGKILL
+(or pause) and nothing per SIGTERM, and `make wait`, started before the first fault, must return
+only when the job is over. Waits are sized from this run's own step time and start-up time.
+
+    CHAOS_FAULTS=3 (make test) | make chaos FAULTS=20 SEED=1234
+    CHAOS_RESULTS=file: one JSON line per fault; CHAOS_LOGS=dir: every task's log at the end
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+
+import pytest
+
+from tests.e2e.conftest import engine_ready
+from tests.e2e.faultstack import SUPERVISOR_RESTART, FaultStack, stamp
+
+pytestmark = pytest.mark.docker
+
+KINDS = ("sigkill-worker", "sigkill-chief-saving", "sigterm-worker", "pause-worker", "restart-prometheus")
+# Three faults: the pair that used to end a job (a crash, then a preemption) and the chief killed mid-save.
+SHORT = ("sigkill-worker", "sigterm-worker", "sigkill-chief-saving")
+LOSES_NOTHING = ("sigterm-worker", "restart-prometheus")
+WORKERS = 2
+SAVE_EVERY = 50
+HEARTBEAT_S = 5
+CLUSTER_TIMEOUT_S = 60
+MAX_RESTARTS = 3
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    target: str
+    after_steps: int
+    """Steps the job trains after recovering from the previous fault before this one strikes."""
+
+
+def plan(seed: int, count: int) -> list[Fault]:
+    rng = random.Random(seed)
+    if count <= len(SHORT):
+        kinds = list(SHORT[:count])
+    else:  # every kind at least once, then any
+        kinds = list(KINDS) + [rng.choice(KINDS) for _ in range(count - len(KINDS))]
+    rng.shuffle(kinds)
+    return [
+        Fault(
+            kind,
+            "chief"
+            if kind == "sigkill-chief-saving"
+            else "prometheus"
+            if kind == "restart-prometheus"
+            else f"worker-{rng.randrange(WORKERS)}",
+            rng.randint(SAVE_EVERY // 2, 2 * SAVE_EVERY),
+        )
+        for kind in kinds
+    ]
+
+
+@dataclass
+class Result:
+    index: int
+    kind: str
+    target: str
+    at_step: int
+    resumed_step: int | None
+    lost: int
+    recovery_s: float
+    restarts: int
+    """Trainer restarts by the supervisors of all tasks because of this fault."""
+    note: str = ""
+
+
+class Chaos:
+    """One job and the faults injected into it; timings measured on the way."""
+
+    def __init__(self, stack: FaultStack, faults: list[Fault]) -> None:
+        self.stack, self.faults = stack, faults
+        self.start_s = 0.0  # containers started -> the chief's first step
+        self.step_s = 0.0  # seconds per step, measured before the first fault
+        self.base = 0  # the step the job last (re)started from: the next fault counts from here
+        self.steps = 0  # the job's --steps
+        self.background: list[subprocess.Popen] = []
+
+    def recovery_timeout(self) -> float:
+        # a restart is a start-up again, plus noticing the fault and a missing peer's retries
+        return 3 * self.start_s + 2 * CLUSTER_TIMEOUT_S + 4 * HEARTBEAT_S + 60
+
+    def steps_timeout(self, steps: int) -> float:
+        return 5 * steps * self.step_s + 60
+
+    def current_step(self) -> int:
+        return max((s for _, s in self.stack.chief_steps()), default=0)
+
+    def measure(self, started: float) -> None:
+        """Containers started at `started`: how long until the first step, and the step time after."""
+        self.stack.wait_for_step(1, timeout=900)
+        first = self.stack.chief_steps()[0]
+        self.start_s = first[0] - started
+        self.stack.wait_for_step(first[1] + SAVE_EVERY // 2, timeout=600)
+        last = self.stack.chief_steps()[-1]
+        self.step_s = (last[0] - first[0]) / max(1, last[1] - first[1])
+        self.base = last[1]
+        print(f"chaos: start-up {self.start_s:.1f}s, {self.step_s * 1000:.1f} ms/step")
+
+    def strike(self, fault: Fault) -> tuple[float, int, str]:
+        """Inject one fault; (when, the chief's last step before it, a note)."""
+        stack, note = self.stack, ""
+        if fault.kind == "sigkill-chief-saving":
+            seen = stack.kill_chief_during_a_save(timeout=self.steps_timeout(2 * SAVE_EVERY))
+            note = "caught a save in flight" if seen else "MISSED the save"
+        elif fault.kind == "sigkill-worker":
+            os.kill(stack.trainer_pid(fault.target), signal.SIGKILL)
+        elif fault.kind == "sigterm-worker":
+            at = time.time()
+            docker("restart", "-t", "60", stack.container(fault.target))
+            return at, self.current_step(), note
+        elif fault.kind == "pause-worker":
+            at = time.time()
+            docker("pause", stack.container(fault.target))
+            try:
+                noticed = wait_until(lambda: restarts_since(stack, "chief", at) > 0, self.recovery_timeout())
+            finally:
+                docker("unpause", stack.container(fault.target))
+            return at, self.current_step(), f"paused {noticed - at:.1f}s (heartbeat {HEARTBEAT_S}s)"
+        else:  # in the background: training goes on meanwhile, and the next fault must not wait for it
+            self.background.append(
+                subprocess.Popen(
+                    ["docker", "restart", "-t", "10", stack.container(fault.target)],
+                    stdout=subprocess.DEVNULL,
+                )
+            )
+        return time.time(), self.current_step(), note
+
+    def run_one(self, index: int, fault: Fault, wait: subprocess.Popen) -> Result:
+        stack = self.stack
+        stack.wait_for_step(self.base + fault.after_steps, timeout=self.steps_timeout(fault.after_steps))
+        assert self.current_step() < self.steps - SAVE_EVERY, (
+            f"fault {index}: the job reached step {self.current_step()} of {self.steps} before it: plan more steps"
+        )
+        at, at_step, note = self.strike(fault)
+        if fault.kind == "restart-prometheus":
+            stack.wait_for_step(at_step + 1, timeout=self.steps_timeout(SAVE_EVERY))
+            result = Result(
+                index, fault.kind, fault.target, at_step, None, 0, 0.0, restarts_all(stack, at), note
+            )
+        else:
+            result = self.recovered(index, fault, at, at_step, note)
+        self.base = result.resumed_step if result.resumed_step is not None else at_step
+        assert wait.poll() is None, (
+            f"make wait returned {wait.returncode} after fault {index}: {wait.stderr.read()}"
+        )
+        print(f"chaos: {json.dumps(asdict(result))}", flush=True)
+        return result
+
+    def recovered(self, index: int, fault: Fault, at: float, at_step: int, note: str) -> Result:
+        """Wait for the chief's resume after `at` and its first step beyond; what was lost."""
+        stack, deadline = self.stack, time.time() + self.recovery_timeout()
+        while time.time() < deadline:
+            starts = [(t, s) for t, s in stack.resumes() if t > at]
+            after = [
+                (t, s) for t, s in stack.chief_steps() if starts and t > starts[-1][0] and s > starts[-1][1]
+            ]
+            if after:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(
+                f"fault {index} ({fault.kind}): the job did not recover in "
+                f"{self.recovery_timeout():.0f}s:\n" + "\n".join(stack.logs()[-30:])
+            )
+        before = max(s for t, s in stack.chief_steps() if t < starts[0][0])
+        return Result(
+            index,
+            fault.kind,
+            fault.target,
+            before,
+            starts[-1][1],
+            max(0, before - starts[-1][1]),
+            round(after[0][0] - at, 1),
+            restarts_all(stack, at),
+            note,
+        )
+
+
+def docker(*args: str) -> None:
+    out = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, f"docker {' '.join(args)}: {out.stderr}"
+
+
+def wait_until(ready, timeout: float) -> float:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if ready():
+            return time.time()
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout:.0f}s")
+
+
+def restarts_since(stack: FaultStack, service: str, since: float) -> int:
+    return sum(1 for m in map(SUPERVISOR_RESTART.match, stack.logs(service)) if m and stamp(m[1]) > since)
+
+
+def restarts_all(stack: FaultStack, since: float) -> int:
+    return sum(restarts_since(stack, s, since) for s in ["chief", *(f"worker-{i}" for i in range(WORKERS))])
+
+
+def test_a_job_survives_a_sequence_of_faults() -> None:
+    engine_ready()
+    count = int(os.environ.get("CHAOS_FAULTS", "3"))
+    seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(10**6))
+    faults = plan(seed, count)
+    # Enough steps that every fault strikes before the end: the draws, plus per fault the wait for
+    # a save (the chief's kill) and the steps run before a recovery is seen, plus the measurement.
+    steps = sum(f.after_steps for f in faults) + (count + 3) * SAVE_EVERY
+    print(f"chaos: seed {seed}, {count} faults, {steps} steps: {[f.kind + '@' + f.target for f in faults]}")
+    stack = FaultStack(
+        os.environ.get("CHAOS_PROJECT", "mwms-chaos"),
+        os.environ.get("CHAOS_RUN_DIR", ".run/chaos"),
+        os.environ.get("CHAOS_BIND_ADDR", "127.0.0.3"),
+        {
+            "WORKERS": str(WORKERS),
+            "STEPS": str(steps),
+            "SAVE_EVERY": str(SAVE_EVERY),
+            "CLUSTER_TIMEOUT": str(CLUSTER_TIMEOUT_S),
+            "MAX_RESTARTS": str(MAX_RESTARTS),
+            "ARGS": f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}",
+        },
+    )
+    chaos = Chaos(stack, faults)
+    chaos.steps = steps
+    stack.make("clean", timeout=300)
+    try:
+        up = stack.make("up", timeout=1800)
+        assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
+        wait = stack.wait_process()
+        chaos.measure(started=time.time())
+        results = [chaos.run_one(i + 1, fault, wait) for i, fault in enumerate(faults)]
+        code = wait.wait(timeout=chaos.steps_timeout(steps) + chaos.recovery_timeout())
+        assert all(p.wait(timeout=120) == 0 for p in chaos.background), "a Prometheus restart failed"
+        report(seed, results, os.environ.get("CHAOS_RESULTS"))
+        assert code == 0, wait.stderr.read()
+        # make wait returned because the job was over: the chief had exited 0, every step done.
+        assert stack.inspect("chief", "{{.State.Status}} {{.State.ExitCode}}") == "exited 0"
+        assert stack.checkpoint_step() == steps
+        for r in results:
+            limit = 0 if r.kind in LOSES_NOTHING else SAVE_EVERY
+            assert r.lost <= limit, f"fault {r.index} ({r.kind}) lost {r.lost} steps (limit {limit})"
+            assert "MISSED" not in r.note, f"fault {r.index}: no save was in flight"
+    finally:
+        keep_logs(stack, os.environ.get("CHAOS_LOGS"))
+        stack.make("clean", timeout=300)
+
+
+def keep_logs(stack: FaultStack, directory: str | None) -> None:
+    """Every task's `docker logs -t` into CHAOS_LOGS/<task>.log, for the evidence behind a failure."""
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+        for service in ["chief", *(f"worker-{i}" for i in range(WORKERS))]:
+            with open(os.path.join(directory, f"{service}.log"), "w") as f:
+                f.write("\n".join(stack.logs(service)) + "\n")
+
+
+def report(seed: int, results: list[Result], path: str | None) -> None:
+    print(f"\nchaos: seed {seed}")
+    print(
+        f"{'#':>3} {'fault':<22} {'target':<11} {'at step':>7} {'resumed':>7} {'lost':>5} {'recover':>8} {'restarts':>8}"
+    )
+    for r in results:
+        print(
+            f"{r.index:>3} {r.kind:<22} {r.target:<11} {r.at_step:>7} {r.resumed_step or '-':>7} {r.lost:>5} "
+            f"{r.recovery_s:>7.1f}s {r.restarts:>8}  {r.note}"
+        )
+    if path:
+        with open(path, "a") as f:
+            for r in results:
+                f.write(json.dumps({"seed": seed, **asdict(r)}) + "\n")
