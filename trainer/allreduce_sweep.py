@@ -86,8 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             size = 4 * sum(math.prod(s) for s in shapes)
             samples = _time_all_reduce(strategy, options, shapes, iterations(size), args.repeats)
             timings.append({"variant": variant, "payload": payload, "size": size, "samples": samples})
-            print(f"{variant:>11} {payload:>8} {human(size):>9}: {statistics.median(samples) * 1e3:9.3f} ms",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{variant:>11} {payload:>8} {human(size):>9}: {statistics.median(samples) * 1e3:9.3f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
     print(
         RESULT
         + json.dumps(

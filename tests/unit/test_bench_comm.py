@@ -122,7 +122,9 @@ SS = """\
 def test_connections_between_two_tasks_count_each_once_even_on_one_loopback():
     # chief serves 2222, worker 2223: worker->chief (40001), chief->worker (40002, 40004); 9999 is not theirs
     assert bc.connections_between(SS, ("127.0.0.1", 2222), ("127.0.0.1", 2223)) == 3
-    containers = "0 0 10.0.0.2:2223 10.0.0.3:5555\n0 0 10.0.0.2:6666 10.0.0.3:2223\n0 0 10.0.0.2:7 10.0.0.9:2223\n"
+    containers = (
+        "0 0 10.0.0.2:2223 10.0.0.3:5555\n0 0 10.0.0.2:6666 10.0.0.3:2223\n0 0 10.0.0.2:7 10.0.0.9:2223\n"
+    )
     assert bc.connections_between(containers, ("10.0.0.2", 2223), ("10.0.0.3", 2223)) == 2
 
 

@@ -50,12 +50,24 @@ def rows(timings: list[dict], n: int) -> list[Row]:
     does), then the median, min and max over the repeats."""
     out = []
     for key in dict.fromkeys((t["variant"], t.get("payload", EQUAL), t["size"]) for t in timings):
-        per_task = [t["samples"] for t in timings if (t["variant"], t.get("payload", EQUAL), t["size"]) == key]
+        per_task = [
+            t["samples"] for t in timings if (t["variant"], t.get("payload", EQUAL), t["size"]) == key
+        ]
         repeats = [max(times) for times in zip(*per_task)]
         seconds = statistics.median(repeats)
         variant, payload, size = key
-        out.append(Row(variant, size, seconds, size / seconds, busbw(size / seconds, n), payload=payload,
-                       seconds_min=min(repeats), seconds_max=max(repeats)))
+        out.append(
+            Row(
+                variant,
+                size,
+                seconds,
+                size / seconds,
+                busbw(size / seconds, n),
+                payload=payload,
+                seconds_min=min(repeats),
+                seconds_max=max(repeats),
+            )
+        )
     return sorted(out, key=lambda r: (r.payload != EQUAL, r.size))
 
 
@@ -82,22 +94,33 @@ def _cell(r: Row | None) -> str:
 
 def format_table(table: list[Row], tcp: float | None, streams: int = 1) -> str:
     variants = list(dict.fromkeys(r.variant for r in table))
-    head = f"{'payload':>8} {'size':>11} " + "".join(f"| {v:^30} " for v in variants) + "| best (beyond spread)"
+    head = (
+        f"{'payload':>8} {'size':>11} " + "".join(f"| {v:^30} " for v in variants) + "| best (beyond spread)"
+    )
     sub = f"{'':>20} " + "| {:>8} {:>13} {:>7} ".format("median", "min-max ms", "busbw") * len(variants)
     lines = [head, sub]
     for payload, size in dict.fromkeys((r.payload, r.size) for r in table):
         cell = [r for r in table if (r.payload, r.size) == (payload, size)]
         by_variant = {r.variant: r for r in cell}
-        lines.append(f"{payload:>8} {human(size):>11} " + "".join(_cell(by_variant.get(v)) for v in variants)
-                     + f"| {winner(cell)}")
-    lines.append("times in ms per all-reduce, median and min-max over the repeats; busbw in MB/s (1e6 bytes/s) = size/time x 2(n-1)/n "
-                 "(nccl-tests)")
+        lines.append(
+            f"{payload:>8} {human(size):>11} "
+            + "".join(_cell(by_variant.get(v)) for v in variants)
+            + f"| {winner(cell)}"
+        )
+    lines.append(
+        "times in ms per all-reduce, median and min-max over the repeats; busbw in MB/s (1e6 bytes/s) = size/time x 2(n-1)/n "
+        "(nccl-tests)"
+    )
     if tcp:
         b = Result("", 0, "", tcp, tuple(table)).best
-        lines.append(f"raw TCP (iperf3, {streams} stream{'s' * (streams > 1)}) between the first two tasks: "
-                     f"{tcp / 1e6:.0f} MB/s")
-        lines.append(f"best busbw at {human(b.size)} ({b.payload}): {b.variant} {b.busbw / 1e6:.1f} MB/s = "
-                     f"{100 * b.busbw / tcp:.1f}% of raw TCP")
+        lines.append(
+            f"raw TCP (iperf3, {streams} stream{'s' * (streams > 1)}) between the first two tasks: "
+            f"{tcp / 1e6:.0f} MB/s"
+        )
+        lines.append(
+            f"best busbw at {human(b.size)} ({b.payload}): {b.variant} {b.busbw / 1e6:.1f} MB/s = "
+            f"{100 * b.busbw / tcp:.1f}% of raw TCP"
+        )
     return "\n".join(lines)
 
 
@@ -107,7 +130,9 @@ def payload_shapes(names: str) -> dict[str, list[tuple[int, ...]]]:
     wanted = [n for n in names.split(",") if n]
     unknown = [n for n in wanted if n not in PAYLOADS]
     if unknown:
-        raise SystemExit(f"bench-comm: --payloads {','.join(unknown)}: unknown, choose from {', '.join(PAYLOADS)}")
+        raise SystemExit(
+            f"bench-comm: --payloads {','.join(unknown)}: unknown, choose from {', '.join(PAYLOADS)}"
+        )
     if not wanted:
         return {}
     from trainer.host import payloads
@@ -254,7 +279,18 @@ def tcp_throughput(server: Endpoint, client: Endpoint, streams: int = 1, port: i
     try:
         for _ in range(50):  # the server is up within ~0.1 s; it accepts exactly one test (-1)
             r = subprocess.run(
-                cmd(client, "-c", server.address, "-p", str(port), "-t", str(seconds), "-P", str(streams), "-J"),
+                cmd(
+                    client,
+                    "-c",
+                    server.address,
+                    "-p",
+                    str(port),
+                    "-t",
+                    str(seconds),
+                    "-P",
+                    str(streams),
+                    "-J",
+                ),
                 capture_output=True,
                 text=True,
                 timeout=seconds + 30,
@@ -319,12 +355,16 @@ def docker_endpoints(project: str) -> tuple[list[Endpoint], object]:
         )
         return [_endpoint(t, cid, network) for t, (cid, _) in containers.items()], lambda: None
     image = _docker("inspect", "-f", "{{.Config.Image}}", first)
-    print(f"bench-comm: the trainers are not all running: temporary containers from {image} on {network}",
-          file=sys.stderr)
+    print(
+        f"bench-comm: the trainers are not all running: temporary containers from {image} on {network}",
+        file=sys.stderr,
+    )
     return temporary_endpoints(image, network, list(containers), project)
 
 
-def temporary_endpoints(image: str, network: str, tasks: list[str], project: str) -> tuple[list[Endpoint], object]:
+def temporary_endpoints(
+    image: str, network: str, tasks: list[str], project: str
+) -> tuple[list[Endpoint], object]:
     """One idle container of `image` per task on `network`, and the cleanup that removes them."""
     started = []
 
@@ -334,9 +374,26 @@ def temporary_endpoints(image: str, network: str, tasks: list[str], project: str
 
     try:
         for task in tasks:
-            started.append(_docker("run", "-d", "--rm", "--init", "--name", f"{project}-bench-{task}", "--label",
-                                   "org.mwms.bench=1", "--network", network, "--user", "1000:1000",
-                                   "--entrypoint", "sleep", image, "infinity"))
+            started.append(
+                _docker(
+                    "run",
+                    "-d",
+                    "--rm",
+                    "--init",
+                    "--name",
+                    f"{project}-bench-{task}",
+                    "--label",
+                    "org.mwms.bench=1",
+                    "--network",
+                    network,
+                    "--user",
+                    "1000:1000",
+                    "--entrypoint",
+                    "sleep",
+                    image,
+                    "infinity",
+                )
+            )
         return [_endpoint(t, cid, network) for t, cid in zip(tasks, started)], cleanup
     except BaseException:
         cleanup()
@@ -349,12 +406,15 @@ def bridge_endpoints(image: str, project: str, workers: int) -> tuple[list[Endpo
     try:
         _docker("image", "inspect", "-f", "{{.Id}}", image)
     except (OSError, subprocess.CalledProcessError):
-        raise SystemExit(f"bench-comm: no image {image} (make images IMAGE_REPO=...), or use --where local") from None
+        raise SystemExit(
+            f"bench-comm: no image {image} (make images IMAGE_REPO=...), or use --where local"
+        ) from None
     network = f"{project}-benchcomm"
     _docker("network", "create", "--driver", "bridge", "--label", "org.mwms.bench=1", network)
     try:
-        endpoints, remove = temporary_endpoints(image, network, ["chief"] + [f"worker-{i}" for i in range(workers)],
-                                                project)
+        endpoints, remove = temporary_endpoints(
+            image, network, ["chief"] + [f"worker-{i}" for i in range(workers)], project
+        )
     except BaseException:
         subprocess.run(["docker", "network", "rm", network], capture_output=True)
         raise
@@ -414,8 +474,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="auto: the compose stack's containers if it exists, else local processes; bridge: temporary "
         "containers of --image on a bridge network of their own",
     )
-    p.add_argument("--image", default=f"{os.environ.get('IMAGE_REPO', 'mwms/trainer')}:{__version__}-cpu",
-                   help="--where bridge: the trainer image (default IMAGE_REPO:<version>-cpu)")
+    p.add_argument(
+        "--image",
+        default=f"{os.environ.get('IMAGE_REPO', 'mwms/trainer')}:{__version__}-cpu",
+        help="--where bridge: the trainer image (default IMAGE_REPO:<version>-cpu)",
+    )
     p.add_argument(
         "--project", default=os.environ.get("PROJECT", "mwms"), help="compose project (make up PROJECT=)"
     )
@@ -426,14 +489,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--variants", default=",".join(VARIANTS), help="IMPLEMENTATION/bytes_per_pack, comma-separated"
     )
-    p.add_argument("--payloads", default=",".join(PAYLOADS),
-                   help=f"gradient-shaped tensor lists besides the equal-tensor sizes ({', '.join(PAYLOADS)}; '' = none)")
-    p.add_argument("--repeats", type=int, default=REPEATS, help="timed calls per cell (the spread is over them)")
+    p.add_argument(
+        "--payloads",
+        default=",".join(PAYLOADS),
+        help=f"gradient-shaped tensor lists besides the equal-tensor sizes ({', '.join(PAYLOADS)}; '' = none)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=REPEATS, help="timed calls per cell (the spread is over them)"
+    )
     p.add_argument("--out", type=Path, default=Path(".run/bench-comm"), help="writes OUT.json and OUT.png")
     args = p.parse_args(argv)
     sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
-    task_args = ["--sizes", ",".join(map(str, sizes)), "--variants", args.variants, "--repeats", str(args.repeats),
-                 "--shapes", json.dumps(payload_shapes(args.payloads))]
+    task_args = [
+        "--sizes",
+        ",".join(map(str, sizes)),
+        "--variants",
+        args.variants,
+        "--repeats",
+        str(args.repeats),
+        "--shapes",
+        json.dumps(payload_shapes(args.payloads)),
+    ]
 
     where = args.where
     if where == "auto":
@@ -455,9 +531,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         results, streams = _run_sweep(endpoints, task_args)
         tcp = None
         if len(endpoints) > 1:
-            print(f"bench-comm: TensorFlow held {streams} TCP connection(s) between {endpoints[0].task} and "
-                  f"{endpoints[1].task} (ss, sampled during the sweep): iperf3 -P {max(streams, 1)}",
-                  file=sys.stderr)
+            print(
+                f"bench-comm: TensorFlow held {streams} TCP connection(s) between {endpoints[0].task} and "
+                f"{endpoints[1].task} (ss, sampled during the sweep): iperf3 -P {max(streams, 1)}",
+                file=sys.stderr,
+            )
             tcp = tcp_throughput(endpoints[0], endpoints[1], max(streams, 1))
     finally:
         cleanup()
@@ -465,7 +543,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = rows([t for r in results for t in r["timings"]], n)
     print(format_table(table, tcp, max(streams, 1)))
     Result(where=where, n=n, tf_version=results[0]["tf_version"], tcp=tcp, rows=tuple(table)).write(
-        args.out.with_suffix(".json"))
+        args.out.with_suffix(".json")
+    )
     write_png(table, tcp, n, where, args.out.with_suffix(".png"))
     print(
         f"bench-comm: wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}",
