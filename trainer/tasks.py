@@ -123,6 +123,17 @@ def load(name: str) -> Callable[..., Task | tuple]:
         raise ConfigError(f"--task {name!r}: cannot load it ({err})") from None
 
 
+def from_config(config, task_name: str | None = None) -> Task:
+    """The task a trainer config names (or `task_name`), built with the config's batch, seed and data."""
+    return build(
+        load(task_name or config.task),
+        per_replica_batch=config.per_replica_batch,
+        seed=config.seed,
+        data=config.data,
+        input_delay_ms=config.input_delay_ms,
+    )
+
+
 def build(fn: Callable[..., Task | tuple], **kwargs) -> Task:
     """Call a task function with the keyword arguments it accepts; normalise its result to a Task."""
     params = inspect.signature(fn).parameters

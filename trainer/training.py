@@ -179,13 +179,7 @@ def _gpu_names() -> list[str]:
 def _build(ctx: Context) -> Trainable:
     config = ctx.config
     with ctx.strategy.scope():
-        task = tasks.build(
-            tasks.load(config.task),
-            per_replica_batch=config.per_replica_batch,
-            seed=config.seed,
-            data=config.data,
-            input_delay_ms=config.input_delay_ms,
-        )
+        task = tasks.from_config(config)
         optimizer = step.optimizer(config, ctx.strategy.num_replicas_in_sync)
         optimizer.build(task.model.trainable_variables)  # slots exist before restore and broadcast
         ckpt = (

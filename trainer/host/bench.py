@@ -135,13 +135,7 @@ def _timed_rate(run, settle: int, steps: int) -> float:
 
 def _build(config, strategy, task_name: str, options: step.StepOptions, replicas: int):
     with strategy.scope():
-        task = tasks.build(
-            tasks.load(task_name),
-            per_replica_batch=config.per_replica_batch,
-            seed=config.seed,
-            data=config.data,
-            input_delay_ms=config.input_delay_ms,
-        )
+        task = tasks.from_config(config, task_name)
         optimizer = step.optimizer(config, replicas)
     fns = step.build(strategy, task, optimizer, config.per_replica_batch * replicas, options)
     return task, optimizer, fns, iter(strategy.distribute_datasets_from_function(task.dataset_fn))

@@ -168,13 +168,7 @@ def main(argv=None) -> int:
     spec = parse_tf_config(os.environ.get("TF_CONFIG"))
     strategy = training.make_strategy(config, spec)
     with strategy.scope():
-        task = tasks.build(
-            tasks.load(config.task),
-            per_replica_batch=config.per_replica_batch,
-            seed=config.seed,
-            data=config.data,
-            input_delay_ms=config.input_delay_ms,
-        )
+        task = tasks.from_config(config)
         optimizer = step.optimizer(config, strategy.num_replicas_in_sync)
     fns = step.build(
         strategy,
