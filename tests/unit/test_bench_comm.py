@@ -176,8 +176,8 @@ def test_parse_metrics_keeps_the_counters_and_histogram_sums():
 def snap(at, steps, examples, **sums):
     values = {"trainer_steps_total": steps, "trainer_examples_total": examples}
     for part, total in sums.items():
-        values[f"{scaling.HISTOGRAMS[part]}_sum"] = total
-        values[f"{scaling.HISTOGRAMS[part]}_count"] = steps
+        values[scaling.HISTOGRAMS[part].sum] = total
+        values[scaling.HISTOGRAMS[part].count] = steps
     return scaling.Snapshot(at, values)
 
 

@@ -24,22 +24,24 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from trainer import contract
 from trainer.host import projection
 
 PARTS = ("compute", "allreduce", "input")
 HISTOGRAMS = {
-    "step": "trainer_step_duration_seconds",
-    "compute": "trainer_compute_duration_seconds",
-    "allreduce": "trainer_allreduce_duration_seconds",
-    "input": "trainer_input_wait_seconds",
+    "step": contract.STEP,
+    "compute": contract.COMPUTE,
+    "allreduce": contract.ALLREDUCE,
+    "input": contract.INPUT_WAIT,
 }
+STEPS, EXAMPLES, BYTES = contract.STEPS.name, contract.EXAMPLES.name, contract.ALLREDUCE_BYTES.name
 
 
 @dataclass(frozen=True)
 class Snapshot:
     at: float
     values: dict[str, float]
-    """Sample name (trainer_steps_total, trainer_step_duration_seconds_sum, ...) -> value."""
+    """Sample name (the contract's counters, histogram _sum and _count) -> value."""
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,7 @@ class Point:
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    wanted = {"trainer_steps_total", "trainer_examples_total", "trainer_allreduce_bytes_total"} | {
-        f"{h}_{s}" for h in HISTOGRAMS.values() for s in ("sum", "count")
-    }
+    wanted = {STEPS, EXAMPLES, BYTES} | {n for h in HISTOGRAMS.values() for n in (h.sum, h.count)}
     return {
         s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name in wanted
     }
@@ -75,18 +75,16 @@ def point(tasks: int, first: list[Snapshot], last: list[Snapshot]) -> Point:
     def delta(i: int, name: str) -> float:
         return last[i].values.get(name, 0.0) - first[i].values.get(name, 0.0)
 
-    examples = sum(delta(i, "trainer_examples_total") / (last[i].at - first[i].at) for i in range(tasks))
-    steps = sum(delta(i, "trainer_steps_total") / (last[i].at - first[i].at) for i in range(tasks)) / tasks
+    examples = sum(delta(i, EXAMPLES) / (last[i].at - first[i].at) for i in range(tasks))
+    steps = sum(delta(i, STEPS) / (last[i].at - first[i].at) for i in range(tasks)) / tasks
     means = {}
     for part, hist in HISTOGRAMS.items():
         per_task = [
-            delta(i, f"{hist}_sum") / delta(i, f"{hist}_count")
-            for i in range(tasks)
-            if delta(i, f"{hist}_count") > 0
+            delta(i, hist.sum) / delta(i, hist.count) for i in range(tasks) if delta(i, hist.count) > 0
         ]
         means[part] = 1000 * sum(per_task) / len(per_task) if per_task else float("nan")
-    step_count = delta(0, "trainer_steps_total")
-    nbytes = delta(0, "trainer_allreduce_bytes_total") / step_count if step_count else 0.0
+    step_count = delta(0, STEPS)
+    nbytes = delta(0, BYTES) / step_count if step_count else 0.0
     return Point(
         tasks,
         examples,
@@ -150,7 +148,7 @@ def run_size(workers: int, seconds: float, warmup: float, trainer_args: list[str
                 raise RuntimeError(f"WORKERS={workers}: {failed} exited early; see {log}")
             for i in range(tasks):
                 snap = scrape(base + i)
-                if snap is None or snap.values.get("trainer_steps_total", 0) == 0:
+                if snap is None or snap.values.get(STEPS, 0) == 0:
                     continue
                 last[i] = snap
                 seen[i] = seen[i] or snap.at
