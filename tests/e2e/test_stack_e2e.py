@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import statistics
 import subprocess
 
 import pytest
@@ -77,3 +79,21 @@ def test_unreadable_script_stops_make_up_before_any_container(stack, tmp_path) -
         check=True,
     ).stdout.split()
     assert not started, f"make up started {started} for an unreadable script"
+
+
+def test_status_steps_per_second_matches_the_chiefs_log(stack) -> None:
+    """`make status` once divided a minute's steps by 60 s (2 steps/s for a task logging 80): its figure
+    must agree, within 15 %, with the rate the chief itself logged over the same run."""
+    assert stack.make("wait", timeout=600).returncode == 0
+    status = stack.make("status", timeout=60)
+    assert status.returncode == 0, status.stderr
+    header, *rows = status.stdout.splitlines()
+    column = header.split().index("steps/s")
+    chief = next(row.split() for row in rows if row.split()[0] == "chief")
+    logs = subprocess.run(["docker", "logs", "mwms-chief-1"], capture_output=True, text=True, check=True)
+    logged = [float(m) for m in re.findall(r"\| ([0-9.]+) steps/s \|", logs.stdout + logs.stderr)]
+    assert len(logged) >= 3, f"the chief logged {len(logged)} progress lines"
+    # The first interval holds the function tracing; the median of the rest is the chief's own pace.
+    own = statistics.median(logged[1:])
+    print(f"make status: chief {chief[column]} steps/s; the chief's log: median {own:.1f} steps/s")
+    assert float(chief[column]) == pytest.approx(own, rel=0.15)
