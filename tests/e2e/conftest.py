@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from monitoring.prom_client import Prometheus
+from monitoring.prom_client import Prometheus, PrometheusError
 from tests.conftest import ROOT, need
 from trainer import contract
 from trainer.contract import STEPS as STEPS_METRIC
@@ -108,7 +108,7 @@ def stack(docker_engine) -> Iterator[Stack]:
                 seen_up |= {k for k, health in trainer_targets(url).items() if health == "up"}
                 if first_step is None and query(url, f"{STEPS_METRIC.name} > 0"):
                     first_step = time.monotonic() - start
-            except OSError:
+            except (OSError, PrometheusError):
                 pass  # Prometheus still starting
             time.sleep(0.5)
         assert seen_up == want, f"Prometheus saw only {sorted(seen_up)} up, expected {sorted(want)}"

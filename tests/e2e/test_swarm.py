@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from compose import stack
+from monitoring.prom_client import PrometheusError
 from tests.e2e.conftest import ROOT, engine_ready, trainer_targets
 
 pytestmark = pytest.mark.docker
@@ -113,7 +114,7 @@ def wait_until(what: str, check, timeout: float, interval: float = 0.5):
         try:
             if value := check():
                 return value
-        except (OSError, ValueError):
+        except (OSError, ValueError, PrometheusError):
             pass  # Prometheus or a node engine still starting
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
