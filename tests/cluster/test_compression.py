@@ -5,15 +5,13 @@ The chief's progress lines give the loss every 10 steps; the mean of the last 5 
 noisy batch does not decide. Chief + 1 worker, real MWMS collectives.
 """
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
+from tests.cluster.local import launch
+
 pytestmark = pytest.mark.cluster
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Relative. Measured (load average 30): mlp bfloat16 +4.7 %, float16 +0.6 %; cnn bfloat16 +8.4 %, its
 # loss still falling fast at 120 steps (each run pays ~1 min of start-up, so the runs stay short).
 TOLERANCE = 0.15
@@ -22,33 +20,17 @@ LOSS = re.compile(r"\[chief\] .* chief \| step \d+/\d+ .*\| loss ([0-9.]+)")
 
 
 def _late_loss(task: str, steps: int, dtype: str) -> float:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.host.launch",
-            "--workers",
-            "1",
-            "--metrics-port",
-            "0",
-            "--task",
-            task,
-            "--steps",
-            str(steps),
-            "--log-every",
-            "10",
-            "--steps-per-call",
-            "10",
-            "--allreduce-dtype",
-            dtype,
-        ],
-        cwd=ROOT,
-        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    out = launch(
+        "--task",
+        task,
+        "--steps",
+        str(steps),
+        "--log-every",
+        "10",
+        "--steps-per-call",
+        "10",
+        "--allreduce-dtype",
+        dtype,
     )
     losses = [float(m) for m in LOSS.findall(out.stdout)]
     assert out.returncode == 0 and len(losses) >= 5, out.stdout[-3000:] + out.stderr[-2000:]

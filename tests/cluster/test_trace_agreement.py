@@ -5,42 +5,17 @@ from the marks must agree with the same spans read from the trace's op events wi
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.cluster.local import launch
+
 pytestmark = pytest.mark.cluster
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOLERANCE = 0.10  # what the benchmark targets; the parts are ~25 ms and ~3 ms per step
 
 
 def test_marks_agree_with_the_profiler_trace():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.host.launch",
-            "--workers",
-            "1",
-            "--metrics-port",
-            "0",
-            "--module",
-            "trainer.host.tracecheck",
-            "--task",
-            "cnn",
-            "--trace-steps",
-            "20",
-        ],
-        cwd=ROOT,
-        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    out = launch("--module", "trainer.host.tracecheck", "--task", "cnn", "--trace-steps", "20")
     found = [
         line.split("tracecheck-json:", 1)[1] for line in out.stdout.splitlines() if "tracecheck-json:" in line
     ]

@@ -1,0 +1,34 @@
+"""A chief + workers as local processes (`trainer.host.launch`), run to the end: what the cluster
+tests that only read the output share. The caller's TRAINER_* and TF_CONFIG never leak in."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def launch(*args: str, workers: int = 1, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainer.host.launch",
+        "--workers",
+        str(workers),
+        "--metrics-port",
+        "0",
+        *args,
+    ]
+    return subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
