@@ -191,11 +191,12 @@ class Controller:
         if out.ids is not None:
             result.ids.append(out.ids)
         first = out.step - out.steps
+        work = StepWork(self.settings.local_examples, self.fns.allreduce_bytes)  # once per call, not per step
         for i, timing in enumerate(out.timings, start=1):
             self.metrics.record_step(
                 step=first + i,
                 loss=out.loss,
-                work=StepWork(self.settings.local_examples, self.fns.allreduce_bytes),
+                work=work,
                 now=out.now,
                 timing=timing,
             )
