@@ -33,6 +33,7 @@ include compose/swarm.mk
 include images/images.mk
 include monitoring/monitoring.mk
 include monitoring/diagnose.mk
+include bench/bench.mk
 
 ##@ Tests
 

@@ -64,7 +64,7 @@ logs: ## Follow the logs of every service (SERVICE=worker-1 for one)
 
 .PHONY: status
 status: ## Table per task: state, step, steps/s, step time, all-reduce and input-wait share, last checkpoint
-	@$(PYTHON) -m compose.status --project $(PROJECT) --prometheus $(PROMETHEUS_URL)
+	@$(PYTHON) -m monitoring.status --project $(PROJECT) --prometheus $(PROMETHEUS_URL)
 
 .PHONY: wait
 wait: ## Block until the job is over (done, or failed for good across restarts); exit with the chief's code

@@ -5,7 +5,7 @@
                          ->  (a Swarm stack emitter builds on it the same way)
 
 It holds what the cluster needs (a chief plus `workers` workers, addressed by each target's template
-in trainer/cluster.py) and what running it needs: the image, GPUs per task, ports (trainer/contract.py),
+in trainer/cluster.py) and what running it needs: the image, GPUs per task, ports (contract/__init__.py),
 checkpoint storage, the metrics endpoint, the trainer's knobs and the restart budget. Emitters never
 add knobs of their own: whatever a target cannot express, its emitter reports as a `Change`.
 Standard library only: `make up` runs the Compose emitter with a bare python3.
@@ -20,15 +20,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import contract
 from compose import knobs as trainer_knobs
-from trainer import __version__, contract, supervise
+from trainer import __version__, supervise
 from trainer.cluster import COMPOSE_ADDRESS, ClusterSpec, TaskId, from_template
 from trainer.config import ENV_PREFIX, Config
 
 TF_PORT = contract.TF_PORT
 METRICS_PORT = contract.METRICS_PORT
 METRICS_LINGER_SECONDS = 12
-"""Two 5 s scrape intervals (monitoring/prometheus/prometheus.yml) plus margin: Prometheus records the
+"""Two 5 s scrape intervals (monitoring/config/prometheus/prometheus.yml) plus margin: Prometheus records the
 final step and the `done` state before a finished task's container exits."""
 CHECKPOINT_DIR = "/checkpoints"
 SCRIPT_DIR = "/script"

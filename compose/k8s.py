@@ -19,9 +19,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import contract
 from compose import deployment, yamltext
 from compose.deployment import Change, Deployment
-from trainer import contract, jobset_entry, supervise
+from trainer import jobset_entry, supervise
 from trainer.cluster import TFJOB_ADDRESS
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_GAVE_UP, EXIT_MISSING_PEERS
 
@@ -33,7 +34,9 @@ METRICS_PORT_NAME = "metrics"
 PERMANENT_EXIT_CODES = (EXIT_FAILED, EXIT_CONFIG, EXIT_MISSING_PEERS, EXIT_GAVE_UP)
 """trainer/errors.py: restarting cannot fix these; 128-255 are retryable, as the operator's rule says."""
 SHM_SIZE = f"{deployment.SHM_GIB}Gi"
-PROMETHEUS_CONFIG = Path(__file__).resolve().parents[1] / "monitoring" / "prometheus" / "prometheus.yml"
+PROMETHEUS_CONFIG = (
+    Path(__file__).resolve().parents[1] / "monitoring" / "config" / "prometheus" / "prometheus.yml"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,7 +252,7 @@ def pod_monitor(names: Names) -> dict:
         "path": "/metrics",
         "interval": scrape_interval(),
         "honorLabels": True,
-        # The recording rules, alerts and dashboards select job="trainer" (trainer/contract.py).
+        # The recording rules, alerts and dashboards select job="trainer" (contract/__init__.py).
         "relabelings": [{"action": "replace", "targetLabel": "job", "replacement": contract.JOB}],
     }
     return {

@@ -304,7 +304,7 @@ def _grafana(swarm: SwarmConfig) -> dict:
 
 def _prometheus_files(cfg: Deployment) -> list[tuple[str, str]]:
     """(config key, path under /etc/prometheus) for prometheus.yml, every rule file, the targets."""
-    rules = sorted((REPO / "monitoring/prometheus/rules").glob("*.yml"))
+    rules = sorted((REPO / "monitoring/config/prometheus/rules").glob("*.yml"))
     return (
         [("prometheus_yml", "prometheus.yml")]
         + [(f"rules_{p.stem.replace('.', '_')}", f"rules/{p.name}") for p in rules]
@@ -313,7 +313,7 @@ def _prometheus_files(cfg: Deployment) -> list[tuple[str, str]]:
 
 
 def _grafana_files() -> list[tuple[str, str, Path]]:
-    base = REPO / "monitoring/grafana"
+    base = REPO / "monitoring/config/grafana"
     files = [
         (
             "grafana_datasources",
@@ -341,12 +341,12 @@ def write(cfg: Deployment, swarm: SwarmConfig, out: Path) -> str:
     shutil.rmtree(out / "configs", ignore_errors=True)
     (out / "configs").mkdir()
     sources = {
-        "prometheus_yml": (REPO / "monitoring/prometheus/prometheus.yml").read_text(),
+        "prometheus_yml": (REPO / "monitoring/config/prometheus/prometheus.yml").read_text(),
         "targets_trainers": json.dumps(generate.targets(cfg), indent=2) + "\n",
     }
     sources.update(
         {
-            key: (REPO / "monitoring/prometheus" / path).read_text()
+            key: (REPO / "monitoring/config/prometheus" / path).read_text()
             for key, path in _prometheus_files(cfg)
             if key.startswith("rules_")
         }

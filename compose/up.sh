@@ -86,7 +86,7 @@ if [ -n "$profiles" ]; then
 else
   cat <<EOF
 Grafana:    skipped - image $GRAFANA_IMAGE is not present and cannot be pulled (offline).
-            To see the dashboards, load monitoring/grafana/dashboards/*.json into an existing Grafana:
+            To see the dashboards, load monitoring/config/grafana/dashboards/*.json into an existing Grafana:
             make publish-dashboards GRAFANA_URL=https://grafana.example GRAFANA_TOKEN=...
 EOF
 fi

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from trainer.contract import CHIEF, task_order
+from contract import CHIEF, task_order
 from trainer.supervise import meaning
 
 Runner = Callable[[Sequence[str]], str]

@@ -33,6 +33,7 @@ RUN useradd --uid 1000 --user-group --no-create-home --home-dir /tmp --shell /us
  && find / -xdev -perm /6000 -type f -exec chmod a-s {} +
 
 # Code last: editing the trainer rebuilds only this layer.
+COPY contract /app/contract
 COPY trainer /app/trainer
 LABEL org.mwms.image=trainer
 USER 1000:1000

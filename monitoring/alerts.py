@@ -11,9 +11,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import contract as c
 from monitoring import rules as r
 from monitoring import verdict as v
-from trainer import contract as c
 
 TASK = (
     f'{{{{ if eq $labels.task_type "{c.CHIEF}" }}}}{c.CHIEF}{{{{ else }}}}'

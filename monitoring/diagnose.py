@@ -17,10 +17,10 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import contract as c
 from monitoring import rules, verdict
 from monitoring.benchcomm_result import Result, ResultError
 from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
-from trainer import contract as c
 
 LOOKBACK = "5m"
 """How far back a target, state or build counts: a task that vanished minutes ago is still named."""

@@ -5,12 +5,12 @@ PROMTOOL ?= promtool
 PROMETHEUS_URL ?= http://$(if $(filter-out 0.0.0.0,$(BIND_ADDR)),$(BIND_ADDR),127.0.0.1):9090
 GRAFANA_URL ?=
 GRAFANA_DATASOURCE_UID ?= prometheus
-MONITORING_PROM := monitoring/prometheus
+MONITORING_PROM := monitoring/config/prometheus
 
 ##@ Monitoring
 
 .PHONY: dashboards
-dashboards: $(VENV)/.stamp ## Regenerate monitoring/grafana/dashboards/*.json from the Python in monitoring/dashboards
+dashboards: $(VENV)/.stamp ## Regenerate monitoring/config/grafana/dashboards/*.json from the Python in monitoring/dashboards
 	$(PY) -m monitoring.dashboards
 
 .PHONY: check-dashboards
@@ -18,7 +18,7 @@ check-dashboards: $(VENV)/.stamp ## Fail if the committed dashboard JSON differs
 	$(PY) -m monitoring.dashboards --check
 
 .PHONY: rules
-rules: $(VENV)/.stamp ## Regenerate the Prometheus rules, alerts and promtool tests from trainer/contract.py and monitoring/verdict.py
+rules: $(VENV)/.stamp ## Regenerate the Prometheus rules, alerts and promtool tests from contract/__init__.py and monitoring/verdict.py
 	$(PY) -m monitoring.rulegen
 
 .PHONY: check-rules

@@ -10,7 +10,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from trainer import contract
+import contract
 
 DEFAULT_URL = f"http://127.0.0.1:{contract.PROMETHEUS_PORT}"
 

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import contract
 from monitoring import rules
 from monitoring.prom_client import Prometheus, PrometheusError  # noqa: F401  (re-exported for callers)
-from trainer import contract
 
-DASHBOARD_DIR = Path(__file__).resolve().parent / "grafana" / "dashboards"
+DASHBOARD_DIR = Path(__file__).resolve().parent / "config" / "grafana" / "dashboards"
 
 
 def substitute(

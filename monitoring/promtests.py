@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 
+import contract as c
 from monitoring import alerts
 from monitoring import rules as r
 from monitoring import verdict as v
 from monitoring.verdict_cases import CASES, Case, Task, sample
-from trainer import contract as c
 
 INTERVAL = 5
 END = 240
@@ -236,7 +236,7 @@ def steps_expectations(status_query: str) -> list[dict]:
 
 
 def rate_tests() -> dict:
-    from compose import status  # the queries `make status` really sends
+    from monitoring import status  # the queries `make status` really sends
 
     short, long = SHORT["steps"] / SHORT["seconds"], LONG["steps_per_interval"] / INTERVAL
     algbw = LONG["bytes_per_step"] / LONG["allreduce"]

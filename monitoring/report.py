@@ -12,10 +12,10 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers and in CI
 import matplotlib.pyplot as plt
 
+import contract as c
 from monitoring import rules as r
 from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 from monitoring.promql import Window, find_window
-from trainer import contract as c
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ def dump(doc: dict) -> str:
 
 def files() -> dict[Path, str]:
     """Every generated file and its text."""
-    sources = "trainer/contract.py, monitoring/verdict.py, monitoring/rules.py"
+    sources = "contract/__init__.py, monitoring/verdict.py, monitoring/rules.py"
     out = {
         rules.PROM_DIR / "rules" / "trainer.rules.yml": (sources, rules.recording_rules()),
         rules.PROM_DIR / "rules" / "verdict.yml": (sources, rules.verdict_rules()),

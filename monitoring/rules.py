@@ -1,5 +1,5 @@
 """The Prometheus side of the contract: recording-rule names and their PromQL, built from
-trainer/contract.py (metric names) and monitoring/verdict.py (thresholds, codes). Dashboards,
+contract/__init__.py (metric names) and monitoring/verdict.py (thresholds, codes). Dashboards,
 alerts, `make status`, `make diagnose` and `make report` take rule names and raw queries from here;
 monitoring/rulegen.py (`make rules`) writes the rule files.
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import contract as c
 from monitoring import verdict as v
-from trainer import contract as c
 
-PROM_DIR = Path(__file__).resolve().parent / "prometheus"
+PROM_DIR = Path(__file__).resolve().parent / "config" / "prometheus"
 JOB_SELECTOR = f'{{job="{c.JOB}"}}'
 BY_TASK = ", ".join(c.TASK_BY)
 WINDOW = "1m"

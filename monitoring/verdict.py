@@ -96,10 +96,10 @@ class TaskSample:
     """One task's figures over the last minute (the `task:…1m` recording rules); None = unknown."""
 
     task: str
-    """`chief`, `worker-0`, ... (trainer.contract.task_name)."""
+    """`chief`, `worker-0`, ... (contract.task_name)."""
     up: bool = True
     state: str | None = None
-    """The task's last state, one of trainer.contract.STATES."""
+    """The task's last state, one of contract.STATES."""
     last_step_age: float | None = None
     """Seconds since the task's last step; None before its first step."""
     step: float | None = None
@@ -112,7 +112,7 @@ class TaskSample:
     busbw: float | None = None
     """All-reduce bus bandwidth, bytes/s."""
     build: tuple[str, ...] | None = None
-    """The values of trainer.contract.BUILD_LABELS from the build info."""
+    """The values of contract.BUILD_LABELS from the build info."""
     world_size: int | None = None
 
 

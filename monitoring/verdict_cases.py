@@ -1,6 +1,6 @@
 """The one table of verdict cases. tests/unit/test_diagnose_verdict.py judges each with
 monitoring/verdict.py; `make rules` turns each into promtool series and expected codes and alerts
-(monitoring/prometheus/tests/verdict_test.yml), so the Python verdict and the PromQL rules are
+(monitoring/config/prometheus/tests/verdict_test.yml), so the Python verdict and the PromQL rules are
 checked against the same cases.
 
 A case gives each task's steady figures (mean seconds per step and of each part, state, build);

@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from trainer import contract
+import contract
 
 CHIEF, WORKER = contract.CHIEF, contract.WORKER
 TASK_TYPES = (CHIEF, WORKER)

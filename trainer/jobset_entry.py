@@ -14,8 +14,8 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from contract import TF_PORT
 from trainer.cluster import JOBSET_ADDRESS, TASK_TYPES, ClusterSpecError, TaskId, from_template
-from trainer.contract import TF_PORT
 from trainer.errors import EXIT_CONFIG
 
 JOBSET_NAME_KEY = "jobset.sigs.k8s.io/jobset-name"

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one task, exported under the names, types and help of trainer/contract.py.
+"""Prometheus metrics of one task, exported under the names, types and help of contract/__init__.py.
 
 Dashboards, alerts and tests depend on them. Every series carries `task_type` and `task_index`.
 A dedicated CollectorRegistry is passed in (no global default registry), and `NullMetrics` is the
@@ -20,7 +20,7 @@ from prometheus_client import (
     start_http_server,
 )
 
-from trainer import contract as c
+import contract as c
 from trainer.cluster import TaskId
 from trainer.errors import ConfigError
 from trainer.netdev import LabelledCollector, NetworkCollector

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from trainer import contract
+import contract
 
 PROC_NET_DEV = "/proc/net/dev"
 

@@ -35,7 +35,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from trainer import contract
+import contract
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_GAVE_UP, EXIT_MISSING_PEERS, EXIT_OK, is_retryable
 
 ENTRY = ("python", "-m", "trainer.supervise", "--")

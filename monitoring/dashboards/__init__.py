@@ -1,5 +1,5 @@
 """Grafana dashboards as code (grafana-foundation-sdk). `python -m monitoring.dashboards` writes
-them to monitoring/grafana/dashboards as the plain JSON that file provisioning loads."""
+them to monitoring/config/grafana/dashboards as the plain JSON that file provisioning loads."""
 
 import json
 from pathlib import Path
@@ -8,7 +8,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from . import overview, task
 
-OUT_DIR = Path(__file__).resolve().parent.parent / "grafana" / "dashboards"
+OUT_DIR = Path(__file__).resolve().parent.parent / "config" / "grafana" / "dashboards"
 
 
 def build_all() -> dict[str, dict]:

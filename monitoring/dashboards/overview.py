@@ -2,9 +2,9 @@
 
 import itertools
 
+import contract as c
 from monitoring import rules as r
 from monitoring import verdict
-from trainer import contract as c
 
 from .panels import (
     GREEN,

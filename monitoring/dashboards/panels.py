@@ -9,8 +9,8 @@ from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
 from grafana_foundation_sdk.models import common, dashboard
 from grafana_foundation_sdk.models import prometheus as promql
 
+import contract
 from monitoring import rules
-from trainer import contract
 
 DATASOURCE = dashboard.DataSourceRef(type_val="prometheus", uid="prometheus")
 TASK_LEGEND = "{{task_type}}-{{task_index}}"

@@ -4,9 +4,9 @@ import itertools
 
 from grafana_foundation_sdk.models import common
 
+import contract as c
 from monitoring import rules as r
 from monitoring import verdict
-from trainer import contract as c
 
 from .panels import (
     GREEN,

@@ -1,4 +1,4 @@
-"""A chief + workers as local processes (`trainer.host.launch`), run to the end: what the cluster
+"""A chief + workers as local processes (`bench.launch`), run to the end: what the cluster
 tests that only read the output share. The caller's TRAINER_* and TF_CONFIG never leak in."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def launch(*args: str, workers: int = 1, timeout: float = 300) -> subprocess.Com
     cmd = [
         sys.executable,
         "-m",
-        "trainer.host.launch",
+        "bench.launch",
         "--workers",
         str(workers),
         "--metrics-port",

@@ -15,7 +15,7 @@ TOLERANCE = 0.10  # what the benchmark targets; the parts are ~25 ms and ~3 ms p
 
 
 def test_marks_agree_with_the_profiler_trace():
-    out = launch("--module", "trainer.host.tracecheck", "--task", "cnn", "--trace-steps", "20")
+    out = launch("--module", "bench.tracecheck", "--task", "cnn", "--trace-steps", "20")
     found = [
         line.split("tracecheck-json:", 1)[1] for line in out.stdout.splitlines() if "tracecheck-json:" in line
     ]

@@ -21,8 +21,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.launch import free_ports
 from trainer.cluster import TaskId, on_ports
-from trainer.host.launch import free_ports
 
 pytestmark = pytest.mark.cluster
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -33,12 +33,12 @@ for _key in [k for k in BASE_ENV if k.startswith("TRAINER_") or k == "TF_CONFIG"
 
 
 class Launch:
-    """`python -m trainer.host.launch` in the background, its output collected line by line."""
+    """`python -m bench.launch` in the background, its output collected line by line."""
 
     def __init__(self, *args: str, workers: int = 2) -> None:
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainer.host.launch", "--workers", str(workers), *args],
+            [sys.executable, "-m", "bench.launch", "--workers", str(workers), *args],
             cwd=ROOT,
             env=BASE_ENV,
             text=True,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+import contract
+from contract import STEPS as STEPS_METRIC
 from monitoring.prom_client import Prometheus, PrometheusError
 from tests.conftest import ROOT, need
-from trainer import contract
-from trainer.contract import STEPS as STEPS_METRIC
 
 WORKERS = 2
 # Long enough that Prometheus (5 s scrapes) sees every task running: ~25 ms per step here.

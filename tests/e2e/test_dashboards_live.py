@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+import contract
 from monitoring import rules
 from monitoring.prom_client import Prometheus
 from monitoring.promql import (
@@ -19,7 +20,6 @@ from monitoring.promql import (
     substitute,
     wait_for_data,
 )
-from trainer import contract
 
 pytestmark = pytest.mark.docker
 

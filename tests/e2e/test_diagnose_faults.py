@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from contract import ALLREDUCE_BYTES, COMPUTE, LAST_STEP_TIME, STEP, STEPS
 from tests.e2e.conftest import ROOT, engine_ready
-from trainer.contract import ALLREDUCE_BYTES, COMPUTE, LAST_STEP_TIME, STEP, STEPS
 
 pytestmark = pytest.mark.docker
 

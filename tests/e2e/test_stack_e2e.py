@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from trainer.contract import STEPS
+from contract import STEPS
 
 pytestmark = pytest.mark.docker
 

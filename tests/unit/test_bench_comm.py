@@ -1,4 +1,4 @@
-"""trainer/allreduce_sweep.py, trainer/host/bench_comm.py and trainer/host/scaling.py: the arithmetic
+"""trainer/bench/allreduce_sweep.py, bench/comm.py and bench/scaling.py: the arithmetic
 and formatting, no TensorFlow."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from trainer import allreduce_sweep as sweep
-from trainer.host import bench_comm as bc
-from trainer.host import scaling
+from bench import comm as bc
+from bench import scaling
+from trainer.bench import allreduce_sweep as sweep
 
 
 @pytest.mark.parametrize(
@@ -86,8 +86,8 @@ def test_payloads_are_the_models_variables():
     """The shapes come from the models (TensorFlow is loaded: the slowest test here, ~10 s)."""
     import math
 
+    from bench import payloads
     from trainer import tasks
-    from trainer.host import payloads
 
     mlp = tasks.build(tasks.mlp, per_replica_batch=1, seed=0).model
     assert payloads.task_shapes("mlp") == [tuple(v.shape) for v in mlp.trainable_variables]

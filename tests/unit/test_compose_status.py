@@ -8,9 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from compose import status
-from monitoring import promtests
-from trainer import contract
+import contract
+from monitoring import promtests, status
 
 # `promtool`: the fixture in tests/conftest.py (fails in CI, skips elsewhere when it is missing).
 

@@ -11,9 +11,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+import contract
 from monitoring import diagnose
 from monitoring.benchcomm_result import Result, Row
-from trainer import contract
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,15 +1,22 @@
 """Who imports whom, read from the source with ast (nothing is imported): no module imports one that
-imports it back, and the in-container trainer (trainer/ outside trainer/host/) reaches neither the
-host-side tools nor compose/ or monitoring/, which are not in its image."""
+imports it back, and the top-level folders form layers that import only downwards:
+
+    contract/    the shared, stdlib-only contract (in the image and on the host)
+    trainer/     runs in the container (its image holds contract/ and trainer/ only)
+    monitoring/  host: rules, dashboards, status, diagnose, report (its config/ is mounted, not imported)
+    compose/     host: the deployment description, its emitters, up/wait
+    bench/       host: the local launcher and the benchmarks
+"""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("trainer", "compose", "monitoring")
-HOST_ONLY = ("trainer.host", "compose", "monitoring")
+LAYERS = ("contract", "trainer", "monitoring", "compose", "bench")
+PACKAGES = LAYERS
 
 
 def _module_name(path: Path) -> str:
@@ -60,7 +67,7 @@ def _is_under(module: str, prefix: str) -> bool:
 
 def test_the_graph_sees_known_edges():
     edges = graph()
-    assert "trainer.cluster" in edges["trainer.host.launch"]
+    assert "trainer.cluster" in edges["bench.launch"]
     assert "trainer.config" in edges["trainer.__main__"]
 
 
@@ -73,13 +80,20 @@ def test_no_module_imports_one_that_imports_it_back():
     assert _cycle(graph()) is None, f"import cycle: {' -> '.join(_cycle(graph()))}"
 
 
-def test_container_trainer_imports_no_host_side_module():
-    bad = sorted(
-        (src, dst)
-        for src, dsts in graph().items()
-        for dst in dsts
-        if _is_under(src, "trainer")
-        and not _is_under(src, "trainer.host")
-        and any(_is_under(dst, h) for h in HOST_ONLY)
-    )
-    assert not bad, f"in-container modules importing host-side ones: {bad}"
+def _layer(module: str) -> int:
+    return LAYERS.index(module.split(".")[0])
+
+
+def test_top_level_folders_import_only_downwards():
+    up = sorted((src, dst) for src, dsts in graph().items() for dst in dsts if _layer(dst) > _layer(src))
+    assert not up, f"imports up the layers {' < '.join(LAYERS)}: {up}"
+
+
+def test_contract_is_stdlib_only():
+    for path in (ROOT / "contract").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            third = [n for n in names if n.split(".")[0] not in sys.stdlib_module_names | {"contract"}]
+            assert not third, f"{path.relative_to(ROOT)} imports {third}: the contract is stdlib-only"

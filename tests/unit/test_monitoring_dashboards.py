@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+import contract
 from monitoring import dashboards
 from monitoring.promql import DASHBOARD_DIR, load_dashboards, panel_queries, substitute
-from trainer import contract
 
 ROOT = Path(__file__).resolve().parents[2]
-RULE_FILES = sorted((ROOT / "monitoring" / "prometheus" / "rules").glob("*.yml"))
+RULE_FILES = sorted((ROOT / "monitoring" / "config" / "prometheus" / "rules").glob("*.yml"))
 
 # The dashboards may use the contract's series and nothing else.
 CONTRACT = {contract.exposed_name(m) for m in contract.ALL}
@@ -135,9 +135,9 @@ def test_substitute_replaces_grafana_intervals_and_variables():
 
 
 def test_provisioning_matches_the_dashboards_and_scrape_interval():
-    prov = ROOT / "monitoring" / "grafana" / "provisioning"
+    prov = ROOT / "monitoring" / "config" / "grafana" / "provisioning"
     (ds,) = yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text())["datasources"]
-    scrape = yaml.safe_load((ROOT / "monitoring" / "prometheus" / "prometheus.yml").read_text())
+    scrape = yaml.safe_load((ROOT / "monitoring" / "config" / "prometheus" / "prometheus.yml").read_text())
     assert ds["uid"] == "prometheus" and ds["url"] == "http://prometheus:9090"
     assert ds["jsonData"]["timeInterval"] == scrape["global"]["scrape_interval"]
     (provider,) = yaml.safe_load((prov / "dashboards" / "trainer.yml").read_text())["providers"]

@@ -18,11 +18,10 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from compose import status
-from monitoring import rules
+import contract
+from monitoring import rules, status
 from monitoring.prom_client import Prometheus, PrometheusError
 from tests.conftest import need
-from trainer import contract
 from trainer.cluster import TaskId
 from trainer.metrics import Metrics, Server, StepTiming
 from trainer.timing import StepWork

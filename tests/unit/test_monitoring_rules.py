@@ -8,11 +8,11 @@ from pathlib import Path
 
 import yaml
 
+import contract
 from monitoring import alerts as alert_defs
 from monitoring import rulegen as generator
-from trainer import contract
 
-PROM_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "prometheus"
+PROM_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "config" / "prometheus"
 RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))
 TEST_FILES = sorted((PROM_DIR / "tests").glob("*.yml"))
 ALERTS = {"TrainerDown", "TrainingStalled", "Straggler", "InputBound", "CommunicationBound", "LossNotFinite"}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-IN_CONTAINER, HOST = ["trainer"], ["trainer/host", "compose", "monitoring"]
+IN_CONTAINER, HOST = ["contract", "trainer"], ["bench", "compose", "monitoring"]
 
 
 def _name(requirement: str) -> str:
@@ -35,7 +35,7 @@ def _declared(*extras: str) -> set[str]:
 def _third_party_imports(folders: list[str], skip: str = "") -> set[str]:
     """Top-level modules imported by the Python files under `folders` that are not the standard
     library or this project (lazy imports inside functions count)."""
-    local = {"trainer", "compose", "monitoring", "tests"}
+    local = {"contract", "trainer", "bench", "compose", "monitoring", "tests"}
     found = set()
     for folder in folders:
         for path in (ROOT / folder).rglob("*.py"):
@@ -69,7 +69,7 @@ def test_ruff_is_pinned():
 
 
 def test_in_container_trainer_imports_only_its_dependencies():
-    used = _distributions(_third_party_imports(IN_CONTAINER, skip="trainer/host"))
+    used = _distributions(_third_party_imports(IN_CONTAINER))
     assert used <= _declared(), f"undeclared: {sorted(used - _declared())}"
 
 
@@ -94,7 +94,8 @@ def test_pip_install_no_deps_gives_an_importable_trainer(tmp_path):
     """A wheel built from a copy (pip would leave build/ and egg-info in the tree), offline, installed
     into a fresh venv and run from elsewhere, so only the installed copy can be imported."""
     src = tmp_path / "src"
-    shutil.copytree(ROOT / "trainer", src / "trainer", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("contract", "trainer", "bench"):
+        shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", src)
     offline = ["--no-deps", "--no-index", "-q"]
     wheel = subprocess.run(
@@ -125,7 +126,7 @@ def test_pip_install_no_deps_gives_an_importable_trainer(tmp_path):
     )
     assert install.returncode == 0, install.stderr[-2000:]
     code = (
-        "import sys, importlib.metadata as md, trainer, trainer.host.launch; "
+        "import sys, importlib.metadata as md, trainer, bench.launch; "
         "from trainer.__main__ import main; "
         "print(trainer.__file__); print(sorted(md.requires('mwms-stack'))); "
         "sys.exit(main(['--task', 'nope'], {}))"

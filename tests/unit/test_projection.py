@@ -3,8 +3,8 @@ bench-comm's and scaling's JSON as those tools write them."""
 
 import pytest
 
-from trainer.host import projection
-from trainer.host.projection import Ring
+from bench import projection
+from bench.projection import Ring
 
 
 def test_fit_recovers_alpha_and_beta_from_exact_ring_times():

@@ -50,7 +50,7 @@ def _listed(readme: Path) -> set[str]:
     return set(re.findall(r"`([\w/]+\.py)`", readme.read_text()))
 
 
-@pytest.mark.parametrize("folder", ["trainer", "trainer/host"])
+@pytest.mark.parametrize("folder", ["trainer", "trainer/bench", "bench"])
 def test_readme_lists_the_modules_that_exist(folder):
     readme, modules = ROOT / folder / "README.md", {p.name for p in (ROOT / folder).glob("*.py")}
     listed = {name for name in _listed(readme) if "/" not in name}

@@ -3,7 +3,8 @@
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainer import contract, metrics, netdev
+import contract
+from trainer import metrics, netdev
 from trainer.cluster import TaskId
 from trainer.metrics import Metrics, NullMetrics
 from trainer.timing import StepTiming, StepWork

@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import pytest
 
+from bench import launch
 from trainer import agreement, summary
 from trainer.cluster import TaskId, on_ports
 from trainer.config import Config
 from trainer.errors import ConfigError
-from trainer.host import launch
 from trainer.loop import LoopResult
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,7 +1,7 @@
-"""`python -m trainer.allreduce_sweep`: one task of `make bench-comm`'s all-reduce sweep.
+"""`python -m trainer.bench.allreduce_sweep`: one task of `make bench-comm`'s all-reduce sweep.
 
 Runs where a trainer task runs (inside the trainer image, or a local process), started by the host
-driver trainer/host/bench_comm.py with TF_CONFIG set. Builds a MultiWorkerMirroredStrategy and, per
+driver bench/comm.py with TF_CONFIG set. Builds a MultiWorkerMirroredStrategy and, per
 knob setting (CommunicationOptions implementation and bytes_per_pack) and payload, times chained
 all-reduces of a tensor list: TENSORS equal tensors per size of the sweep, and the gradient-shaped
 lists the driver passes (`--shapes`, JSON {name: [shape, ...]}: the tasks' models, ResNet-50), so
@@ -53,7 +53,7 @@ def iterations(size: int) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.allreduce_sweep")
+    p = argparse.ArgumentParser(prog="python -m trainer.bench.allreduce_sweep")
     p.add_argument("--sizes", default=",".join(map(str, SIZES)))
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--shapes", default="{}", help="JSON {payload name: [shape, ...]}")

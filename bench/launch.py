@@ -1,4 +1,4 @@
-"""`python -m trainer.host.launch --workers N [trainer flags]`: a chief and N workers as local processes.
+"""`python -m bench.launch --workers N [trainer flags]`: a chief and N workers as local processes.
 
 Each task gets a free 127.0.0.1 port in a generated TF_CONFIG and its own metrics port, its output
 is prefixed with its name, and if any task fails the others are stopped and the launcher exits with
@@ -117,7 +117,7 @@ def stop(procs: list[tuple[str, subprocess.Popen]]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m trainer.host.launch",
+        prog="python -m bench.launch",
         description=__doc__.splitlines()[0],
         epilog="Other flags go to every task (see python -m trainer --help).",
     )

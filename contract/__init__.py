@@ -17,7 +17,7 @@ LABELS = ("task_type", "task_index")
 """Every trainer series carries exactly these two labels (and Prometheus adds job and instance)."""
 TASK_TYPE, TASK_INDEX = LABELS
 JOB = "trainer"
-"""Prometheus scrape job of the trainers (monitoring/prometheus/prometheus.yml)."""
+"""Prometheus scrape job of the trainers (monitoring/config/prometheus/prometheus.yml)."""
 
 METRICS_PORT = 8000
 """Every task's /metrics port inside the cluster network (never published)."""
@@ -161,11 +161,7 @@ def exposed_name(metric: Metric) -> str:
 
 
 def table() -> str:
-    """The contract as a Markdown table (`python -m trainer.contract`), for docs that must not copy it."""
+    """The contract as a Markdown table (`python -m contract`), for docs that must not copy it."""
     rows = ["| series | type | meaning |", "|---|---|---|"]
     rows += [f"| `{exposed_name(m)}` | {m.kind} | {m.help} |" for m in ALL]
     return "\n".join(rows)
-
-
-if __name__ == "__main__":
-    print(table())

@@ -1,14 +1,14 @@
 """`make bench-comm`: TensorFlow's own all-reduce, 4 KiB to 64 MiB and gradient-shaped, next to iperf3.
 
-    python -m trainer.host.bench_comm [--where auto|local|docker|bridge] [--workers 1] [--out .run/bench-comm]
+    python -m bench.comm [--where auto|local|docker|bridge] [--workers 1] [--out .run/bench-comm]
 
 Runs on the host only (drives Docker and iperf3). It starts one sweep task per cluster task
-(`python -m trainer.allreduce_sweep`, the in-container half), either as local processes on
-127.0.0.1 (a fresh chief + --workers workers, like trainer.host.launch), inside the compose stack's
+(`python -m trainer.bench.allreduce_sweep`, the in-container half), either as local processes on
+127.0.0.1 (a fresh chief + --workers workers, like bench.launch), inside the compose stack's
 containers (its running trainers, else temporary ones from the same image on its network), or
 (`bridge`) in temporary containers of the trainer image on a bridge network of their own. Payloads:
 8 equal tensors per size (the size axis the projection fits), and the `mlp`, `cnn` and ResNet-50-like
-gradient lists (trainer/host/payloads.py), so that packing packs several tensors. Every cell is timed
+gradient lists (bench/payloads.py), so that packing packs several tensors. Every cell is timed
 --repeats times: median and min-max are printed, and a setting is named best only when its slowest
 repeat beats the runner-up's fastest. Bandwidths follow nccl-tests: algbw = bytes / time,
 busbw = algbw x 2(n-1)/n. iperf3 runs between the first two tasks' network namespaces (nsenter for
@@ -33,10 +33,10 @@ from pathlib import Path
 
 from monitoring.benchcomm_result import Result, Row
 from trainer import __version__
-from trainer.allreduce_sweep import EQUAL, REPEATS, RESULT, SIZES, VARIANTS, human, parse_bytes
+from trainer.bench.allreduce_sweep import EQUAL, REPEATS, RESULT, SIZES, VARIANTS, human, parse_bytes
 
 PAYLOADS = ("mlp", "cnn", "resnet50")
-"""Named in trainer/host/payloads.py (not imported here: it loads TensorFlow)."""
+"""Named in bench/payloads.py (not imported here: it loads TensorFlow)."""
 BENCH_PORT = 2223  # beside the trainer's 2222, so a bench can run in the trainer's own containers
 
 
@@ -125,7 +125,7 @@ def format_table(table: list[Row], tcp: float | None, streams: int = 1) -> str:
 
 
 def payload_shapes(names: str) -> dict[str, list[tuple[int, ...]]]:
-    """The named payloads' shapes, derived here (the host has TensorFlow and trainer.host) and passed
+    """The named payloads' shapes, derived here (the host has TensorFlow and bench) and passed
     to the tasks; an unknown name exits with one line."""
     wanted = [n for n in names.split(",") if n]
     unknown = [n for n in wanted if n not in PAYLOADS]
@@ -135,7 +135,7 @@ def payload_shapes(names: str) -> dict[str, list[tuple[int, ...]]]:
         )
     if not wanted:
         return {}
-    from trainer.host import payloads
+    from bench import payloads
 
     return {n: payloads.NAMED[n]() for n in wanted}
 
@@ -204,8 +204,8 @@ def _in_netns(e: Endpoint, *cmd: str) -> list[str]:
 
 def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> tuple[list[dict], int]:
     """Every task's result, and the most TCP connections seen between the first two tasks."""
+    from bench.launch import _die_with_parent, free_ports, stop
     from trainer.cluster import ClusterSpec
-    from trainer.host.launch import _die_with_parent, free_ports, stop
 
     ports = free_ports(len(endpoints)) if not endpoints[0].exec_prefix else [BENCH_PORT] * len(endpoints)
     addrs = [f"{e.address}:{p}" for e, p in zip(endpoints, ports)]
@@ -215,7 +215,7 @@ def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> tuple[list[di
     procs = []
     for e in endpoints:
         tf_config = spec.with_task(_task_id(e.task)).to_tf_config()
-        cmd = [sys.executable, "-m", "trainer.allreduce_sweep", *task_args]
+        cmd = [sys.executable, "-m", "trainer.bench.allreduce_sweep", *task_args]
         env = {**os.environ, "TF_CONFIG": tf_config, "PYTHONUNBUFFERED": "1"}
         if e.exec_prefix:  # the container's own Python and TF_CONFIG
             cmd = [
@@ -263,7 +263,7 @@ def tcp_throughput(server: Endpoint, client: Endpoint, streams: int = 1, port: i
     when iperf3 is missing."""
     seconds = 3
     if not server.netns_pid:  # this host's loopback, shared with everything else here
-        from trainer.host.launch import free_ports
+        from bench.launch import free_ports
 
         port = free_ports(1)[0]
 
@@ -466,7 +466,7 @@ def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Pat
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.host.bench_comm", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.comm", description=__doc__.splitlines()[0])
     p.add_argument(
         "--where",
         choices=("auto", "local", "docker", "bridge"),

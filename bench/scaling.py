@@ -1,8 +1,8 @@
 """`make scaling`: the same short job on a chief + 0, 1, ..., N workers; where does scaling break?
 
-    python -m trainer.host.scaling --max-workers 2 [--seconds 20] [--out .run/scaling] [trainer flags]
+    python -m bench.scaling --max-workers 2 [--seconds 20] [--out .run/scaling] [trainer flags]
 
-Each size is a fresh local cluster (trainer.host.launch) trained for the same wall time. Every task's
+Each size is a fresh local cluster (bench.launch) trained for the same wall time. Every task's
 /metrics is read twice a second; the figures are the difference between the first reading past the
 warm-up (tracing, first collectives) and the last one, so start-up does not count. Per size:
 cluster throughput (examples/s, all tasks), scaling efficiency throughput_r / (r x throughput_1)
@@ -24,8 +24,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainer import contract
-from trainer.host import projection
+import contract
+from bench import projection
 
 PARTS = ("compute", "allreduce", "input")
 HISTOGRAMS = {
@@ -130,7 +130,7 @@ def scrape(port: int) -> Snapshot | None:
 
 def run_size(workers: int, seconds: float, warmup: float, trainer_args: list[str], log: Path) -> Point:
     """Train on a fresh chief + `workers` cluster until `seconds` past the warm-up, then stop it."""
-    from trainer.host import launch
+    from bench import launch
 
     tasks = workers + 1
     base = consecutive_free_ports(tasks)
@@ -209,7 +209,7 @@ def format_table(points: list[Point]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m trainer.host.scaling",
+        prog="python -m bench.scaling",
         description=__doc__.splitlines()[0],
         epilog="Other flags go to every trainer task (python -m trainer --help).",
     )

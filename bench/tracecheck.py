@@ -150,7 +150,7 @@ def describe(ours: Spans, theirs: Spans, steps: int) -> str:
 def main(argv=None) -> int:
     """In every task of a local cluster; the chief traces one timed call and prints the comparison.
 
-    python -m trainer.host.launch --workers 1 --metrics-port 0 --module trainer.host.tracecheck --task cnn
+    python -m bench.launch --workers 1 --metrics-port 0 --module bench.tracecheck --task cnn
     """
     import argparse
     import json
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     from trainer import step, tasks, training
     from trainer.cluster import parse_tf_config
 
-    p = argparse.ArgumentParser(prog="python -m trainer.host.tracecheck")
+    p = argparse.ArgumentParser(prog="python -m bench.tracecheck")
     p.add_argument("--trace-steps", type=int, default=20)
     args, rest = p.parse_known_args(argv)
     config = config_lib.from_args(rest, os.environ)

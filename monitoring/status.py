@@ -1,6 +1,6 @@
 """`make status`: one row per task — container state, step, steps/s, step time, where the time goes.
 
-    python -m compose.status [--project NAME] [--prometheus URL] [--no-docker]
+    python -m monitoring.status [--project NAME] [--prometheus URL] [--no-docker]
 
 Container state comes from Docker (with --no-docker, e.g. for a swarm whose containers run on other
 engines: the tasks and their last state as Prometheus saw them); everything else from Prometheus: raw trainer series through the
@@ -16,9 +16,9 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 
+import contract as c
 from monitoring import rules
 from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
-from trainer import contract as c
 
 Query = Callable[[str], dict[str, float]]
 """PromQL -> task name -> value."""
@@ -104,7 +104,7 @@ def render(rows: list[tuple[str, ...]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compose.status", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m monitoring.status", description=__doc__.splitlines()[0])
     parser.add_argument("--project", default=c.DEFAULT_PROJECT, help="compose project (make's PROJECT)")
     parser.add_argument("--prometheus", default=DEFAULT_URL, help="Prometheus base URL")
     parser.add_argument(

@@ -5,7 +5,7 @@ over the rounds of each ratio (each ratio is taken within one round, so slow dri
   (b) our instrumented loop / tf-keras model.fit compiled with steps_per_execution = our steps per call,
       one long fit per round timed by a batch-end callback after its warm-up; the TensorFlow tutorial's
       custom loop (1 step per call) is printed too                                       (target >= 1.0)
-  (c) compute and all-reduce from the marks vs TensorFlow's profiler trace (trainer/host/tracecheck.py),
+  (c) compute and all-reduce from the marks vs TensorFlow's profiler trace (bench/tracecheck.py),
       on the `cnn` task                                                                  (target <= 10%)
   (d) --allreduce-mode overlap vs serial on `cnn` with packing: step-time ratio, and the all-reduce metric
       of each (serial: the whole all-reduce; overlap: its exposed part)
@@ -14,7 +14,7 @@ over the rounds of each ratio (each ratio is taken within one round, so slow dri
 Modes alternate within each round (A B C A B C ...) on the same cluster; each first runs settling steps.
 Not a test: on 2 shared cores the numbers move by 10% from run to run.
 
-    python -m trainer.host.launch --workers 2 --metrics-port 0 --module trainer.host.bench [--rounds 5]
+    python -m bench.launch --workers 2 --metrics-port 0 --module bench.overhead [--rounds 5]
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from prometheus_client import CollectorRegistry
 
+from bench import payloads, tracecheck
 from trainer import agreement, loop, progress, step, tasks, training
 from trainer import config as config_lib
 from trainer.checkpoint import NoCheckpoints
 from trainer.cluster import CHIEF, TaskId, parse_tf_config
-from trainer.host import payloads, tracecheck
 from trainer.metrics import Metrics
 
 
@@ -155,7 +155,7 @@ def _fit_model(config, strategy, task, replicas: int, k: int):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.host.bench")
+    p = argparse.ArgumentParser(prog="python -m bench.overhead")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--bench-steps", type=int, default=400, help="steps per mode per round")
     p.add_argument("--cnn-steps", type=int, default=60, help="steps per mode per round of (c) and (d) on cnn")

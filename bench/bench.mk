@@ -1,0 +1,26 @@
+# Host-side tools that run the trainer as local processes: the local launcher and the benchmarks.
+# Included by the top Makefile; RUN_DIR and PROJECT come from compose/compose.mk, PY from the top Makefile.
+
+BENCH_ARGS ?= --rounds 5 --bench-steps 400
+TRAIN_ARGS ?= --steps 300 --log-every 50
+BENCH_COMM_ARGS ?=
+SCALING_SECONDS ?= 20
+SCALING_ARGS ?= --task cnn --log-every 100
+
+##@ Local runs and benchmarks
+
+.PHONY: train-local
+train-local: $(VENV)/.stamp ## Train a chief + WORKERS local processes (no Docker); TRAIN_ARGS=... passes trainer flags
+	$(PY) -m bench.launch --workers $(WORKERS) $(TRAIN_ARGS)
+
+.PHONY: bench
+bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: ratios (a) timing overhead, (b) vs model.fit, (c) marks vs profiler, (d) overlap vs serial, (e) bfloat16 all-reduce
+	$(PY) -m bench.launch --workers $(WORKERS) --metrics-port 0 --module bench.overhead $(BENCH_ARGS)
+
+.PHONY: bench-comm
+bench-comm: $(VENV)/.stamp ## All-reduce sweep 4 KiB-64 MiB and mlp/cnn/ResNet-50 gradient lists (median, min-max, busbw per knob) next to iperf3 with TF's stream count; the stack's containers if up, else 2 local tasks (BENCH_COMM_ARGS=--where bridge: containers on a bridge); writes $(RUN_DIR)/bench-comm.{json,png}
+	$(PY) -m bench.comm --project $(PROJECT) --out $(RUN_DIR)/bench-comm $(BENCH_COMM_ARGS)
+
+.PHONY: scaling
+scaling: $(VENV)/.stamp ## Same short job at WORKERS=0..N (N=WORKERS): throughput, efficiency, breakdown, and the ring model (fitted to bench-comm) projected to 4-64 workers; writes $(RUN_DIR)/scaling.{json,png}
+	$(PY) -m bench.scaling --max-workers $(WORKERS) --seconds $(SCALING_SECONDS) --out $(RUN_DIR)/scaling --bench-comm $(RUN_DIR)/bench-comm.json $(SCALING_ARGS)

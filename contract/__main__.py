@@ -1,0 +1,5 @@
+"""`python -m contract`: the contract as a Markdown table."""
+
+from contract import table
+
+print(table())
