@@ -5,7 +5,7 @@ downloaded on the host, the image built offline from the generated GPU overlay. 
 the hash lock is exactly what is installed and there is one TensorFlow; it is a CUDA build whose CUDA
 runtime, cuBLAS, cuDNN and NCCL load from the nvidia-* wheels on TensorFlow's own search path, and XLA
 finds ptxas and libdevice; the GPU overlay names this image; a chief + 1 worker from that overlay train
-on the CPU and each says why, once. What needs a real GPU is listed in the README's "GPUs" section.
+on the CPU and each says why, once. What needs a real GPU is listed in the docs/gpus.md.
 With CI=true a missing engine fails (conftest.engine_ready).
 """
 
@@ -151,7 +151,7 @@ def test_cuda_libraries_load_from_the_wheels_on_tensorflows_search_path(probe):
 
 def test_xla_finds_ptxas_and_libdevice_from_the_nvcc_wheel(probe):
     # XLA compiles tf-keras' optimizer step on GPU (jit_compile): it needs libdevice and ptxas, which
-    # only nvidia-cuda-nvcc-cu12 ships (README "GPUs": why that wheel stays).
+    # only nvidia-cuda-nvcc-cu12 ships (docs/gpus.md: why that wheel stays).
     toolkit = probe["xla_toolkit"]
     assert toolkit["libdevice"], toolkit
     assert toolkit["ptxas"] and "release 12." in toolkit["ptxas"], toolkit
