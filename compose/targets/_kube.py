@@ -81,9 +81,9 @@ def pvc(d: Deployment, names: Names) -> dict:
     }
 
 
-def _container(d: Deployment, cmd: list[str], env: list[dict]) -> dict:
+def _container(d: Deployment, cmd: list[str], env: list[dict], name: str) -> dict:
     container = {
-        "name": CONTAINER,
+        "name": name,
         "image": d.pulled_image,
         "imagePullPolicy": "IfNotPresent",
         "command": [_literal(c) for c in cmd],
@@ -113,7 +113,9 @@ def env(d: Deployment) -> list[dict]:
     return [{"name": k, "value": _literal(v)} for k, v in deployment.trainer_env(d).items()]
 
 
-def pod_template(d: Deployment, names: Names, *, chief: bool, cmd: list[str], env: list[dict]) -> dict:
+def pod_template(
+    d: Deployment, names: Names, *, chief: bool, cmd: list[str], env: list[dict], container: str = CONTAINER
+) -> dict:
     """One task's pod: the Compose hardening, the metrics port annotated for Prometheus, the chief's PVC."""
     checkpoints = {"persistentVolumeClaim": {"claimName": names.claim}} if chief else {"emptyDir": {}}
     spec = {
@@ -128,7 +130,7 @@ def pod_template(d: Deployment, names: Names, *, chief: bool, cmd: list[str], en
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "dnsConfig": {"options": [{"name": "timeout", "value": "1"}, {"name": "attempts", "value": "1"}]},
-        "containers": [_container(d, cmd, env)],
+        "containers": [_container(d, cmd, env, container)],
         "volumes": [
             {"name": "tmp", "emptyDir": {}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},

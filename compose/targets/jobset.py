@@ -44,9 +44,10 @@ def _jobset_env(d: Deployment) -> list[dict]:
     ]
 
 
-def _replicated_job(d: Deployment, names: _kube.Names, rjob: str, pods: int) -> dict:
+def _replicated_job(d: Deployment, names: _kube.Names, rjob: str, pods: int, container: str) -> dict:
     cmd = ["python", "-m", "trainer.jobset_entry", *deployment.command(d)]
-    template = _kube.pod_template(d, names, chief=rjob == contract.CHIEF, cmd=cmd, env=_jobset_env(d))
+    chief = rjob == contract.CHIEF
+    template = _kube.pod_template(d, names, chief=chief, cmd=cmd, env=_jobset_env(d), container=container)
     template["spec"]["restartPolicy"] = "Never"  # podFailurePolicy requires it; JobSet restarts the gang
     job = {
         "parallelism": pods,
@@ -58,7 +59,7 @@ def _replicated_job(d: Deployment, names: _kube.Names, rjob: str, pods: int) -> 
                 {
                     "action": "FailJob",
                     "onExitCodes": {
-                        "containerName": _kube.CONTAINER,
+                        "containerName": container,
                         "operator": "In",
                         "values": list(_kube.PERMANENT_EXIT_CODES),
                     },
@@ -71,10 +72,21 @@ def _replicated_job(d: Deployment, names: _kube.Names, rjob: str, pods: int) -> 
 
 
 def jobset(d: Deployment, names: _kube.Names) -> dict:
-    rjobs = [_replicated_job(d, names, contract.CHIEF, 1)]
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _kube.meta(names, names.name),
+        "spec": spec(d, names),
+    }
+
+
+def spec(d: Deployment, names: _kube.Names, container: str = _kube.CONTAINER) -> dict:
+    """The JobSet spec: replicated jobs `chief` (1 pod) and `worker` (one pod per worker), the pods'
+    container named `container` (a Kubeflow Trainer runtime wants `node`)."""
+    rjobs = [_replicated_job(d, names, contract.CHIEF, 1, container)]
     if d.workers:
-        rjobs.append(_replicated_job(d, names, contract.WORKER, d.workers))
-    spec = {
+        rjobs.append(_replicated_job(d, names, contract.WORKER, d.workers, container))
+    return {
         "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
         "successPolicy": {"operator": "All", "targetReplicatedJobs": [contract.CHIEF]},
         # Any failed pod fails its Job (backoffLimit 0), which restarts every Job: MWMS cannot go on
@@ -90,12 +102,6 @@ def jobset(d: Deployment, names: _kube.Names) -> dict:
             ],
         },
         "replicatedJobs": rjobs,
-    }
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": _kube.meta(names, names.name),
-        "spec": spec,
     }
 
 
