@@ -17,6 +17,7 @@ from pathlib import Path
 import contract
 from compose import deployment, services
 from compose.deployment import Change, Deployment
+from compose.targets import Emitted, Yaml
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_GAVE_UP, EXIT_MISSING_PEERS
 
 OUT = ".run/k8s"
@@ -157,6 +158,16 @@ def describe(ns: argparse.Namespace, environ: Mapping[str, str]) -> Deployment:
     names(ns)  # a bad name is bad input before anything is built
     gpu_ids = deployment.fake_gpu_ids(ns.workers, ns.gpus_per_worker)
     return deployment.from_args(ns, gpu_ids, environ=environ, checkpoint_storage=ns.checkpoint_storage)
+
+
+def emitted(
+    d: Deployment, names: Names, file: str, objects: tuple[dict, ...], changes: list[Change]
+) -> Emitted:
+    """One Kubernetes target's file: the chief's PVC, the target's objects, the PodMonitor."""
+    docs = (pvc(d, names), *objects, pod_monitor(names))
+    return Emitted(
+        files={file: Yaml(docs, dollars=False)}, changes=changes, summary=f"chief + {d.workers} workers"
+    )
 
 
 def names(ns: argparse.Namespace) -> Names:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from compose import deployment, gpus, knobs, mounts, services
 from compose.deployment import SHM_GIB, Deployment
-from compose.services import Service
+from compose.services import Healthcheck, Service
 from compose.targets import Emitted, Yaml
 from compose.yamltext import Interpolated
 
@@ -118,15 +118,19 @@ def service(s: Service, every: tuple[Service, ...], base_image: str) -> dict:
     _put(out, "tmpfs", list(s.tmpfs))
     _put(out, "volumes", _volumes(s))
     if s.healthcheck:
-        h = s.healthcheck
-        out["healthcheck"] = {
-            "test": ["CMD", *h.test],
-            "interval": f"{h.interval_s}s",
-            "timeout": f"{h.timeout_s}s",
-            "retries": h.retries,
-        }
+        out["healthcheck"] = healthcheck(s.healthcheck)
     _put(out, "depends_on", {n: {"condition": _condition(n, every)} for n in s.depends_on})
     return out
+
+
+def healthcheck(h: Healthcheck) -> dict:
+    """A healthcheck as Compose files and Swarm stacks both write it."""
+    return {
+        "test": ["CMD", *h.test],
+        "interval": f"{h.interval_s}s",
+        "timeout": f"{h.timeout_s}s",
+        "retries": h.retries,
+    }
 
 
 def _put(out: dict, key: str, value: list | dict) -> None:

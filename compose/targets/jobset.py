@@ -12,24 +12,16 @@ import argparse
 import contract
 from compose import deployment
 from compose.deployment import Change, Deployment
-from compose.targets import Emitted, Yaml, _kube
+from compose.targets import Emitted, _kube
+from compose.targets._kube import OUT, REMAKE, add_arguments, describe  # noqa: F401 (the Target protocol)
 from trainer import jobset_entry, supervise
 
 TITLE = "k8s JobSet"
-REMAKE = _kube.REMAKE
-OUT = _kube.OUT
-add_arguments = _kube.add_arguments
-describe = _kube.describe
 
 
 def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
     names = _kube.names(ns)
-    docs = (_kube.pvc(d, names), jobset(d, names), _kube.pod_monitor(names))
-    return Emitted(
-        files={"jobset.yaml": Yaml(docs, dollars=False)},
-        changes=jobset_changes(d),
-        summary=f"chief + {d.workers} workers",
-    )
+    return _kube.emitted(d, names, "jobset.yaml", (jobset(d, names),), jobset_changes(d))
 
 
 def _jobset_env(d: Deployment) -> list[dict]:

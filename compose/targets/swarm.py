@@ -275,13 +275,7 @@ def _service(
     if s.publish:
         out["ports"] = [{"target": p, "published": p, "protocol": "tcp", "mode": "host"} for p in s.publish]
     if s.healthcheck:
-        h = s.healthcheck
-        out["healthcheck"] = {
-            "test": ["CMD", *h.test],
-            "interval": f"{h.interval_s}s",
-            "timeout": f"{h.timeout_s}s",
-            "retries": h.retries,
-        }
+        out["healthcheck"] = compose_target.healthcheck(s.healthcheck)
     out["deploy"] = {
         "replicas": 1,
         # No IPVS on these kernels: a VIP answers "No route to host" (docs/multi-host.md).

@@ -21,13 +21,10 @@ import argparse
 
 import contract
 from compose.deployment import Change, Deployment
-from compose.targets import Emitted, Yaml, _kube, jobset
+from compose.targets import Emitted, _kube, jobset
+from compose.targets._kube import OUT, REMAKE, add_arguments, describe  # noqa: F401 (the Target protocol)
 
 TITLE = "k8s TrainJob"
-REMAKE = _kube.REMAKE
-OUT = _kube.OUT
-add_arguments = _kube.add_arguments
-describe = _kube.describe
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 CONTAINER = "node"
 """The container the Trainer treats as the trainer step's (its webhook rejects a runtime without it)."""
@@ -37,11 +34,12 @@ FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 
 def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
     names = _kube.names(ns)
-    docs = (_kube.pvc(d, names), training_runtime(d, names), train_job(d, names), _kube.pod_monitor(names))
-    return Emitted(
-        files={"trainjob.yaml": Yaml(docs, dollars=False)},
-        changes=trainjob_changes(d, names),
-        summary=f"chief + {d.workers} workers",
+    return _kube.emitted(
+        d,
+        names,
+        "trainjob.yaml",
+        (training_runtime(d, names), train_job(d, names)),
+        trainjob_changes(d, names),
     )
 
 
