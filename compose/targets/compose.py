@@ -91,13 +91,13 @@ def base_file(d: Deployment) -> dict:
 
 def service(s: Service, every: tuple[Service, ...], base_image: str) -> dict:
     """One service as Compose writes it; `every`: the deployment's services (who builds which image)."""
-    out: dict = {
-        "image": Interpolated(f"${{{s.image_variable}:-{s.image}}}") if s.image_variable else s.image
-    }
+    built = s.build or any(o.build and o.image == s.image for o in every)
+    # An image this deployment builds is what it is; any other can be replaced (`make up` sets them).
+    variable = Interpolated(f"${{{services.image_variable(s)}:-{s.image}}}")
+    out: dict = {"image": s.image if built else variable}
     if s.build:
         out["build"] = {**services.TRAINER_BUILD, "args": {"BASE_IMAGE": base_image, "VARIANT": "cpu"}}
     else:
-        built = any(o.build and o.image == s.image for o in every)
         out["pull_policy"] = "never" if built else "missing"
     if s.optional:
         out["profiles"] = [s.name]  # `make up` enables it when the image is present or pullable

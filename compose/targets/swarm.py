@@ -112,7 +112,8 @@ def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
 
 
 def _flag(s: Service) -> str:
-    return f"{s.name}_image"
+    """The argparse destination of --<name>-image."""
+    return services.image_variable(s).lower()
 
 
 def placement(task_position: int, nodes: int) -> dict:
