@@ -16,6 +16,9 @@ OFFLINE ?= auto
 # (PROMETHEUS_URL) find that project's Prometheus.
 BIND_ADDR ?= $(or $(shell sed -n 's/^BIND_ADDR=//p' $(RUN_DIR)/stack.env 2>/dev/null),127.0.0.1)
 MAX_RESTARTS ?= 3
+# The run status, diagnose and report show: unless given, the id the project's last `make up` created
+# (every series carries it, contract.TARGET_LABELS); empty: the project's latest run in Prometheus.
+RUN ?= $(shell sed -n 's/^RUN=//p' $(RUN_DIR)/stack.env 2>/dev/null)
 SECRETS_DIR ?= secrets
 # Compose project: a second stack on the same engine (the fault tests) needs its own name and BIND_ADDR.
 PROJECT ?= mwms
@@ -63,8 +66,8 @@ logs: ## Follow the logs of every service (SERVICE=worker-1 for one)
 	$(DC) logs --follow --tail=50 $(SERVICE)
 
 .PHONY: status
-status: ## Table per task: state, step, steps/s, step time, all-reduce and input-wait share, last checkpoint
-	@$(PYTHON) -m monitoring.status --project $(PROJECT) --prometheus $(PROMETHEUS_URL)
+status: ## Table per task of the last run (RUN=<id> for an earlier one): state, step, steps/s, step time, all-reduce and input-wait share, checkpoint
+	@$(PYTHON) -m monitoring.status --project $(PROJECT) --run '$(RUN)' --prometheus $(PROMETHEUS_URL)
 
 .PHONY: wait
 wait: ## Block until the job is over (done, or failed for good across restarts); exit with the chief's code

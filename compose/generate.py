@@ -39,6 +39,7 @@ from compose.deployment import (
     command,
     from_args,
     report,
+    target_labels,
     trainer_env,
 )
 from trainer.cluster import ClusterSpec
@@ -145,9 +146,14 @@ def gpu_overlay(cfg: Deployment) -> dict:
 
 
 def targets(cfg: Deployment) -> list[dict]:
-    """Prometheus file_sd; the trainer labels its series the same way (kept by honor_labels)."""
+    """Prometheus file_sd; the trainer labels its series with the task the same way (kept by
+    honor_labels); the project and run labels come from here only (contract.TARGET_LABELS)."""
+    run = target_labels(cfg)
     return [
-        {"targets": [f"{t.name}:{METRICS_PORT}"], "labels": {"task_type": t.type, "task_index": str(t.index)}}
+        {
+            "targets": [f"{t.name}:{METRICS_PORT}"],
+            "labels": {**run, "task_type": t.type, "task_index": str(t.index)},
+        }
         for t in cfg.tasks
     ]
 

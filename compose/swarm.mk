@@ -46,4 +46,4 @@ stack-down: ## Remove stack STACK from the swarm (the chief's checkpoint volume 
 .PHONY: stack-status
 stack-status: ## Where every task of STACK runs and its state, then the per-task training table from its Prometheus
 	@$(MANAGER) stack ps $(STACK) --format 'table {{.Name}}\t{{.Node}}\t{{.CurrentState}}\t{{.Error}}'
-	@$(PYTHON) -m monitoring.status --no-docker --prometheus http://$$($(NODES_SH) ip 1):9090
+	@$(PYTHON) -m monitoring.status --no-docker --project $(STACK) --prometheus http://$$($(NODES_SH) ip 1):9090

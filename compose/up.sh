@@ -22,7 +22,10 @@ fi
 
 # 2. Compose files and Prometheus targets for a chief plus $WORKERS workers; checks the trainer knobs
 #    and that the containers' user can read SCRIPT and DATA, before anything starts.
-args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE"
+# A new run id at every `make up`: a label on every series (with the project), so status, diagnose,
+# report, alerts and dashboards never mix this run with an earlier one still in Prometheus.
+RUN=$("${PYTHON:-python3}" -c 'from compose.deployment import run_id; print(run_id())')
+args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE" --project "${PROJECT:-mwms}" --run "$RUN"
       --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-3}"
       --image-repo "${IMAGE_REPO:-mwms/trainer}" --args "${ARGS:-}")
 [ -n "${SCRIPT:-}" ] && args+=(--script "$SCRIPT")
@@ -49,6 +52,7 @@ fi
 cat >"$RUN_DIR/stack.env" <<EOF
 COMPOSE_PROJECT_NAME=${PROJECT:-mwms}
 COMPOSE_PROFILES=$profiles
+RUN=$RUN
 PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE
 BIND_ADDR=${BIND_ADDR:-127.0.0.1}
 RUN_DIR=$(realpath "$RUN_DIR")

@@ -30,8 +30,8 @@ check-rules: $(VENV)/.stamp ## Generated rules up to date; promtool: check the c
 	$(PROMTOOL) test rules $(MONITORING_PROM)/tests/*.yml
 
 .PHONY: report
-report: $(VENV)/.stamp ## Write .run/report.png (RUN_DIR): a picture of the current or last run from Prometheus (PROMETHEUS_URL=...)
-	$(PY) -m monitoring.report --prometheus $(PROMETHEUS_URL) --out $(RUN_DIR)/report.png
+report: $(VENV)/.stamp ## Write .run/report.png (RUN_DIR): a picture of the last `make up`'s run (or RUN=<id>) from Prometheus (PROMETHEUS_URL=...)
+	$(PY) -m monitoring.report --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run '$(RUN)' --out $(RUN_DIR)/report.png
 
 .PHONY: publish-dashboards
 publish-dashboards: $(VENV)/.stamp ## Upload the dashboards to an existing Grafana: GRAFANA_URL=... GRAFANA_TOKEN=... [GRAFANA_DATASOURCE_UID=...]

@@ -38,7 +38,7 @@ fi
 say "images on the nodes by ${TRANSPORT:-registry} in $(($(date +%s) - start)) s: $trainer_ref"
 
 args=(--workers "${WORKERS:-2}" --nodes "${NODES:-3}" --out "$SWARM_DIR" --image "$trainer_ref"
-      --prometheus-image "$prometheus_ref" --max-restarts "${MAX_RESTARTS:-3}")
+      --prometheus-image "$prometheus_ref" --max-restarts "${MAX_RESTARTS:-3}" --project "$STACK")
 # Trainer knobs (STEPS=, SAVE_EVERY=, any trainer flag) reach compose.stack through the environment.
 for var in ARGS GRAFANA_IMAGE; do
   [ -n "${!var:-}" ] && args+=("--$(tr 'A-Z_' 'a-z-' <<<"$var")" "${!var}")

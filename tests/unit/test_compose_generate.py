@@ -130,69 +130,19 @@ def test_missing_script_is_a_one_line_error(tmp_path: Path, capsys: pytest.Captu
     assert "nope.py does not exist" in err and err.count("\n") == 1
 
 
-def test_targets_have_one_task_type_and_index_each(tmp_path: Path) -> None:
-    build(tmp_path, "--workers", "2", "--gpus", "0")
+def test_targets_have_one_task_type_and_index_each_and_the_run(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "2", "--gpus", "0", "--project", "alerts-x", "--run", "20261201T090000Z")
     targets = json.loads((tmp_path / "targets" / "trainers.json").read_text())
+    run = {"project": "alerts-x", "run": "20261201T090000Z"}
     assert targets == [
-        {"targets": ["chief:8000"], "labels": {"task_type": "chief", "task_index": "0"}},
-        {"targets": ["worker-0:8000"], "labels": {"task_type": "worker", "task_index": "0"}},
-        {"targets": ["worker-1:8000"], "labels": {"task_type": "worker", "task_index": "1"}},
+        {"targets": ["chief:8000"], "labels": {**run, "task_type": "chief", "task_index": "0"}},
+        {"targets": ["worker-0:8000"], "labels": {**run, "task_type": "worker", "task_index": "0"}},
+        {"targets": ["worker-1:8000"], "labels": {**run, "task_type": "worker", "task_index": "1"}},
     ]
 
 
-def test_gpu_overlay_gives_each_task_its_own_devices(tmp_path: Path) -> None:
-    build(tmp_path, "--workers", "2", "--gpus", "6", "--gpus-per-worker", "2")
-    svc = services(tmp_path, "compose.gpu.yaml")
-    ids = {n: s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for n, s in svc.items()}
-    assert ids == {"chief": ["0", "1"], "worker-0": ["2", "3"], "worker-1": ["4", "5"]}
-    for service in svc.values():
-        device = service["deploy"]["resources"]["reservations"]["devices"][0]
-        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
-        assert service["shm_size"] == "2gb" and service["image"].endswith("-gpu")
-    assert svc["chief"]["build"] == {"args": {"VARIANT": "gpu"}}
-    assert "compose.gpu.yaml" in (tmp_path / "compose.args").read_text()
+def test_every_run_gets_a_new_id_that_sorts_by_start(tmp_path: Path) -> None:
+    from compose.deployment import run_id
 
-
-def test_gpu_ids_in_turn_from_an_explicit_list() -> None:
-    assert gpus.assign(["chief", "worker-0", "worker-1"], gpus.parse("3,1,0"), 1) == {
-        "chief": ("3",),
-        "worker-0": ("1",),
-        "worker-1": ("0",),
-    }
-
-
-@pytest.mark.parametrize(("tasks", "ids", "per_task"), [(3, 2, 1), (2, 3, 2), (1, 0, 1)])
-def test_fewer_gpus_than_tasks_need_is_an_error(tasks: int, ids: int, per_task: int) -> None:
-    names = [f"t{i}" for i in range(tasks)]
-    with pytest.raises(gpus.GpuError, match=f"need {tasks * per_task} GPUs but only {ids} are available"):
-        gpus.assign(names, [str(i) for i in range(ids)], per_task)
-
-
-def test_generator_reports_gpu_shortage_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert generate.main(["--workers", "3", "--gpus", "2", "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert "4 tasks x GPUS_PER_WORKER=1 need 4 GPUs but only 2" in err and err.count("\n") == 1
-
-
-@pytest.mark.parametrize("bad", ["x", "0,0", "1,a", "-1"])
-def test_bad_gpus_values(bad: str) -> None:
-    with pytest.raises(gpus.GpuError):
-        gpus.parse(bad)
-
-
-def test_auto_uses_gpus_only_with_the_nvidia_runtime() -> None:
-    smi = "0\n1\n"
-
-    def fake(runtimes: str) -> gpus.Runner:
-        return lambda cmd: smi if cmd[0] == "nvidia-smi" else runtimes
-
-    assert gpus.parse("auto", fake('{"nvidia": {}, "runc": {}}')) == ("0", "1")
-    assert gpus.parse("auto", fake('{"runc": {}}')) == ()
-    assert gpus.parse("auto", lambda _cmd: "") == ()
-    assert gpus.parse("0") == ()
-
-
-def test_dollar_in_values_is_not_interpolated(tmp_path: Path) -> None:
-    from compose import yamltext
-
-    assert yamltext.dump({"a": "pa$$word $HOME"}) == 'a: "pa$$$$word $$HOME"\n'
+    assert run_id(0) == "19700101T000000Z" and run_id(59) < run_id(60) < run_id(3600)
+    assert build(tmp_path, "--workers", "1", "--gpus", "0").run[:2] == run_id()[:2]

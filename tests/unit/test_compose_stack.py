@@ -17,10 +17,11 @@ from tests.conftest import DOCKER_CLI, need
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 IMAGE = "10.210.0.10:5000/mwms/trainer@sha256:" + "0" * 64
+RUN = ("--run", "20261201T090000Z")
 
 
 def emit(out: Path, *extra: str, workers: int = 2) -> tuple[dict, str]:
-    ns = stack.parse_args(["--workers", str(workers), "--image", IMAGE, "--out", str(out), *extra])
+    ns = stack.parse_args(["--workers", str(workers), "--image", IMAGE, "--out", str(out), *RUN, *extra])
     text = stack.write(*stack.configs_from_args(ns, environ={"STEPS": "200"}), out)
     return yaml.safe_load((out / "stack.yaml").read_text()), text
 
