@@ -1,4 +1,4 @@
-"""The compose generator and GPU assignment, without Docker: contracts other parts rely on."""
+"""The Compose target and GPU assignment, without Docker: contracts other parts rely on."""
 
 from __future__ import annotations
 
@@ -8,17 +8,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compose import generate, gpus
+from compose import emit, gpus
+from compose.deployment import Deployment
 from trainer.cluster import parse_tf_config
 
 
-def build(
-    tmp_path: Path, *args: str, runner: gpus.Runner = lambda _cmd: "", knobs: dict[str, str] | None = None
-) -> generate.StackConfig:
-    ns = generate.parse_args(["--out", str(tmp_path), *args])
-    cfg = generate.config_from_args(ns, runner=runner, environ=knobs or {})
-    generate.write(cfg, tmp_path)
-    return cfg
+def build(tmp_path: Path, *args: str, knobs: dict[str, str] | None = None) -> Deployment:
+    r = emit.run(["--target", "compose", "--out", str(tmp_path), *args], environ=knobs or {})
+    emit.write(r)
+    return r.deployment
+
+
+def main(*args: str) -> int:
+    return emit.main(["--target", "compose", *args])
 
 
 def services(tmp_path: Path, name: str = "compose.tasks.yaml") -> dict:
@@ -123,9 +125,7 @@ def test_script_and_data_are_read_only_binds(tmp_path: Path) -> None:
 
 
 def test_missing_script_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert (
-        generate.main(["--workers", "1", "--gpus", "0", "--script", "nope.py", "--out", str(tmp_path)]) == 2
-    )
+    assert main("--workers", "1", "--gpus", "0", "--script", "nope.py", "--out", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert "nope.py does not exist" in err and err.count("\n") == 1
 
@@ -146,3 +146,61 @@ def test_every_run_gets_a_new_id_that_sorts_by_start(tmp_path: Path) -> None:
 
     assert run_id(0) == "19700101T000000Z" and run_id(59) < run_id(60) < run_id(3600)
     assert build(tmp_path, "--workers", "1", "--gpus", "0").run[:2] == run_id()[:2]
+
+
+def test_gpu_overlay_gives_each_task_its_own_devices(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "2", "--gpus", "6", "--gpus-per-worker", "2")
+    svc = services(tmp_path, "compose.gpu.yaml")
+    ids = {n: s["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for n, s in svc.items()}
+    assert ids == {"chief": ["0", "1"], "worker-0": ["2", "3"], "worker-1": ["4", "5"]}
+    for service in svc.values():
+        device = service["deploy"]["resources"]["reservations"]["devices"][0]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+        assert service["shm_size"] == "2gb" and service["image"].endswith("-gpu")
+    assert svc["chief"]["build"] == {"args": {"VARIANT": "gpu"}}
+    assert "compose.gpu.yaml" in (tmp_path / "compose.args").read_text()
+
+
+def test_gpu_ids_in_turn_from_an_explicit_list() -> None:
+    assert gpus.assign(["chief", "worker-0", "worker-1"], gpus.parse("3,1,0"), 1) == {
+        "chief": ("3",),
+        "worker-0": ("1",),
+        "worker-1": ("0",),
+    }
+
+
+@pytest.mark.parametrize(("tasks", "ids", "per_task"), [(3, 2, 1), (2, 3, 2), (1, 0, 1)])
+def test_fewer_gpus_than_tasks_need_is_an_error(tasks: int, ids: int, per_task: int) -> None:
+    names = [f"t{i}" for i in range(tasks)]
+    with pytest.raises(gpus.GpuError, match=f"need {tasks * per_task} GPUs but only {ids} are available"):
+        gpus.assign(names, [str(i) for i in range(ids)], per_task)
+
+
+def test_generator_reports_gpu_shortage_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main("--workers", "3", "--gpus", "2", "--out", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "4 tasks x GPUS_PER_WORKER=1 need 4 GPUs but only 2" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("bad", ["x", "0,0", "1,a", "-1"])
+def test_bad_gpus_values(bad: str) -> None:
+    with pytest.raises(gpus.GpuError):
+        gpus.parse(bad)
+
+
+def test_auto_uses_gpus_only_with_the_nvidia_runtime() -> None:
+    smi = "0\n1\n"
+
+    def fake(runtimes: str) -> gpus.Runner:
+        return lambda cmd: smi if cmd[0] == "nvidia-smi" else runtimes
+
+    assert gpus.parse("auto", fake('{"nvidia": {}, "runc": {}}')) == ("0", "1")
+    assert gpus.parse("auto", fake('{"runc": {}}')) == ()
+    assert gpus.parse("auto", lambda _cmd: "") == ()
+    assert gpus.parse("0") == ()
+
+
+def test_dollar_in_values_is_not_interpolated(tmp_path: Path) -> None:
+    from compose import yamltext
+
+    assert yamltext.dump({"a": "pa$$word $HOME"}) == 'a: "pa$$$$word $$HOME"\n'
