@@ -31,9 +31,14 @@ SCRIPT ?=
 DATA ?=
 # Extra arguments for every task: trainer flags (ARGS="--input-delay-ms 20") or your SCRIPT's own.
 ARGS ?=
+# Prometheus' history: empty keeps compose/services.py's defaults (15d, 2GB; docs/security.md).
+PROMETHEUS_RETENTION_TIME ?=
+PROMETHEUS_RETENTION_SIZE ?=
+# 1: enable Prometheus' unauthenticated lifecycle API (POST /-/reload, /-/quit); off by default.
+PROMETHEUS_LIFECYCLE ?= 0
 
 STACK_VARS = PROJECT IMAGE_REPO WORKERS GPUS GPUS_PER_WORKER OFFLINE BIND_ADDR MAX_RESTARTS SECRETS_DIR RUN_DIR PYTHON \
-             SCRIPT DATA ARGS
+             SCRIPT DATA ARGS PROMETHEUS_RETENTION_TIME PROMETHEUS_RETENTION_SIZE PROMETHEUS_LIFECYCLE
 STACK_ENV = $(foreach v,$(STACK_VARS),$(v)='$($(v))')
 # Every docker compose call sees the files and settings the project's last `make up` generated, and
 # names the project itself: a RUN_DIR of another project's stack must not redirect down or clean.

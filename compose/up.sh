@@ -18,6 +18,7 @@ eval "$(images/images.sh select "${OFFLINE:-auto}")"
 if [[ $BASE_IMAGE == mwms/* ]]; then
   images/images.sh base "$BASE_IMAGE"
   images/images.sh prometheus "$PROMETHEUS_IMAGE"
+  images/images.sh alertmanager "$ALERTMANAGER_IMAGE"
 fi
 
 # 2. Compose files and Prometheus targets for a chief plus $WORKERS workers; checks the trainer knobs
@@ -54,6 +55,10 @@ COMPOSE_PROJECT_NAME=${PROJECT:-mwms}
 COMPOSE_PROFILES=$profiles
 RUN=$RUN
 PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE
+ALERTMANAGER_IMAGE=$ALERTMANAGER_IMAGE
+PROMETHEUS_RETENTION_TIME=${PROMETHEUS_RETENTION_TIME:-}
+PROMETHEUS_RETENTION_SIZE=${PROMETHEUS_RETENTION_SIZE:-}
+PROMETHEUS_LIFECYCLE_FLAG=$([ "${PROMETHEUS_LIFECYCLE:-0}" != 1 ] || echo --web.enable-lifecycle)
 BIND_ADDR=${BIND_ADDR:-127.0.0.1}
 RUN_DIR=$(realpath "$RUN_DIR")
 SECRETS_DIR=$(realpath -m "$SECRETS_DIR")
@@ -85,6 +90,7 @@ dc up -d --no-build --remove-orphans --quiet-pull
 addr=${BIND_ADDR:-127.0.0.1}
 echo
 echo "Prometheus: http://$addr:9090   (targets: http://$addr:9090/targets)"
+echo "Alerts:     http://$addr:9093   (Alertmanager; receivers: monitoring/config/alertmanager/alertmanager.yml, docs/alerts.md)"
 if [ -n "$profiles" ]; then
   echo "Grafana:    http://$addr:3000   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
 else

@@ -33,6 +33,7 @@ DEFAULT_PROJECT = "mwms"
 """Compose project name when PROJECT is not given."""
 PROMETHEUS_PORT = 9090
 GRAFANA_PORT = 3000
+ALERTMANAGER_PORT = 9093
 
 CHIEF, WORKER = "chief", "worker"
 STATES = ("starting", "waiting_for_peers", "training", "checkpointing", "done", "failed")

@@ -35,7 +35,10 @@ NODE_LABEL = "org.mwms.node"
 """The node label every placement constraint uses; `compose/swarm/nodes.sh` sets node-1, node-2, ..."""
 SHM_SIZE_BYTES = SHM_GIB * 1024**3
 RESTART_DELAY = "5s"
-IMAGES = {"prometheus": "mwms/prometheus:2.42.0-bookworm"}
+IMAGES = {
+    "prometheus": "mwms/prometheus:2.42.0-bookworm",
+    "alertmanager": "mwms/alertmanager:0.25.0-bookworm",
+}
 """Swarm's default image of a service where it differs from the description's: nodes cannot pull from
 outside, so Prometheus is the Debian-built image that `make stack-up` loads or pushes."""
 
@@ -213,7 +216,17 @@ def _drop(value: object, service: dict, deploy: dict, volumes: list) -> None:
     return None
 
 
-KEPT = {"command", "environment", "init", "user", "read_only", "cap_drop", "stop_grace_period", "networks"}
+KEPT = {
+    "command",
+    "environment",
+    "init",
+    "user",
+    "read_only",
+    "cap_drop",
+    "stop_grace_period",
+    "networks",
+    "logging",
+}
 TRANSLATIONS = {
     "restart": _restart,
     "tmpfs": _tmpfs,
@@ -259,6 +272,7 @@ def _service(
     """A service of compose/services.py as a stack service, and the config files it ships (key -> text)."""
     configs = _configs(s, d)
     out: dict = {"image": image, "user": s.user, "read_only": True, "cap_drop": ["ALL"]}
+    out["logging"] = services.LOGGING
     if s.command:
         out["command"] = list(s.command)
     if s.environment:

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compose import emit
+from compose import emit, services
 from compose.targets import compose as compose_target
 from compose.targets import swarm as stack
 from tests.conftest import DOCKER_CLI, need
+
+MONITORING_SERVICES = tuple(s.name for s in services.SERVICES)
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 IMAGE = "10.210.0.10:5000/mwms/trainer@sha256:" + "0" * 64
@@ -29,7 +31,7 @@ def bundle(out: Path, *extra: str, workers: int = 2) -> tuple[dict, str]:
 
 
 def trainers(doc: dict) -> dict:
-    return {k: v for k, v in doc["services"].items() if k not in ("prometheus", "grafana")}
+    return {k: v for k, v in doc["services"].items() if k not in MONITORING_SERVICES}
 
 
 @pytest.mark.parametrize("name", ["stack.yaml", "translation.txt"])
