@@ -10,6 +10,21 @@ RUN_DIR=${RUN_DIR:-.run}
 SECRETS_DIR=${SECRETS_DIR:-secrets}
 GRAFANA_IMAGE=grafana/grafana:11.6.0
 say() { echo "up: $*" >&2; }
+starting=1; [ "${1:-}" = --build-only ] && starting=0
+
+# 0. Refusals, each one line, before any download, build or container (compose/preflight.py). One
+#    `make up` of a project at a time: a second one while the first starts would race it for the
+#    same containers and volumes. The lock is released when this script exits, however it exits.
+mkdir -p "$RUN_DIR"
+exec 9>"$RUN_DIR/.up.lock"
+if ! flock -n 9; then
+  say "PROJECT=${PROJECT:-mwms} is already starting (another make up holds $RUN_DIR/.up.lock): wait for it to finish, or make down PROJECT=${PROJECT:-mwms}"
+  exit 2
+fi
+# The GPU image builds on any host (make images-gpu): only a start needs the GPUs asked for.
+check=(--project "${PROJECT:-mwms}" --bind-addr "${BIND_ADDR:-127.0.0.1}" --gpus "$([ $starting = 1 ] && echo "${GPUS:-auto}" || echo 0)")
+[ $starting = 1 ] && check+=(--starting)
+"${PYTHON:-python3}" -m compose.preflight "${check[@]}"
 
 compose/engine.sh ensure
 
