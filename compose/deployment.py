@@ -72,6 +72,11 @@ class Deployment:
     """Host path mounted read-only at /data (DATA=)."""
     extra_args: tuple[str, ...] = ()
     """Appended to every task's command: trainer flags, or the user script's own arguments (ARGS=)."""
+    cpu: str = "2"
+    """CPU each task asks for and may use, where a target schedules by it (Kubernetes requests = limits:
+    Guaranteed pods, evicted last; a synchronous job stops whole if one task is evicted)."""
+    memory: str = "4Gi"
+    """Memory each task asks for and may use, where a target schedules by it (as `cpu`)."""
     project: str = contract.DEFAULT_PROJECT
     """The stack's name (Compose project, Swarm stack, PROJECT=): a label on every series."""
     run: str = ""

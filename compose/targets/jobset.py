@@ -24,7 +24,7 @@ describe = _kube.describe
 
 def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
     names = _kube.names(ns)
-    docs = (_kube.pvc(d, names), jobset(d, names), _kube.pod_monitor(names))
+    docs = (_kube.pvc(d, names), jobset(d, names), _kube.pod_monitor(d, names), _kube.network_policy(names))
     return Emitted(
         files={"jobset.yaml": Yaml(docs, dollars=False)},
         changes=jobset_changes(d),

@@ -23,7 +23,7 @@ describe = _kube.describe
 
 def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
     names = _kube.names(ns)
-    docs = (_kube.pvc(d, names), tfjob(d, names), _kube.pod_monitor(names))
+    docs = (_kube.pvc(d, names), tfjob(d, names), _kube.pod_monitor(d, names), _kube.network_policy(names))
     return Emitted(
         files={"tfjob.yaml": Yaml(docs, dollars=False)},
         changes=tfjob_changes(d),
