@@ -64,6 +64,8 @@ def published_ports() -> list[tuple[str, int]]:
 
 def port_in_use(addr: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # Connections of an earlier stack in TIME_WAIT do not hold the port; a listener does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((addr, port))
         except OSError as err:
@@ -71,8 +73,9 @@ def port_in_use(addr: str, port: int) -> bool:
     return False
 
 
-def holders(port: int, runner: gpus.Runner = gpus.run) -> list[tuple[str, str]]:
-    """(compose project, container) of every container publishing `port`, as Docker reports them."""
+def holders(addr: str, port: int, runner: gpus.Runner = gpus.run) -> list[tuple[str, str]]:
+    """(compose project, container) of every container publishing `port` on `addr` (or on every
+    address), as Docker reports them."""
     out = runner(
         [
             "docker",
@@ -80,10 +83,14 @@ def holders(port: int, runner: gpus.Runner = gpus.run) -> list[tuple[str, str]]:
             "--filter",
             f"publish={port}",
             "--format",
-            '{{.Label "com.docker.compose.project"}}|{{.Names}}',
+            '{{.Label "com.docker.compose.project"}}|{{.Names}}|{{.Ports}}',
         ]
     )
-    return [tuple(line.split("|", 1)) for line in out.splitlines() if "|" in line]
+    on = (f"{addr}:{port}->", f"0.0.0.0:{port}->", f":::{port}->")
+    rows = [line.split("|", 2) for line in out.splitlines() if line.count("|") == 2]
+    return [
+        (project, name) for project, name, ports in rows if addr == "0.0.0.0" or any(o in ports for o in on)
+    ]
 
 
 def port_problem(
@@ -91,7 +98,7 @@ def port_problem(
 ) -> str | None:
     if not port_in_use(addr, port):
         return None
-    held = holders(port, runner)
+    held = holders(addr, port, runner)
     if any(p == project for p, _ in held):
         return None  # this project's own running stack: `make up` again replaces it
     who = ", ".join(f"container {name} (project {p or '-'})" for p, name in held) or "another process"

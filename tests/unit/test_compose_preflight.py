@@ -6,6 +6,7 @@ of a project that is starting. The refusals run through compose/up.sh itself, wi
 from __future__ import annotations
 
 import os
+import random
 import socket
 import stat
 import subprocess
@@ -57,11 +58,11 @@ def listener(addr: str = "127.0.0.1") -> socket.socket:
 def test_a_taken_port_is_refused_unless_this_project_holds_it():
     with listener() as taken:
         port = taken.getsockname()[1]
-        other = lambda cmd: "other-stack|other-stack-prometheus-1\n"  # noqa: E731
+        other = lambda cmd: f"other-stack|other-stack-prometheus-1|127.0.0.1:{port}->9090/tcp\n"  # noqa: E731
         problem = preflight.port_problem("127.0.0.1", "prometheus", port, "mine", other)
         assert problem.startswith(f"127.0.0.1:{port} (prometheus) is already in use by container")
         assert "other-stack-prometheus-1" in problem and "BIND_ADDR=" in problem
-        ours = lambda cmd: "mine|mine-prometheus-1\n"  # noqa: E731
+        ours = lambda cmd: f"mine|mine-prometheus-1|127.0.0.1:{port}->9090/tcp\n"  # noqa: E731
         assert preflight.port_problem("127.0.0.1", "prometheus", port, "mine", ours) is None
     assert preflight.port_problem("127.0.0.1", "prometheus", port, "mine", other) is None, "free again"
 
@@ -81,13 +82,22 @@ def stubs(tmp_path: Path) -> Path:
     return bin_dir
 
 
+def free_loopback() -> str:
+    """A loopback address where none of the stack's ports is taken (other stacks share this host)."""
+    for last in range(2, 250):
+        addr = f"127.0.{random.randrange(200, 255)}.{last}"
+        if not any(preflight.port_in_use(addr, port) for _, port in preflight.published_ports()):
+            return addr
+    raise AssertionError("no free loopback address")
+
+
 def up(stubs: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     environ = {
         **os.environ,
         "PATH": f"{stubs}:{os.environ['PATH']}",
         "RUN_DIR": str(tmp_path / "run"),
         "PROJECT": "alerts-preflight",
-        "BIND_ADDR": "127.0.0.1",
+        "BIND_ADDR": free_loopback(),
         "GPUS": "0",
         "PYTHON": "python3",
         **env,
@@ -119,13 +129,10 @@ def test_up_refuses_gpus_the_host_lacks_first(stubs, tmp_path):
 
 
 def test_up_refuses_a_taken_port_first(stubs, tmp_path):
-    addr = os.environ.get("PREFLIGHT_BIND_ADDR", "127.0.0.19")
+    addr = free_loopback()
     with socket.socket() as taken:
-        try:
-            taken.bind((addr, preflight.published_ports()[0][1]))
-            taken.listen()
-        except OSError:
-            pass  # someone else holds it already: taken all the same
+        taken.bind((addr, preflight.published_ports()[0][1]))
+        taken.listen()
         refused(up(stubs, tmp_path, BIND_ADDR=addr), tmp_path, "is already in use")
 
 
