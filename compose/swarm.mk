@@ -20,6 +20,8 @@ MANAGER = docker exec $(SWARM_NAME)-node-1 docker
 TRAINER_IMAGE = $(IMAGE_REPO):$$($(PYTHON) -c 'import trainer; print(trainer.__version__)')-cpu
 PROMETHEUS_IMAGE ?= mwms/prometheus:2.42.0-bookworm
 ALERTMANAGER_IMAGE ?= mwms/alertmanager:0.25.0-bookworm
+# 1: IPsec-encrypted overlays; off by default: kernels without ESP drop every packet (docs/security.md).
+SWARM_ENCRYPT ?= 0
 
 ##@ Swarm (multi-host)
 
@@ -37,7 +39,7 @@ push: ## Push the trainer image to REGISTRY=host:port; prints the digest referen
 
 .PHONY: stack-up
 stack-up: ## Deploy the run as swarm stack STACK on the nodes (nodes-up, images, push or load, deploy; TRANSPORT=registry|load)
-	@$(foreach v,$(STACK_VARS) SWARM_NAME SWARM_SUBNET NODES STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE ALERTMANAGER_IMAGE,$(v)='$($(v))') \
+	@$(foreach v,$(STACK_VARS) SWARM_NAME SWARM_SUBNET NODES STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE ALERTMANAGER_IMAGE SWARM_ENCRYPT,$(v)='$($(v))') \
 	  SWARM_DIR='$(SWARM_DIR)' compose/swarm/stack-up.sh
 
 .PHONY: stack-down

@@ -43,6 +43,8 @@ say "images on the nodes by ${TRANSPORT:-registry} in $(($(date +%s) - start)) s
 args=(--workers "${WORKERS:-2}" --nodes "${NODES:-3}" --out "$SWARM_DIR" --image "$trainer_ref"
       --prometheus-image "$prometheus_ref" --alertmanager-image "$alertmanager_ref" --max-restarts "${MAX_RESTARTS:-3}" --project "$STACK")
 # Trainer knobs (STEPS=, SAVE_EVERY=, any trainer flag) reach the swarm target through the environment.
+# SWARM_ENCRYPT=1: IPsec on the overlays, only where every node's kernel has ESP (docs/security.md).
+[ "${SWARM_ENCRYPT:-0}" = 1 ] && args+=(--encrypt-overlay)
 for var in ARGS GRAFANA_IMAGE; do
   [ -n "${!var:-}" ] && args+=("--$(tr 'A-Z_' 'a-z-' <<<"$var")" "${!var}")
 done

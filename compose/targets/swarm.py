@@ -55,6 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--gpus-per-worker", type=int, default=0, help="GPUs per task (0: CPU); the node picks them"
     )
     p.add_argument("--secrets-dir", type=Path, default=Path("secrets"))
+    p.add_argument(
+        "--encrypt-overlay",
+        action="store_true",
+        help="IPsec-encrypt the overlay networks (needs ESP in every node's kernel: docs/security.md)",
+    )
 
 
 def describe(ns: argparse.Namespace, environ: Mapping[str, str]) -> Deployment:
@@ -92,7 +97,7 @@ def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
     doc: dict = {
         "version": "3.9",
         "services": stack,
-        "networks": {name: {"driver": "overlay", **net} for name, net in services.NETWORKS.items()},
+        "networks": {name: overlay(net, ns.encrypt_overlay) for name, net in services.NETWORKS.items()},
         "volumes": {
             name: {} for name in services.volumes(services.trainers(d) + tuple(s for s, _ in chosen))
         },
@@ -105,6 +110,8 @@ def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
         doc["secrets"] = {name: _secret(name, ns.secrets_dir / name) for name in names}
     files: dict[str, Yaml | str] = {"stack.yaml": Yaml((doc,))}
     files.update({f"configs/{key}": text for key, text in sorted(sources.items())})
+    if not ns.encrypt_overlay:
+        report.add(ENCRYPTION)
     files["translation.txt"] = deployment.report(TITLE, report.changes) + "\n"
     return Emitted(
         files=files,
@@ -112,6 +119,18 @@ def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
         summary=f"chief + {d.workers} workers on {ns.nodes} nodes",
         remove=("configs",),
     )
+
+
+def overlay(net: dict, encrypted: bool) -> dict:
+    return {"driver": "overlay", **net, **({"driver_opts": {"encrypted": ""}} if encrypted else {})}
+
+
+ENCRYPTION = Change(
+    "overlay networks",
+    "unencrypted (SWARM_ENCRYPT=1: IPsec)",
+    "the trainers' gRPC crosses hosts in clear; encryption needs ESP in every node's kernel, and without "
+    "it swarm drops every packet silently (docs/security.md)",
+)
 
 
 def _flag(s: Service) -> str:

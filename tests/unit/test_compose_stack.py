@@ -182,3 +182,14 @@ def test_docker_stack_config_accepts_the_bundle(tmp_path: Path, extra: tuple[str
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_overlays_are_encrypted_only_when_asked_and_the_report_says_so(tmp_path: Path) -> None:
+    """Not by default: on kernels without ESP (these hosts) swarm installs the IPsec policy without its
+    SAs and drops every packet between nodes (docs/security.md, compose/swarm/overlay-cost.sh)."""
+    plain, report = bundle(tmp_path / "plain")
+    assert all("driver_opts" not in net for net in plain["networks"].values())
+    assert "overlay networks -> unencrypted (SWARM_ENCRYPT=1: IPsec)" in report
+    encrypted, report = bundle(tmp_path / "encrypted", "--encrypt-overlay")
+    assert all(net["driver_opts"] == {"encrypted": ""} for net in encrypted["networks"].values())
+    assert "overlay networks" not in report
