@@ -361,7 +361,7 @@ def write(cfg: Deployment, swarm: SwarmConfig, out: Path) -> str:
         "version": "3.9",
         "services": services,
         "networks": {"cluster": {"driver": "overlay", "internal": True}, "monitoring": {"driver": "overlay"}},
-        "volumes": {"checkpoints": {}, "prometheus-data": {}},
+        "volumes": {"checkpoints": {}, "prometheus-data": {}, "supervise": {}},
         "configs": configs,
     }
     if swarm.grafana_image:

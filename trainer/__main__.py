@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from trainer import config as config_lib
 from trainer.cluster import ClusterSpecError, parse_tf_config
-from trainer.errors import EXIT_CONFIG, EXIT_FAILED, ConfigError, TrainerError, is_retryable
+from trainer.errors import EXIT_CONFIG, EXIT_FAILED, REASON_ENV, ConfigError, TrainerError, is_retryable
 
 log = logging.getLogger("trainer")
 
@@ -31,8 +31,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
                 "--strategy mirrored runs in one process: unset TF_CONFIG or use --strategy mwms"
             )
     except (ConfigError, ClusterSpecError) as err:
-        log.error("configuration error: %s", err)
-        return EXIT_CONFIG
+        return failed(f"configuration error: {err}", EXIT_CONFIG, env)
     # Before TensorFlow is imported: Keras 3 cannot train under MWMS (keras-team/keras#20585).
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -41,12 +40,24 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
     try:
         run.run(config, spec)
     except TrainerError as err:
-        log.error("%s", err)
-        return err.exit_code
-    except Exception:
+        return failed(str(err), err.exit_code, env)
+    except Exception as err:
         log.exception("training failed")
-        return EXIT_FAILED
+        return failed(f"training failed: {type(err).__name__}: {err}", EXIT_FAILED, env, logged=True)
     return 0
+
+
+def failed(line: str, code: int, env: Mapping[str, str], *, logged: bool = False) -> int:
+    """Log the one-line error and leave it where trainer.supervise repeats it in its last line."""
+    if not logged:
+        log.error("%s", line)
+    if path := env.get(REASON_ENV):
+        try:
+            with open(path, "w") as f:
+                f.write((line.splitlines() or [""])[0] + "\n")
+        except OSError:
+            pass
+    return code
 
 
 def exit_now(code: int) -> None:
