@@ -103,7 +103,9 @@ def _service(cfg: Deployment, spec: ClusterSpec) -> dict:
             "tmpfs": ["/tmp"] if chief else ["/tmp", CHECKPOINT_DIR],
         }
     )
-    volumes = ([f"checkpoints:{CHECKPOINT_DIR}"] if chief else []) + [f"supervise:{SUPERVISE_DIR}"] + _binds(cfg)
+    volumes = (
+        ([f"checkpoints:{CHECKPOINT_DIR}"] if chief else []) + [f"supervise:{SUPERVISE_DIR}"] + _binds(cfg)
+    )
     service["volumes"] = volumes
     return service
 

@@ -167,7 +167,9 @@ class Job:
         """A task killed with `docker kill`: Docker's restart policy leaves it down, the job needs it."""
         try:
             self._run(["start", self.containers[service]])
-        except subprocess.CalledProcessError as err:  # removed meanwhile (`docker rm -f`), or the engine is going
+        except (
+            subprocess.CalledProcessError
+        ) as err:  # removed meanwhile (`docker rm -f`), or the engine is going
             return f"{service} was killed ({code}, {meaning(code)}) and cannot be started again: {err.stderr or err}"
         return f"{service} was killed ({code}, {meaning(code)}; docker kill): started it again"
 
@@ -235,6 +237,7 @@ def docker_events(project: str) -> tuple[subprocess.Popen, Iterable[dict]]:
 def main(argv: Sequence[str]) -> int:
     project = argv[0] if argv else "mwms"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through `finally`: no orphaned `docker events`
+
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 

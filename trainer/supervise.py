@@ -256,9 +256,9 @@ class Supervisor:
         if self.state.runs and not self._container_restarted():
             return self._final(EXIT_GAVE_UP, "exited after a restart of its container")
         while True:
-            code = _as_exit(self._run_once())
-            self.state.runs += 1
+            self.state.runs += 1  # counted at the start: a container killed mid-run knows it had run
             self._save()
+            code = _as_exit(self._run_once())
             verdict = decide(code, has_run=self.state.runs > 1)
             what = f"exited {code} ({meaning(code)})"
             if self._stopping is not None:
@@ -346,7 +346,10 @@ class Supervisor:
             try:
                 return self._child.wait(timeout=self._s.poll)
             except subprocess.TimeoutExpired:
+                best = self.budget.best
                 self.budget.saw(self._progress(self._s.metrics_url))
+                if self.budget.best != best:  # kept at once: a kill of the container must not forget it
+                    self._save()
 
 
 def _as_exit(code: int) -> int:

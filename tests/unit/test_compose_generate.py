@@ -94,7 +94,9 @@ def test_only_the_chief_mounts_the_checkpoint_volume(tmp_path: Path) -> None:
     svc = services(tmp_path)
     assert svc["chief"]["volumes"] == ["checkpoints:/checkpoints", "supervise:/var/lib/supervise"]
     for name in ("worker-0", "worker-1"):
-        assert svc[name]["volumes"] == ["supervise:/var/lib/supervise"] and "/checkpoints" in svc[name]["tmpfs"]
+        assert (
+            svc[name]["volumes"] == ["supervise:/var/lib/supervise"] and "/checkpoints" in svc[name]["tmpfs"]
+        )
 
 
 def test_fault_handling_settings(tmp_path: Path) -> None:

@@ -8,12 +8,13 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from trainer import supervise
+from trainer import preflight, supervise
 from trainer.cluster import TaskId
 from trainer.errors import EXIT_GAVE_UP
 
@@ -182,3 +183,64 @@ def test_reads_the_checkpoint_step_from_the_trainers_own_metrics() -> None:
 )
 def test_meaning(code: int, words: str) -> None:
     assert supervise.meaning(code) == words
+
+
+def stateful(tmp_path: Path, command: tuple[str, ...], **kw) -> supervise.Supervisor:
+    """A supervisor keeping its state in tmp_path/state.json: a new one is the container restarted."""
+    settings = supervise.Settings(
+        command=command,
+        max_restarts=2,
+        restart_delay=0.01,
+        poll=0.05,
+        state_file=str(tmp_path / "state.json"),
+        **kw,
+    )
+    return supervise.Supervisor(settings, log=lambda _m: None, progress=lambda _u: None)
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 4])
+def test_a_final_exit_stays_final_when_the_container_is_started_again(tmp_path: Path, code: int) -> None:
+    command = child(tmp_path, f"sys.exit({code})")
+    assert stateful(tmp_path, command).run() == code
+    assert stateful(tmp_path, command).run() == code  # Docker restarted the container: same code ...
+    assert runs(tmp_path) == 1  # ... and the task never ran again
+
+
+def test_a_killed_container_spends_the_budget_that_survives_it(tmp_path: Path) -> None:
+    # Run 1 of each container is killed with it (the container dies mid-run); the state says it ran.
+    command = child(tmp_path, "sys.exit(0 if run >= 2 else 137)")
+    first = stateful(tmp_path, command)
+    first.state.runs = 1  # what a container killed during its first run leaves behind
+    first._save()
+    again = stateful(tmp_path, command)
+    assert again.run() == 0
+    assert again.budget.used == 2  # the container's restart and one of the trainer's: the budget went on
+    assert runs(tmp_path) == 2
+
+
+def test_a_container_restarted_without_budget_gives_up_for_good(tmp_path: Path) -> None:
+    command = child(tmp_path, "sys.exit(137)")
+    assert stateful(tmp_path, command).run() == EXIT_GAVE_UP
+    assert runs(tmp_path) == 3
+    assert stateful(tmp_path, command).run() == EXIT_GAVE_UP
+    assert runs(tmp_path) == 3
+
+
+def test_a_final_exit_is_announced_on_the_cluster_port_with_the_tasks_reason(tmp_path: Path) -> None:
+    port = free_port()
+    reason = "configuration error: TRAINER_SEED='x': must be an integer"
+    command = child(
+        tmp_path, f"Path(os.environ['SUPERVISE_REASON_FILE']).write_text({reason!r}); sys.exit(2)"
+    )
+    sup = stateful(tmp_path, command, notice_port=port, peers=1, notice_seconds=30)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(sup.run()))
+    thread.start()
+    deadline, said = time.time() + 30, ""
+    while not said.startswith("failed") and time.time() < deadline:
+        said = preflight.probe(f"127.0.0.1:{port}")
+        time.sleep(0.05)
+    thread.join(timeout=10)
+    assert said == f"failed for good: exit 2 (bad configuration: {reason})"
+    assert result == [2]  # told its one peer, so it did not wait out the 30 s
+    assert sup.state.why == reason
