@@ -63,6 +63,7 @@ def tasks_file(cfg: Deployment) -> dict:
 
 def _service(cfg: Deployment, spec: ClusterSpec) -> dict:
     chief = spec.is_chief
+    shared = chief or bool(cfg.script)
     service: dict = {"image": cfg.image("cpu")}
     if chief:
         # Built once, on the chief; the other tasks reuse the tag and never try to pull it.
@@ -100,7 +101,9 @@ def _service(cfg: Deployment, spec: ClusterSpec) -> dict:
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges:true"],
             # Only the chief writes the shared checkpoint volume; other tasks save to a private tmpfs.
-            "tmpfs": ["/tmp"] if chief else ["/tmp", CHECKPOINT_DIR],
+            # A SCRIPT's tasks all see it: Keras' BackupAndRestore restores every task from the one
+            # directory (the others write temporary copies there and delete them), as MWMS expects.
+            "tmpfs": ["/tmp"] if shared else ["/tmp", CHECKPOINT_DIR],
         }
     )
     volumes = (

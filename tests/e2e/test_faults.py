@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -343,3 +344,61 @@ def test_a_configuration_error_stays_down_and_make_wait_reports_it_at_once(
     assert generated.inspect("worker-1", "{{.State.Status}} {{.State.ExitCode}}") == "exited 2"
     assert generated.inspect("worker-1", "{{.HostConfig.RestartPolicy.Name}}") == "no"
     assert sum(" E configuration error" in ln for ln in generated.logs("worker-1")) == 1
+
+
+SCRIPT = ROOT / "tests/e2e/scripts/fit_backup_and_restore.py"
+SCRIPT_EPOCHS = 8
+EPOCH_LINE = re.compile(r"^(\S+) epoch (\d+)/\d+ done")
+SCRIPT_STACK = FaultStack(
+    STACK.project,
+    STACK.run_dir,
+    STACK.bind,
+    {
+        "WORKERS": "2",
+        "SCRIPT": str(SCRIPT),
+        **({"IMAGE_REPO": os.environ["IMAGE_REPO"]} if os.environ.get("IMAGE_REPO") else {}),
+    },
+)
+
+
+@pytest.fixture
+def script_stack():
+    engine_ready()
+    SCRIPT_STACK.make("clean", timeout=300)
+    up = SCRIPT_STACK.make("up", timeout=1800)
+    assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
+    yield SCRIPT_STACK
+    SCRIPT_STACK.make("clean", timeout=300)
+
+
+def epochs_done(stack: FaultStack) -> list[tuple[float, int]]:
+    return [(stamp(m[1]), int(m[2])) for m in map(EPOCH_LINE.match, stack.logs("chief")) if m]
+
+
+def test_a_script_with_backup_and_restore_restarts_as_a_group_and_does_every_epoch_once(
+    script_stack: FaultStack,
+) -> None:
+    watch = Watch()
+    deadline = time.time() + 300
+    while not any(e >= 3 for _, e in epochs_done(script_stack)):
+        assert time.time() < deadline, "\n".join(script_stack.logs("chief")[-30:])
+        time.sleep(0.2)
+    time.sleep(1)  # mid-epoch
+    fault_at = time.time()
+    docker("kill", script_stack.container("worker-1"))
+    code = watch.code()
+    done = epochs_done(script_stack)
+    assert code == 0, "".join(watch.lines) + "\n".join(script_stack.logs("chief")[-30:])
+    assert [e for _, e in done] == list(range(1, SCRIPT_EPOCHS + 1)), done  # every epoch, each once
+    for service in ("chief", "worker-0"):  # the survivors restarted, as a group, by the supervisor
+        assert any("exited 200 (peer lost): restart 1/" in ln for ln in script_stack.logs(service)), service
+    before = [t for t, _ in done if t < fault_at]
+    after = [t for t, _ in done if t > fault_at]
+    epoch_s = (before[-1] - before[0]) / max(1, len(before) - 1)
+    lost = round((fault_at - before[-1]) / epoch_s * 40)  # the unfinished epoch's batches, run again
+    record(
+        "SCRIPT fit + BackupAndRestore, docker kill worker-1",
+        Outcome(
+            code=code, checkpoint=0, resumed=[], lost=lost, recovery_s=round(after[0] - fault_at - epoch_s, 1)
+        ),
+    )

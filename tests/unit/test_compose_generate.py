@@ -125,6 +125,8 @@ def test_script_and_data_are_read_only_binds(tmp_path: Path) -> None:
         binds = {v["target"]: v for v in service["volumes"] if isinstance(v, dict)}
         assert binds["/script"]["source"] == str(script.parent) and binds["/script"]["read_only"]
         assert binds["/data"]["source"] == str(data) and binds["/data"]["read_only"]
+        # Every task of a script sees the one checkpoint directory (BackupAndRestore restores from it).
+        assert "checkpoints:/checkpoints" in service["volumes"] and "/checkpoints" not in service["tmpfs"]
 
 
 def test_missing_script_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
