@@ -107,7 +107,7 @@ def _service(cfg: Deployment, spec: ClusterSpec) -> dict:
         }
     )
     volumes = (
-        ([f"checkpoints:{CHECKPOINT_DIR}"] if chief else []) + [f"supervise:{SUPERVISE_DIR}"] + _binds(cfg)
+        ([f"checkpoints:{CHECKPOINT_DIR}"] if shared else []) + [f"supervise:{SUPERVISE_DIR}"] + _binds(cfg)
     )
     service["volumes"] = volumes
     return service
