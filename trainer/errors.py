@@ -61,3 +61,6 @@ FINAL_NOTICE = b"mwms-final "
 connect read `mwms-final <code> <why>` and end too (exit 5) instead of waiting for it."""
 REASON_ENV = "SUPERVISE_REASON_FILE"
 """Where a task writes its one-line error for trainer.supervise, whose last line repeats it."""
+DUMP_SIGNAL_NAME = "SIGUSR2"
+"""On it a task writes every thread's Python stack to its log (faulthandler): trainer.supervise sends
+it to a task whose step is stuck, before ending it."""

@@ -124,6 +124,9 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     """The script's status; trainer.__main__.exit_now skips TensorFlow's teardown after a lost peer."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(message)s")
+    from trainer.__main__ import dump_stacks_on_signal
+
+    dump_stacks_on_signal()
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)

@@ -28,6 +28,14 @@ Failing as a group: after a final exit 1, 2 or 4 the supervisor answers on the t
 until every peer has connected: peers restarting after the lost collective read it in their
 preflight and end with exit 5 at once, instead of waiting for it round after round.
 
+Stuck, not dead: a trainer whose step stops advancing (a hung input pipeline, a collective that
+never completes) still heartbeats, so nothing else ends it. Once its step has advanced in this run,
+the supervisor reads `trainer_global_step` and the step histogram's p99 from the same /metrics; when
+the step has not moved for longer than SUPERVISE_STALL = "multiple,floor,ceiling" (default
+"20,60,900": 20 x the p99 step, at least 60 s, at most 900 s; "0" disables), it sends SIGUSR2 (the
+trainer's faulthandler writes every thread's Python stack to the log), then SIGKILL: exit 137,
+retryable, the job restarts from its last checkpoint, or ends with that line when the budget is spent.
+
 Signals: SIGTERM and SIGINT are forwarded to the child (its own session, so a terminal's Ctrl-C
 reaches it once), and then the child is not restarted: the container itself is being stopped
 (`docker stop`, a preempted node), and whatever stopped it decides whether it comes back.
@@ -54,6 +62,7 @@ from pathlib import Path
 import contract
 from trainer.cluster import ClusterSpecError, parse_tf_config
 from trainer.errors import (
+    DUMP_SIGNAL_NAME,
     EXIT_CONFIG,
     EXIT_FAILED,
     EXIT_GAVE_UP,
@@ -80,6 +89,12 @@ NOTICE_CODES = (EXIT_FAILED, EXIT_CONFIG, EXIT_GAVE_UP)
 # not a growing back-off, bounds the retries (a back-off could outgrow the peers' --cluster-timeout).
 RESTART_DELAY_S = 1.0
 POLL_S = 2.0
+STALL_ENV = "SUPERVISE_STALL"
+DUMP_SIGNAL = getattr(signal, DUMP_SIGNAL_NAME)
+"""The trainer's faulthandler writes every thread's stack on it (trainer/__main__.py, trainer/run_script.py)."""
+DUMP_GRACE_S = 2.0
+STEP_LINE = re.compile(rf"^{contract.GLOBAL_STEP.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
+BUCKET_LINE = re.compile(rf'^{contract.STEP.name}_bucket{{[^}}]*le="([^"]+)"[^}}]*}} (\S+)$', re.MULTILINE)
 CHECKPOINT_LINE = re.compile(rf"^{contract.LAST_CHECKPOINT.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 MEANING = {
     EXIT_OK: "done",
@@ -91,6 +106,37 @@ MEANING = {
     200: "peer lost",
     201: "preempted",
 }
+
+
+@dataclass(frozen=True)
+class StallBound:
+    """How long a step may stand still: `multiple` x the p99 step, within [floor, ceiling] seconds."""
+
+    multiple: float = 20.0
+    floor: float = 60.0
+    ceiling: float = 900.0
+
+    def seconds(self, p99: float | None) -> float:
+        return self.ceiling if p99 is None else min(self.ceiling, max(self.floor, self.multiple * p99))
+
+    def describe(self, p99: float | None) -> str:
+        measured = f"{self.multiple:g} x p99 step {p99:.3g}s" if p99 is not None else "no step time yet"
+        return f"{self.seconds(p99):.0f}s: {measured}, floor {self.floor:g}s, ceiling {self.ceiling:g}s"
+
+    @classmethod
+    def parse(cls, text: str) -> StallBound | None:
+        """`multiple,floor,ceiling`; "0": never (None)."""
+        if text.strip() == "0":
+            return None
+        try:
+            multiple, floor, ceiling = (float(x) for x in text.split(","))
+        except ValueError:
+            raise ValueError(
+                f"{STALL_ENV}={text!r}: must be multiple,floor,ceiling (e.g. 20,60,900) or 0"
+            ) from None
+        if not 0 < floor <= ceiling or multiple <= 0:
+            raise ValueError(f"{STALL_ENV}={text!r}: needs multiple > 0 and 0 < floor <= ceiling")
+        return cls(multiple, floor, ceiling)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +155,8 @@ class Settings:
     """This task's cluster port, where a final exit is announced to peers; 0: no announcement."""
     peers: int = 0
     notice_seconds: float = DEFAULT_NOTICE_S
+    stall: StallBound | None = StallBound()
+    """When a step that stopped advancing counts as stuck; None: never."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -144,6 +192,31 @@ def checkpoint_step(url: str) -> int | None:
     except (OSError, ValueError):
         return None
     return max((int(float(v)) for v in found), default=None)
+
+
+def step_and_p99(url: str) -> tuple[int | None, float | None]:
+    """The child's global step and the p99 of its step histogram (upper bucket bound), from /metrics."""
+    if not url:
+        return None, None
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            text = response.read().decode()
+    except (OSError, ValueError):
+        return None, None
+    steps = [int(float(v)) for v in STEP_LINE.findall(text)]
+    return (max(steps) if steps else None), p99(
+        [(float(le), float(count)) for le, count in BUCKET_LINE.findall(text)]
+    )
+
+
+def p99(buckets: list[tuple[float, float]]) -> float | None:
+    """The upper bound of the bucket holding the 99th percentile of cumulative `(le, count)` buckets."""
+    buckets = sorted(buckets)
+    total = buckets[-1][1] if buckets else 0
+    if not total:
+        return None
+    finite = [(le, count) for le, count in buckets if count >= 0.99 * total and le != float("inf")]
+    return finite[0][0] if finite else max(le for le, _ in buckets if le != float("inf"))
 
 
 class Budget:
@@ -232,8 +305,12 @@ class Supervisor:
         *,
         log: Callable[[str], None],
         progress: Callable[[str], int | None] = checkpoint_step,
+        steps: Callable[[str], tuple[int | None, float | None]] = step_and_p99,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._s, self._log, self._progress = settings, log, progress
+        self._s, self._log, self._progress, self._steps, self._clock = settings, log, progress, steps, clock
+        self.stuck: str = ""
+        """Why the last run was ended as stuck, if it was."""
         self._child: subprocess.Popen | None = None
         self._stopping: int | None = None
         self.state = State.load(settings.state_file)
@@ -271,6 +348,8 @@ class Supervisor:
                 return self._final(EXIT_OK, quiet=True)
             if verdict == "final":
                 return self._final(code, what)
+            if self.stuck:
+                what = f"{what} ({self.stuck})"
             if not self.budget.spend():
                 self._log(
                     f"{what}: gave up, {self.budget.limit} restart(s) without a new checkpoint "
@@ -342,6 +421,7 @@ class Supervisor:
         self._child = subprocess.Popen(self._s.command, start_new_session=True, env=env)
         if self._stopping is not None:  # a signal between two runs: pass it on
             self._child.send_signal(self._stopping)
+        self.stuck, watch = "", StallWatch(self._s.stall, self._clock)
         while True:
             try:
                 return self._child.wait(timeout=self._s.poll)
@@ -350,6 +430,48 @@ class Supervisor:
                 self.budget.saw(self._progress(self._s.metrics_url))
                 if self.budget.best != best:  # kept at once: a kill of the container must not forget it
                     self._save()
+                if why := watch.saw(*self._steps(self._s.metrics_url)):
+                    self._end_stuck(why)
+
+    def _end_stuck(self, why: str) -> None:
+        """Every thread's stack into the log, then SIGKILL: the run ends with a retryable 137."""
+        self.stuck = why
+        self._log(f"{why}: writing every thread's stack to the log ({DUMP_SIGNAL.name}), then restarting")
+        assert self._child is not None
+        try:
+            self._child.send_signal(DUMP_SIGNAL)
+            self._child.wait(timeout=DUMP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self._child.pid, signal.SIGKILL)
+        except OSError:  # already gone
+            pass
+
+
+class StallWatch:
+    """Is the step standing still for longer than the bound? Armed once it has advanced in this run
+    (start-up, restore and tracing are the cluster timeout's business)."""
+
+    def __init__(self, bound: StallBound | None, clock: Callable[[], float]) -> None:
+        self._bound, self._clock = bound, clock
+        self._step: int | None = None
+        self._since = 0.0
+        self._armed = False
+
+    def saw(self, step: int | None, p99_s: float | None) -> str:
+        """ "" or why the step counts as stuck."""
+        if self._bound is None or step is None:
+            return ""
+        now = self._clock()
+        if step != self._step:
+            self._armed = self._step is not None
+            self._step, self._since = step, now
+            return ""
+        still = now - self._since
+        if self._armed and still > self._bound.seconds(p99_s):
+            return f"step stuck at {step} for {still:.0f}s (bound {self._bound.describe(p99_s)})"
+        return ""
 
 
 def _as_exit(code: int) -> int:
@@ -384,6 +506,7 @@ def settings_from(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     except ValueError:
         raise ValueError(f"{NOTICE_ENV}={env.get(NOTICE_ENV)!r}: must be a number of seconds") from None
     notice_port, peers = _cluster_port(env.get("TF_CONFIG"))
+    stall = StallBound.parse(env[STALL_ENV]) if env.get(STALL_ENV) else StallBound()
     return Settings(
         command=tuple(command),
         max_restarts=limit,
@@ -392,6 +515,7 @@ def settings_from(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         notice_port=notice_port,
         peers=peers,
         notice_seconds=notice,
+        stall=stall,
     )
 
 

@@ -244,3 +244,65 @@ def test_a_final_exit_is_announced_on_the_cluster_port_with_the_tasks_reason(tmp
     assert said == f"failed for good: exit 2 (bad configuration: {reason})"
     assert result == [2]  # told its one peer, so it did not wait out the 30 s
     assert sup.state.why == reason
+
+
+def test_a_stuck_step_gets_every_threads_stack_written_and_the_trainer_restarted(
+    tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
+    # The step advances twice, then the input blocks for ever (first run); the second run finishes.
+    body = f"""\
+        import faulthandler, threading
+        faulthandler.register(signal.{supervise.DUMP_SIGNAL.name}, all_threads=True)
+        if run >= 2:
+            sys.exit(0)
+        def blocked_input():
+            threading.Event().wait()
+        def heartbeat():  # another thread: every one is written
+            while True:
+                time.sleep(0.1)
+        threading.Thread(target=heartbeat, daemon=True).start()
+        for step in (1, 2):
+            Path({str(tmp_path / "global")!r}).write_text(str(step))
+            time.sleep(0.3)
+        blocked_input()
+        """
+    lines: list[str] = []
+    settings = supervise.Settings(
+        command=child(tmp_path, body),
+        max_restarts=1,
+        restart_delay=0.01,
+        poll=0.05,
+        stall=supervise.StallBound(multiple=20, floor=1.0, ceiling=2.0),
+    )
+
+    def steps(_url: str) -> tuple[int | None, float | None]:
+        found = tmp_path / "global"
+        return (int(found.read_text()) if found.exists() else None), 0.01  # p99 10 ms: the floor rules
+
+    sup = supervise.Supervisor(settings, log=lines.append, progress=lambda _u: None, steps=steps)
+    assert sup.run() == 0
+    assert runs(tmp_path) == 2
+    stuck = [ln for ln in lines if ln.startswith("step stuck at 2 for ")]
+    assert stuck and "(bound 1s: 20 x p99 step 0.01s, floor 1s, ceiling 2s)" in stuck[0], lines
+    assert any(ln.startswith("exited 137 (killed by SIGKILL) (step stuck at 2") for ln in lines), lines
+    dump = capfd.readouterr().err
+    assert "in blocked_input" in dump and "in heartbeat" in dump, dump[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("text", "bound"),
+    [
+        ("20,60,900", supervise.StallBound(20, 60, 900)),
+        ("0", None),
+        ("5,1,10", supervise.StallBound(5, 1, 10)),
+    ],
+)
+def test_stall_bound_from_the_environment(text: str, bound: supervise.StallBound | None) -> None:
+    assert supervise.StallBound.parse(text) == bound
+
+
+def test_stall_bound_is_a_multiple_of_the_p99_step_within_floor_and_ceiling() -> None:
+    bound = supervise.StallBound(20, 60, 900)
+    assert [bound.seconds(p) for p in (0.05, 4.0, 100.0, None)] == [60, 80, 900, 900]
+    assert supervise.p99([(0.01, 50), (0.1, 99), (1.0, 100), (float("inf"), 100)]) == 0.1
+    assert supervise.p99([(0.01, 0), (float("inf"), 0)]) is None
