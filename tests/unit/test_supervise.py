@@ -50,7 +50,9 @@ def supervisor(tmp_path: Path, command: tuple[str, ...], max_restarts: int = 2) 
         return int(step.read_text()) if step.exists() else None
 
     settings = supervise.Settings(command=command, max_restarts=max_restarts, restart_delay=0.01, poll=0.05)
-    return supervise.Supervisor(settings, log=lambda _m: None, progress=progress)
+    return supervise.Supervisor(
+        settings, log=lambda _m: None, progress=progress, steps=lambda _u: (None, None)
+    )
 
 
 @pytest.mark.parametrize(
@@ -195,7 +197,9 @@ def stateful(tmp_path: Path, command: tuple[str, ...], **kw) -> supervise.Superv
         state_file=str(tmp_path / "state.json"),
         **kw,
     )
-    return supervise.Supervisor(settings, log=lambda _m: None, progress=lambda _u: None)
+    return supervise.Supervisor(
+        settings, log=lambda _m: None, progress=lambda _u: None, steps=lambda _u: (None, None)
+    )
 
 
 @pytest.mark.parametrize("code", [0, 1, 2, 4])
