@@ -171,6 +171,7 @@ class Job:
             subprocess.CalledProcessError
         ) as err:  # removed meanwhile (`docker rm -f`), or the engine is going
             return f"{service} was killed ({code}, {meaning(code)}) and cannot be started again: {err.stderr or err}"
+        self.states[service] = ("starting", code)  # not stopped: every task killed at once is not the end
         return f"{service} was killed ({code}, {meaning(code)}; docker kill): started it again"
 
     def settle(self) -> None:

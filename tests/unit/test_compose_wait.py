@@ -161,3 +161,12 @@ def test_returns_at_the_deciding_event_without_waiting_for_more() -> None:
 
 def test_events_that_end_early_are_an_error() -> None:
     assert run_watch([])[0] == 125
+
+
+def test_every_task_killed_at_once_is_started_again_not_the_end() -> None:
+    docker = FakeDocker({}, {"chief": "running 0", "worker-0": "running 0"})
+    events = [kill("chief", 9), kill("worker-0", 9), die("chief", 137), die("worker-0", 137)]
+    events += [start("chief"), start("worker-0"), die("worker-0", 0), die("chief", 0)]
+    code, lines = run_watch(events, docker=docker)
+    assert code == 0, lines
+    assert [c for c in docker.calls if c[0] == "start"] == [("start", "id-chief"), ("start", "id-worker-0")]
