@@ -187,7 +187,7 @@ def test_a_task_that_fails_for_good_mid_run_ends_every_task_within_60s(fault_sta
     fault_stack.wait_for_step(120, timeout=300)
     # Its supervisor dies (SIGKILL: the container goes, Docker's policy starts it again) and finds no
     # budget left in its kept state: final for worker-1 (exit 4, gave up), announced to its peers.
-    supervisor = fault_stack.process_pid("worker-1", "trainer.supervise")
+    supervisor = fault_stack.process_pid("worker-1", "python -m trainer.supervise", but="docker-init")
     os.kill(supervisor, signal.SIGSTOP)  # it rewrites its state at each new checkpoint
     state = next(
         (fault_stack.volume_dir("supervise")).glob(
