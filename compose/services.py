@@ -24,6 +24,7 @@ import contract
 from compose import deployment
 from compose.deployment import CHECKPOINT_DIR, DATA_DIR, GID, SCRIPT_DIR, STOP_GRACE_SECONDS, UID, Deployment
 from compose.yamltext import Interpolated
+from trainer import supervise
 
 CLUSTER, MONITORING = "cluster", "monitoring"
 NETWORKS = {CLUSTER: {"internal": True}, MONITORING: {}}
@@ -223,6 +224,10 @@ SERVICES: tuple[Service, ...] = (PROMETHEUS, ALERTMANAGER, GRAFANA)
 """Every service beside the trainers, in start order (a service after those it depends on)."""
 
 
+SUPERVISE_DIR = "/var/lib/supervise"
+"""trainer.supervise's state (runs, budget, a final exit) per container; images/trainer.Dockerfile creates it."""
+
+
 def trainers(d: Deployment) -> tuple[Service, ...]:
     """One service per task. TF_CONFIG addresses tasks by service name (trainer.cluster's
     COMPOSE_ADDRESS), which every target that runs these services resolves."""
@@ -232,24 +237,34 @@ def trainers(d: Deployment) -> tuple[Service, ...]:
 
 def _trainer(d: Deployment, name: str, tf_config: str) -> Service:
     chief = name == contract.CHIEF
+    # A SCRIPT's tasks all see the checkpoint volume: Keras' BackupAndRestore restores every task from
+    # the one directory (the others write temporary copies there and delete them), as MWMS expects.
+    shared = chief or bool(d.script)
     return Service(
         name=name,
         image=d.image("cpu"),
         build=chief,  # built once, on the chief; the other tasks reuse the tag and never pull it
         # trainer.supervise restarts the task by exit code, its budget from MAX_RESTARTS (restarts
-        # without a new checkpoint); an engine's policy cannot tell exit codes apart, so it restarts nothing.
+        # without a new checkpoint), kept with a final exit in SUPERVISE_DIR across container restarts.
         command=tuple(deployment.command(d)),
-        environment={"TF_CONFIG": tf_config, **deployment.trainer_env(d)},
+        environment={
+            "TF_CONFIG": tf_config,
+            **deployment.trainer_env(d),
+            supervise.STATE_DIR_ENV: SUPERVISE_DIR,
+        },
         expose=(contract.TF_PORT, contract.METRICS_PORT),
         networks=(CLUSTER,),
         fast_dns=True,
         init=True,
-        restart="no",
+        # The engine brings back a container whose processes all died (the engine or the host
+        # restarted, PID 1 killed); a final exit stays final in the supervisor's state. `docker kill`
+        # counts as a manual stop for Docker: `make wait` starts such a task again (compose/wait.py).
+        restart="on-failure",
         stop_grace_s=STOP_GRACE_SECONDS,
         user=f"{UID}:{GID}",
         # Only the chief writes the shared checkpoint volume; other tasks save to a private tmpfs.
-        tmpfs=("/tmp",) if chief else ("/tmp", CHECKPOINT_DIR),
-        volumes=(("checkpoints", CHECKPOINT_DIR),) if chief else (),
+        tmpfs=("/tmp",) if shared else ("/tmp", CHECKPOINT_DIR),
+        volumes=((("checkpoints", CHECKPOINT_DIR),) if shared else ()) + (("supervise", SUPERVISE_DIR),),
         binds=_binds(d),
     )
 

@@ -4,6 +4,14 @@ Compose runs this when SCRIPT= is set. It serves the metrics every task has (pro
 metrics, trainer_build_info, trainer_state) on TRAINER_METRICS_PORT (default 8000, 0 disables),
 labelled by the task from TF_CONFIG, sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script
 in this process as `__main__` with sys.argv = [PATH, args...] and exits with its status.
+
+Faults, as for the built-in trainer: when the script raises what TensorFlow raises on a survivor of
+a lost peer (the collective aborted: Unavailable, Aborted, Cancelled, DeadlineExceeded), this exits
+200 (peer lost, retryable) instead of 1, so trainer.supervise restarts every task and the script
+runs again from the top. Where it resumes is the script's own business, in TRAINER_CHECKPOINT_DIR
+(the same directory in every task on one host, as MWMS expects): e.g.
+`tf.keras.callbacks.BackupAndRestore(os.environ["TRAINER_CHECKPOINT_DIR"])` in `fit`, or a
+`tf.train.CheckpointManager` there. See docs/faults.md.
 """
 
 from __future__ import annotations
@@ -20,10 +28,30 @@ from prometheus_client import CollectorRegistry
 
 import trainer
 from trainer.cluster import CHIEF, ClusterSpecError, TaskId, parse_tf_config
-from trainer.errors import EXIT_CONFIG, EXIT_FAILED
+from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_PEER_LOST, REASON_ENV
 from trainer.metrics import Server, TaskMetrics
 
 log = logging.getLogger("trainer.run_script")
+PEER_LOST = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")
+"""trainer.training.PEER_LOST by name: this module must not import TensorFlow before the script does."""
+
+
+def peer_lost(err: BaseException) -> bool:
+    """True for TensorFlow's errors of a survivor whose peer died (the script may wrap them: follow the cause)."""
+    while err is not None:
+        if type(err).__module__.startswith("tensorflow") and type(err).__name__ in PEER_LOST:
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _reason(line: str, env: Mapping[str, str]) -> None:
+    if path := env.get(REASON_ENV):
+        try:
+            with open(path, "w") as f:
+                f.write(line + "\n")
+        except OSError:
+            pass
 
 
 def _tf_version() -> str:
@@ -73,9 +101,20 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
         status = 0
     except SystemExit as exit_:
         status = _exit_status(exit_.code)
-    except BaseException:  # noqa: BLE001 (whatever the script raises, report it and exit 1)
+    except BaseException as err:  # noqa: BLE001 (whatever the script raises, report it and exit 1)
         traceback.print_exc()
-        status = EXIT_FAILED
+        first = (str(err).splitlines() or [""])[0][:200]
+        if peer_lost(err):
+            log.error(
+                "a peer was lost, the collective is aborted (%s: %s); restart every task to resume",
+                type(err).__name__,
+                first,
+            )
+            _reason(f"a peer was lost ({type(err).__name__}: {first})", env)
+            status = EXIT_PEER_LOST
+        else:
+            _reason(f"{type(err).__name__}: {first}", env)
+            status = EXIT_FAILED
     metrics.state("done" if status == 0 else "failed")
     if server:
         server.close()
@@ -83,7 +122,11 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The script's status; trainer.__main__.exit_now skips TensorFlow's teardown after a lost peer."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(message)s")
+    from trainer.__main__ import dump_stacks_on_signal
+
+    dump_stacks_on_signal()
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -92,4 +135,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from trainer.__main__ import exit_now
+
+    exit_now(main())

@@ -121,25 +121,32 @@ class FaultStack:
 
     def trainer_pid(self, service: str) -> int:
         """Host PID of the trainer process itself (under tini and trainer.supervise): what a crash kills."""
+        return self.process_pid(service, " -m trainer", but="trainer.supervise")
+
+    def process_pid(self, service: str, marker: str, but: str = "\0") -> int:
+        """Host PID of the one process of `service` whose command line holds `marker` (and not `but`)."""
         out = subprocess.run(
             ["docker", "top", self.container(service), "-eo", "pid,args"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.splitlines()[1:]
-        found = [int(ln.split()[0]) for ln in out if " -m trainer" in ln and "trainer.supervise" not in ln]
-        assert len(found) == 1, f"{service}: expected one trainer process, found {out}"
+        found = [int(ln.split()[0]) for ln in out if marker in ln and but not in ln]
+        assert len(found) == 1, f"{service}: expected one {marker!r} process, found {out}"
         return found[0]
 
-    def checkpoint_dir(self) -> Path:
+    def volume_dir(self, volume: str) -> Path:
         return Path(
             subprocess.run(
-                ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", f"{self.project}_checkpoints"],
+                ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", f"{self.project}_{volume}"],
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout.strip()
         )
+
+    def checkpoint_dir(self) -> Path:
+        return self.volume_dir("checkpoints")
 
     def checkpoint_step(self) -> int:
         state = (self.checkpoint_dir() / "checkpoint").read_text()

@@ -130,7 +130,9 @@ def test_every_root_filesystem_is_read_only_with_a_scratch_tmpfs(config) -> None
         assert "/tmp" in service.get("tmpfs", []), name
         writable = [v["target"] for v in service.get("volumes", []) if not v.get("read_only")]
         if name not in MONITORING_SERVICES:
-            assert writable == (["/checkpoints"] if name == "chief" else []), (name, writable)
+            # The chief's checkpoints; every task's supervisor state (its budget across container restarts).
+            expected = (["/checkpoints"] if name == "chief" else []) + ["/var/lib/supervise"]
+            assert writable == expected, (name, writable)
 
 
 def test_no_docker_socket_anywhere(config) -> None:
