@@ -1,6 +1,6 @@
 """Kubernetes manifests for the same Deployment: a Kubeflow TFJob v1 and a JobSet.
 
-    python -m compose.k8s --workers 2 --out .run/k8s [--name mwms] [--namespace default]
+    python -m compose.k8s --workers N --out .run/k8s [--name NAME] [--namespace default]
                           [--gpus-per-worker 1] [--image-repo registry:5000/mwms/trainer] [--steps 200] ...
 
 Writes, under --out (never edit them; rerun `make k8s`), each applied with `kubectl apply -f`:
@@ -43,7 +43,7 @@ PROMETHEUS_CONFIG = (
 class Names:
     """Where the job lives in the cluster."""
 
-    name: str = "mwms"
+    name: str = contract.DEFAULT_PROJECT
     """TFJob / JobSet name: the prefix of every pod's DNS name (keep it short: DNS labels are 63 chars)."""
     namespace: str = "default"
     storage_class: str = ""

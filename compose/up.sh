@@ -5,6 +5,8 @@
 # compose.generate, which reads them (compose/knobs.py).
 # Run from the repository root. `up.sh --build-only` stops after building (make images).
 set -euo pipefail
+# Ports and defaults (DEFAULT_WORKERS, PROMETHEUS_PORT, ...), written once in contract/__init__.py.
+eval "$("${PYTHON:-python3}" -m contract --shell)"
 
 RUN_DIR=${RUN_DIR:-.run}
 SECRETS_DIR=${SECRETS_DIR:-secrets}
@@ -22,8 +24,8 @@ fi
 
 # 2. Compose files and Prometheus targets for a chief plus $WORKERS workers; checks the trainer knobs
 #    and that the containers' user can read SCRIPT and DATA, before anything starts.
-args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE"
-      --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-3}"
+args=(--workers "${WORKERS:-$DEFAULT_WORKERS}" --out "$RUN_DIR" --base-image "$BASE_IMAGE"
+      --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-$DEFAULT_MAX_RESTARTS}"
       --image-repo "${IMAGE_REPO:-mwms/trainer}" --args "${ARGS:-}")
 [ -n "${SCRIPT:-}" ] && args+=(--script "$SCRIPT")
 [ -n "${DATA:-}" ] && args+=(--data "$DATA")
@@ -47,7 +49,7 @@ fi
 
 # 5. What every later `docker compose` call (down, logs, status, wait) needs to see the same stack.
 cat >"$RUN_DIR/stack.env" <<EOF
-COMPOSE_PROJECT_NAME=${PROJECT:-mwms}
+COMPOSE_PROJECT_NAME=${PROJECT:-$DEFAULT_PROJECT}
 COMPOSE_PROFILES=$profiles
 PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE
 BIND_ADDR=${BIND_ADDR:-127.0.0.1}
@@ -80,9 +82,9 @@ dc up -d --no-build --remove-orphans --quiet-pull
 
 addr=${BIND_ADDR:-127.0.0.1}
 echo
-echo "Prometheus: http://$addr:9090   (targets: http://$addr:9090/targets)"
+echo "Prometheus: http://$addr:$PROMETHEUS_PORT   (targets: http://$addr:$PROMETHEUS_PORT/targets)"
 if [ -n "$profiles" ]; then
-  echo "Grafana:    http://$addr:3000   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
+  echo "Grafana:    http://$addr:$GRAFANA_PORT   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
 else
   cat <<EOF
 Grafana:    skipped - image $GRAFANA_IMAGE is not present and cannot be pulled (offline).
@@ -91,6 +93,6 @@ Grafana:    skipped - image $GRAFANA_IMAGE is not present and cannot be pulled (
 EOF
 fi
 # Another project's commands need its name: they find its RUN_DIR and Prometheus from it.
-p=""; [ "${PROJECT:-mwms}" = mwms ] || p=" PROJECT=$PROJECT"
+p=""; [ "${PROJECT:-$DEFAULT_PROJECT}" = "$DEFAULT_PROJECT" ] || p=" PROJECT=$PROJECT"
 echo "Follow:     make status$p (per-task table) | make logs$p | make wait$p (blocks, returns the chief's exit code)"
 echo "Stop:       make down$p (keeps checkpoints and history) | make clean$p (removes them)"

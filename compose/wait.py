@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+import contract
 from contract import CHIEF, task_order
 from trainer.supervise import meaning
 
@@ -179,7 +180,7 @@ def docker_events(project: str) -> tuple[subprocess.Popen, Iterable[dict]]:
 
 
 def main(argv: Sequence[str]) -> int:
-    project = argv[0] if argv else "mwms"
+    project = argv[0] if argv else contract.DEFAULT_PROJECT
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through `finally`: no orphaned `docker events`
     job = Job(project)
     proc, events = docker_events(project)

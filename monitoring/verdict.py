@@ -19,6 +19,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
+import contract
+
 # Thresholds: the generated rules, alerts and dashboards read these; nothing else writes them.
 INPUT_SHARE = 0.2
 """Input wait above this share of step time: the input pipeline cannot feed the replica."""
@@ -85,7 +87,7 @@ ADVICE = {
     ],
     NO_DATA: [
         "Nothing to judge yet: is the stack up (`make up`) and has it trained for a minute? "
-        "Check PROMETHEUS_URL and http://127.0.0.1:9090/targets."
+        f"Check PROMETHEUS_URL and http://127.0.0.1:{contract.PROMETHEUS_PORT}/targets."
     ],
     FINISHED: ["The run is over; nothing to fix."],
 }

@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import contract
 from trainer import taskspec
 from trainer.errors import ConfigError
 
@@ -65,7 +66,7 @@ class Config:
     """Time the steps of one call in this many (1 = every step); the others run untimed."""
     log_every: int = 10
     """A progress line per task when the step passes a multiple of this (at most one per call)."""
-    metrics_port: int = 8000
+    metrics_port: int = contract.METRICS_PORT
     """Port of the Prometheus /metrics endpoint; 0 disables metrics."""
     metrics_linger: float = 0.0
     """Seconds to keep serving /metrics after the last step, so a scraper records the final step and `done`."""

@@ -42,7 +42,7 @@ ENTRY = ("python", "-m", "trainer.supervise", "--")
 """What every emitter puts before the task's command."""
 MAX_RESTARTS_ENV = "SUPERVISE_MAX_RESTARTS"
 """The budget K; the compose generator writes it from MAX_RESTARTS."""
-DEFAULT_MAX_RESTARTS = 3
+DEFAULT_MAX_RESTARTS = contract.DEFAULT_MAX_RESTARTS
 # Restart at once but not in a hot loop: peers need the same ~1 s to notice and exit; the budget,
 # not a growing back-off, bounds the retries (a back-off could outgrow the peers' --cluster-timeout).
 RESTART_DELAY_S = 1.0

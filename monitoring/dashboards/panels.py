@@ -171,7 +171,7 @@ def labels_table(
 
 
 def task_variable(*, multi: bool):
-    """The task selector: one value per scrape target (e.g. worker-1:8000), shown as worker-1."""
+    """The task selector: one value per scrape target (e.g. worker-1:<METRICS_PORT>), shown as worker-1."""
     v = (
         db.QueryVariable("task")
         .label("Task")

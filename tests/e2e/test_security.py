@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import contract
 from compose.generate import METRICS_PORT, TF_PORT, StackConfig, write
 
 pytestmark = pytest.mark.docker
@@ -91,7 +92,9 @@ def test_published_ports_bind_to_loopback_and_only_the_uis(config) -> None:
     for name, service in services(config).items():
         published = [(p.get("host_ip"), p["target"]) for p in service.get("ports", [])]
         if name in ("prometheus", "grafana"):
-            assert published == [("127.0.0.1", 9090 if name == "prometheus" else 3000)], (name, published)
+            assert published == [
+                ("127.0.0.1", contract.PROMETHEUS_PORT if name == "prometheus" else contract.GRAFANA_PORT)
+            ], (name, published)
         else:
             assert not published, f"{name} publishes {published}"
             assert set(service["expose"]) == {str(TF_PORT), str(METRICS_PORT)}, name
