@@ -21,9 +21,9 @@ help: ## Show this help (WORKERS=N means a chief plus N workers)
 ##@ Project venv
 
 $(VENV)/.stamp: requirements.lock ## (file) The project venv, installed exactly from the hash-locked requirements.lock
-	rm -rf $(VENV) && $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --no-deps --require-hashes -r requirements.lock
-	touch $@
+	@images/quiet.sh build/logs/venv.log "venv: installing requirements.lock into $(VENV)" \
+	  sh -c 'rm -rf $(VENV) && $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install --no-deps --require-hashes -r requirements.lock'
+	@touch $@
 
 .PHONY: venv
 venv: $(VENV)/.stamp ## Create the project venv (.venv) from requirements.lock

@@ -95,7 +95,8 @@ golden: $(VENV)/.stamp ## Regenerate tests/golden/ (compose files for WORKERS=1 
 
 .PHONY: lock
 lock: ## Regenerate the hash locks: requirements.lock (host .venv) and images/requirements-{cpu,gpu}.lock
-	@test -x $(UV) || { $(PYTHON) -m venv build/uv && build/uv/bin/pip install -q uv==0.13.9; }
+	@test -x $(UV) || images/quiet.sh build/logs/uv.log "lock: installing uv into build/uv" \
+	  sh -c '$(PYTHON) -m venv build/uv && build/uv/bin/pip install uv==0.13.9'
 	$(UV_COMPILE) --override images/no-tensorflow.txt requirements.in -o requirements.lock
 	$(UV_COMPILE) --override images/no-tensorflow.txt images/requirements-cpu.in -o images/requirements-cpu.lock
 	$(UV_COMPILE) images/requirements-gpu.in -o images/requirements-gpu.lock

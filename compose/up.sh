@@ -60,21 +60,14 @@ EOF
 dc() { docker compose --project-directory . --env-file "$RUN_DIR/stack.env" $(cat "$RUN_DIR/compose.args") "$@"; }
 
 # Compose's own builder, which drives the daemon's BuildKit (RUN --mount works). Its alternative, Bake,
-# needs the buildx plugin, which these hosts do not have. Compose warns either way: unset, that Bake
-# needs buildx; COMPOSE_BAKE=false, that the setting is deprecated (engine.sh pins the Compose version
-# that still has the builder). Neither says anything to act on, so only those lines are dropped.
-BUILDER_WARNINGS='COMPOSE_BAKE=false is deprecated|configured to build using Bake, but buildx'
-build_chief() {
-  local rc=0
-  COMPOSE_BAKE=false dc build --quiet chief 2> >(grep -Ev "$BUILDER_WARNINGS" >&2) || rc=$?
-  wait  # for the filter, so its lines come before the next step's
-  return "$rc"
-}
+# needs the buildx plugin, which these hosts do not have (engine.sh pins the Compose version that still
+# has the builder; COMPOSE_BAKE=false selects it). The builder's output goes to a log: one line here.
+. images/quiet.sh
+build_chief() { COMPOSE_BAKE=false dc --progress plain build chief; }
 
 # 6. Build once, on the chief. Then free what rebuilds leave behind (our superseded images, the
 #    ~340 MB copy of the build context): layers stay cached, so warm builds are still instant.
-say "building ${IMAGE_REPO:-mwms/trainer} ($variant) on the chief service (cold: ~1 min; warm: cached)"
-build_chief
+quietly "$RUN_DIR/logs/build.log" "up: building ${IMAGE_REPO:-mwms/trainer} ($variant) on the chief service (cold: ~1 min; warm: cached)" build_chief
 docker image prune -f --filter label=org.mwms.image=trainer >/dev/null
 docker builder prune -f --filter type=source.local >/dev/null 2>&1
 [ "${1:-}" = --build-only ] && exit 0
