@@ -1,8 +1,8 @@
 """The one description of a deployment, which every target's emitter translates.
 
     Deployment (frozen)  ->  compose/generate.py   Compose files (one host)
+                         ->  compose/stack.py      Docker Swarm stack bundle
                          ->  compose/k8s.py        Kubernetes TFJob v1 and JobSet
-                         ->  (a Swarm stack emitter builds on it the same way)
 
 It holds what the cluster needs (a chief plus `workers` workers, addressed by each target's template
 in trainer/cluster.py) and what running it needs: the image, GPUs per task, ports (contract/__init__.py),
