@@ -3,8 +3,8 @@
     make up STEPS=500 INPUT_DELAY_MS=20 LEARNING_RATE=0.05
 
 The one path a knob takes: make exports its command-line variables (and the shell's) to the recipe
-(compose/up.sh, compose/swarm/stack-up.sh, `make k8s`); the emitter (compose.generate, compose.stack,
-compose.k8s) reads them here from its environment into the Deployment's `knobs` (compose/deployment.py);
+(compose/up.sh, compose/swarm/stack-up.sh, `make k8s`); the emitter (python -m compose.emit, every
+target) reads them here from its environment into the Deployment's `knobs` (compose/deployment.py);
 every task gets `TRAINER_<NAME>`, which trainer/config.py reads. The names are trainer.config.Config's
 fields, so a new trainer flag is a new knob with no edit here, in the Makefile or in the scripts. Values
 are checked by trainer.config before any container starts.
@@ -27,13 +27,16 @@ STACK_OWNED = {
 }
 """Fields the generator sets itself, and why a user cannot."""
 
-UP_DEFAULTS = {"task": "cnn", "learning_rate": "0.003", "steps": "8000"}
-"""What `make up` trains when not told: a job that teaches. The `cnn` task's problem takes it a few
-thousand steps to learn (the loss falls from ln 10 over the first minutes, where `mlp`'s is flat from
-the first seconds), and its step has compute to split (all-reduce ~40 % of the step on 2 shared CPU
-cores, where `mlp`'s is ~85 %). 0.003 per replica's batch: at 0.01 (the trainer's default, fine for
-`mlp`) Adam's scaled rate stalled this problem at ln 10. Long enough to watch in Prometheus and
-Grafana (the trainer's own default, 100 steps, is over before Prometheus' second scrape)."""
+UP_DEFAULTS = {"steps": "8000"}
+"""How long `make up` trains when not told: long enough to watch in Prometheus and Grafana (the
+trainer's own default, 100 steps, is over before Prometheus' second scrape)."""
+UP_TASK = {"task": "cnn", "learning_rate": "0.003"}
+"""What `make up` trains when TASK is not given: a job that teaches. The `cnn` task's problem takes
+it a few thousand steps to learn (the loss falls from ln 10 over the first minutes, where `mlp`'s is
+flat from the first seconds), and its step has compute to split (all-reduce ~40 % of the step on 2
+shared CPU cores, where `mlp`'s is ~85 %). With the rate it was tuned at, 0.003 per replica's batch:
+at the trainer's 0.01 (fine for `mlp`) Adam's scaled rate stalled it at ln 10. `TASK=` alone gets
+the trainer's defaults for the rest."""
 
 MEASURED_STEPS_PER_SECOND = 40.0
 """Default job (cnn), chief + 2 workers on the 2-core CPU machine of the README's figures."""
@@ -55,7 +58,8 @@ def from_environ(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         for f in dataclasses.fields(Config)
         if f.name not in STACK_OWNED
     }
-    values = {name: value or UP_DEFAULTS.get(name, "") for name, value in values.items()}
+    defaults = UP_DEFAULTS | ({} if values["task"] else UP_TASK)
+    values = {name: value or defaults.get(name, "") for name, value in values.items()}
     env = {ENV_PREFIX + name.upper(): value for name, value in values.items() if value}
     try:
         from_args([], env)
@@ -76,6 +80,6 @@ def describe(knobs: tuple[tuple[str, str], ...]) -> str:
     seconds = steps / MEASURED_STEPS_PER_SECOND
     took = f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
     return (
-        f"training {steps} steps, ~{took} at {MEASURED_STEPS_PER_SECOND:.0f} steps/s (measured: WORKERS=2, "
+        f"training {steps} steps, ~{took} at {MEASURED_STEPS_PER_SECOND:.0f} steps/s (measured: a chief + 2 workers, "
         f"2 CPU cores); STEPS=N to change, `make down` to stop"
     )

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 import contract
-from compose import stack
+from compose.targets import swarm as stack
 from monitoring.prom_client import PrometheusError
 from tests.e2e.conftest import ROOT, engine_ready, trainer_targets
 

@@ -38,12 +38,11 @@ TESTS_TOO = ("PROMETHEUS_PORT", "GRAFANA_PORT")
 Grafana on the contract's ports like everything else."""
 
 MIRRORS = {
-    "compose/base.yaml": ("PROMETHEUS_PORT", "GRAFANA_PORT", "DEFAULT_PROJECT"),
     "monitoring/config/prometheus/prometheus.yml": ("PROMETHEUS_PORT",),
     "monitoring/config/grafana/provisioning/datasources/prometheus.yml": ("PROMETHEUS_PORT",),
     "images/images.sh": ("PROMETHEUS_PORT",),
 }
-"""Hand-written Compose YAML and the services' own configuration (no import, no interpolation of our
+"""The services' own configuration (no import, no interpolation of our
 values; Prometheus listens on its own default port, which the contract names): allowed to spell the
 value, checked below to agree with it."""
 GENERATED = ("tests/golden/", "monitoring/config/prometheus/tests/", "contract/defaults.mk")

@@ -46,7 +46,10 @@ def _docs() -> list[str]:
 
 
 def test_slug_follows_github():
-    assert slug("When a task dies, is preempted, or never arrives") == "when-a-task-dies-is-preempted-or-never-arrives"
+    assert (
+        slug("When a task dies, is preempted, or never arrives")
+        == "when-a-task-dies-is-preempted-or-never-arrives"
+    )
     assert slug("Why is it slow? `make diagnose`") == "why-is-it-slow-make-diagnose"
 
 

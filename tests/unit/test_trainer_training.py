@@ -4,8 +4,8 @@ Real TensorFlow, tiny models; the multi-process MWMS behaviour is in tests/clust
 """
 
 import json
-import math
 import logging
+import math
 import os
 
 import pytest

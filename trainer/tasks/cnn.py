@@ -32,6 +32,10 @@ def model(problem, seed: int):
 
 SPEC = register(
     TaskSpec(
-        name="cnn", summary="a small ResNet on 16x16x3 images, 10 classes from a teacher on 2x2-pooled pixels", problem=PROBLEM, model=model, loss=sparse_ce
+        name="cnn",
+        summary="a small ResNet on 16x16x3 images, 10 classes from a teacher on 2x2-pooled pixels",
+        problem=PROBLEM,
+        model=model,
+        loss=sparse_ce,
     )
 )
