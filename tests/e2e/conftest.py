@@ -26,6 +26,7 @@ STEPS = 400
 MAKE_ARGS = [
     f"WORKERS={WORKERS}",
     f"STEPS={STEPS}",
+    "TASK=mlp",  # the tiny task these timeouts were sized with, not make up's heavier default (cnn)
     "SAVE_EVERY=100",
     "OFFLINE=1",
     "GPUS=0",
