@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import contract
 from monitoring.benchcomm_result import Result, Row
 from trainer import __version__
 from trainer.bench.allreduce_sweep import EQUAL, REPEATS, RESULT, SIZES, VARIANTS, human, parse_bytes
@@ -306,7 +307,7 @@ def tcp_throughput(server: Endpoint, client: Endpoint, streams: int = 1, port: i
         srv.wait()
 
 
-# --- Containers of the compose stack (project mwms) ---
+# --- Containers of the compose stack (project PROJECT) ---
 
 
 def _docker(*args: str) -> str:
@@ -480,7 +481,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="--where bridge: the trainer image (default IMAGE_REPO:<version>-cpu)",
     )
     p.add_argument(
-        "--project", default=os.environ.get("PROJECT", "mwms"), help="compose project (make up PROJECT=)"
+        "--project",
+        default=os.environ.get("PROJECT", contract.DEFAULT_PROJECT),
+        help="compose project (make up PROJECT=)",
     )
     p.add_argument(
         "--workers", type=int, default=1, help="local, bridge: workers besides the chief (default 1: 2 tasks)"

@@ -8,22 +8,22 @@
 #    untouched to the Compose target (python -m compose.emit --target compose), which reads them from its environment (compose/knobs.py derives
 #    the names from trainer/config.py). Nothing lists them here.
 
-WORKERS ?= 2
+WORKERS ?= $(DEFAULT_WORKERS)
 GPUS ?= auto
 GPUS_PER_WORKER ?= 1
 OFFLINE ?= auto
 # Unless given, the address the project's last `make up` published on, so status, diagnose and report
 # (PROMETHEUS_URL) find that project's Prometheus.
 BIND_ADDR ?= $(or $(shell sed -n 's/^BIND_ADDR=//p' $(RUN_DIR)/stack.env 2>/dev/null),127.0.0.1)
-MAX_RESTARTS ?= 3
+MAX_RESTARTS ?= $(DEFAULT_MAX_RESTARTS)
 # The run status, diagnose and report show: unless given, the id the project's last `make up` created
 # (every series carries it, contract.TARGET_LABELS); empty: the project's latest run in Prometheus.
 RUN ?= $(shell sed -n 's/^RUN=//p' $(RUN_DIR)/stack.env 2>/dev/null)
 SECRETS_DIR ?= secrets
 # Compose project: a second stack on the same engine (the fault tests) needs its own name and BIND_ADDR.
-PROJECT ?= mwms
+PROJECT ?= $(DEFAULT_PROJECT)
 # Generated files of the project's last `make up`: the default project's in .run, another's in .run/PROJECT.
-RUN_DIR ?= .run$(if $(filter-out mwms,$(PROJECT)),/$(PROJECT))
+RUN_DIR ?= .run$(if $(filter-out $(DEFAULT_PROJECT),$(PROJECT)),/$(PROJECT))
 # Trainer image repository (tag <version>-cpu|gpu): stacks built from different checkouts need their own.
 IMAGE_REPO ?= mwms/trainer
 # Your own MWMS script, run in every task instead of the built-in trainer (its folder is mounted).
@@ -50,7 +50,7 @@ UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-version 3.11 --pyth
 ##@ Cluster
 
 .PHONY: up
-up: ## Start a chief + WORKERS workers (default 2) with Prometheus/Grafana; GPUS=auto|0|N, SCRIPT=, DATA=, OFFLINE=1; any trainer flag: STEPS=, TASK=, ...
+up: ## Start a chief + WORKERS workers with Prometheus/Grafana; GPUS=auto|0|N, SCRIPT=, DATA=, OFFLINE=1; any trainer flag: STEPS=, TASK=, ...
 	@$(STACK_ENV) compose/up.sh
 
 .PHONY: down
@@ -103,7 +103,8 @@ golden: $(VENV)/.stamp ## Regenerate tests/golden/ (every target's files: compos
 
 .PHONY: lock
 lock: ## Regenerate the hash locks: requirements.lock (host .venv) and images/requirements-{cpu,gpu}.lock
-	@test -x $(UV) || { $(PYTHON) -m venv build/uv && build/uv/bin/pip install -q uv==0.13.9; }
+	@test -x $(UV) || images/quiet.sh build/logs/uv.log "lock: installing uv into build/uv" \
+	  sh -c '$(PYTHON) -m venv build/uv && build/uv/bin/pip install uv==0.13.9'
 	$(UV_COMPILE) --override images/no-tensorflow.txt requirements.in -o requirements.lock
 	$(UV_COMPILE) --override images/no-tensorflow.txt images/requirements-cpu.in -o images/requirements-cpu.lock
 	$(UV_COMPILE) images/requirements-gpu.in -o images/requirements-gpu.lock

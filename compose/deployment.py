@@ -48,7 +48,7 @@ class Deployment:
     """What one deployment asks for, whatever the target. Unset knobs keep the trainer's defaults."""
 
     workers: int
-    """Workers besides the chief: workers=2 is three tasks."""
+    """Workers besides the chief: 2 workers are three tasks."""
     base_image: str = "mwms/python:3.11-bookworm"
     """The image the trainer image is built on (Compose builds it; other targets pull a pushed image)."""
     image_repo: str = "mwms/trainer"
@@ -62,7 +62,7 @@ class Deployment:
     knobs: tuple[tuple[str, str], ...] = ()
     """Trainer settings as (trainer.config.Config field, value), passed as TRAINER_<FIELD>
     (compose/knobs.py reads them from the environment: STEPS=, TASK=, ...)."""
-    max_restarts: int = 3
+    max_restarts: int = contract.DEFAULT_MAX_RESTARTS
     """Restart budget: automatic restarts before the run fails for good."""
     checkpoint_storage: str = "1Gi"
     """Size of the checkpoint volume where a target needs one declared (a Kubernetes PVC)."""

@@ -280,7 +280,7 @@ def _binds(d: Deployment) -> tuple[Bind, ...]:
 
 def run_files(d: Deployment) -> dict[str, str]:
     """The generated files the services' RunDirs hold, by path under --out: Prometheus file_sd, one
-    `<task>:8000` target per task; the trainer labels its series with the task the same way (kept by
+    `<task>:<contract.METRICS_PORT>` target per task; the trainer labels its series with the task the same way (kept by
     honor_labels); the project and run labels come from here only (contract.TARGET_LABELS)."""
     run = deployment.target_labels(d)
     targets = [

@@ -5,6 +5,8 @@
 # the Compose target (python -m compose.emit --target compose), which reads them (compose/knobs.py).
 # Run from the repository root. `up.sh --build-only` stops after building (make images).
 set -euo pipefail
+# Ports and defaults (DEFAULT_WORKERS, PROMETHEUS_PORT, ...), written once in contract/__init__.py.
+eval "$("${PYTHON:-python3}" -m contract --shell)"
 
 RUN_DIR=${RUN_DIR:-.run}
 SECRETS_DIR=${SECRETS_DIR:-secrets}
@@ -19,11 +21,11 @@ starting=1; [ "${1:-}" = --build-only ] && starting=0
 mkdir -p "$RUN_DIR"
 exec 9>"$RUN_DIR/.up.lock"
 if ! flock -n 9; then
-  say "PROJECT=${PROJECT:-mwms} is already starting (another make up holds $RUN_DIR/.up.lock): wait for it to finish, or make down PROJECT=${PROJECT:-mwms}"
+  say "PROJECT=${PROJECT:-$DEFAULT_PROJECT} is already starting (another make up holds $RUN_DIR/.up.lock): wait for it to finish, or make down PROJECT=${PROJECT:-$DEFAULT_PROJECT}"
   exit 2
 fi
 # The GPU image builds on any host (make images-gpu): only a start needs the GPUs asked for.
-check=(--project "${PROJECT:-mwms}" --bind-addr "${BIND_ADDR:-127.0.0.1}" --gpus "$([ $starting = 1 ] && echo "${GPUS:-auto}" || echo 0)")
+check=(--project "${PROJECT:-$DEFAULT_PROJECT}" --bind-addr "${BIND_ADDR:-127.0.0.1}" --gpus "$([ $starting = 1 ] && echo "${GPUS:-auto}" || echo 0)")
 [ $starting = 1 ] && check+=(--starting)
 "${PYTHON:-python3}" -m compose.preflight "${check[@]}"
 
@@ -42,8 +44,8 @@ fi
 # A new run id at every `make up`: a label on every series (with the project), so status, diagnose,
 # report, alerts and dashboards never mix this run with an earlier one still in Prometheus.
 RUN=$("${PYTHON:-python3}" -c 'from compose.deployment import run_id; print(run_id())')
-args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE" --project "${PROJECT:-mwms}" --run "$RUN"
-      --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-3}"
+args=(--workers "${WORKERS:-$DEFAULT_WORKERS}" --out "$RUN_DIR" --base-image "$BASE_IMAGE" --project "${PROJECT:-$DEFAULT_PROJECT}" --run "$RUN"
+      --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-$DEFAULT_MAX_RESTARTS}"
       --image-repo "${IMAGE_REPO:-mwms/trainer}" --args "${ARGS:-}")
 [ -n "${SCRIPT:-}" ] && args+=(--script "$SCRIPT")
 [ -n "${DATA:-}" ] && args+=(--data "$DATA")
@@ -71,7 +73,7 @@ fi
 
 # 5. What every later `docker compose` call (down, logs, status, wait) needs to see the same stack.
 cat >"$RUN_DIR/stack.env" <<EOF
-COMPOSE_PROJECT_NAME=${PROJECT:-mwms}
+COMPOSE_PROJECT_NAME=${PROJECT:-$DEFAULT_PROJECT}
 COMPOSE_PROFILES=$profiles
 RUN=$RUN
 PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE
@@ -91,21 +93,14 @@ done
 dc() { docker compose --project-directory . --env-file "$RUN_DIR/stack.env" $(cat "$RUN_DIR/compose.args") "$@"; }
 
 # Compose's own builder, which drives the daemon's BuildKit (RUN --mount works). Its alternative, Bake,
-# needs the buildx plugin, which these hosts do not have. Compose warns either way: unset, that Bake
-# needs buildx; COMPOSE_BAKE=false, that the setting is deprecated (engine.sh pins the Compose version
-# that still has the builder). Neither says anything to act on, so only those lines are dropped.
-BUILDER_WARNINGS='COMPOSE_BAKE=false is deprecated|configured to build using Bake, but buildx'
-build_chief() {
-  local rc=0
-  COMPOSE_BAKE=false dc build --quiet chief 2> >(grep -Ev "$BUILDER_WARNINGS" >&2) || rc=$?
-  wait  # for the filter, so its lines come before the next step's
-  return "$rc"
-}
+# needs the buildx plugin, which these hosts do not have (engine.sh pins the Compose version that still
+# has the builder; COMPOSE_BAKE=false selects it). The builder's output goes to a log: one line here.
+. images/quiet.sh
+build_chief() { COMPOSE_BAKE=false dc --progress plain build chief; }
 
 # 6. Build once, on the chief. Then free what rebuilds leave behind (our superseded images, the
 #    ~340 MB copy of the build context): layers stay cached, so warm builds are still instant.
-say "building ${IMAGE_REPO:-mwms/trainer} ($variant) on the chief service (cold: ~1 min; warm: cached)"
-build_chief
+quietly "$RUN_DIR/logs/build.log" "up: building ${IMAGE_REPO:-mwms/trainer} ($variant) on the chief service (cold: ~1 min; warm: cached)" build_chief
 docker image prune -f --filter label=org.mwms.image=trainer >/dev/null
 docker builder prune -f --filter type=source.local >/dev/null 2>&1
 [ "${1:-}" = --build-only ] && exit 0
@@ -113,10 +108,10 @@ dc up -d --no-build --remove-orphans --quiet-pull
 
 addr=${BIND_ADDR:-127.0.0.1}
 echo
-echo "Prometheus: http://$addr:9090   (targets: http://$addr:9090/targets)"
-echo "Alerts:     http://$addr:9093   (Alertmanager; receivers: monitoring/config/alertmanager/alertmanager.yml, docs/alerts.md)"
+echo "Prometheus: http://$addr:$PROMETHEUS_PORT   (targets: http://$addr:$PROMETHEUS_PORT/targets)"
+echo "Alerts:     http://$addr:$ALERTMANAGER_PORT   (Alertmanager; receivers: monitoring/config/alertmanager/alertmanager.yml, docs/alerts.md)"
 if [[ ,$profiles, == *,grafana,* ]]; then
-  echo "Grafana:    http://$addr:3000   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
+  echo "Grafana:    http://$addr:$GRAFANA_PORT   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
 else
   cat <<EOF
 Grafana:    skipped - image $GRAFANA_IMAGE is not present and cannot be pulled (offline).
@@ -125,6 +120,6 @@ Grafana:    skipped - image $GRAFANA_IMAGE is not present and cannot be pulled (
 EOF
 fi
 # Another project's commands need its name: they find its RUN_DIR and Prometheus from it.
-p=""; [ "${PROJECT:-mwms}" = mwms ] || p=" PROJECT=$PROJECT"
+p=""; [ "${PROJECT:-$DEFAULT_PROJECT}" = "$DEFAULT_PROJECT" ] || p=" PROJECT=$PROJECT"
 echo "Follow:     make status$p (per-task table) | make logs$p | make wait$p (blocks, returns the chief's exit code)"
 echo "Stop:       make down$p (keeps checkpoints and history) | make clean$p (removes them)"

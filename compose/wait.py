@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+import contract
 from contract import CHIEF, task_order
 from trainer.errors import EXIT_PEER_FAILED
 from trainer.supervise import meaning
@@ -236,7 +237,7 @@ def docker_events(project: str) -> tuple[subprocess.Popen, Iterable[dict]]:
 
 
 def main(argv: Sequence[str]) -> int:
-    project = argv[0] if argv else "mwms"
+    project = argv[0] if argv else contract.DEFAULT_PROJECT
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through `finally`: no orphaned `docker events`
 
     def log(message: str) -> None:

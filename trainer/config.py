@@ -16,6 +16,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import contract
+from trainer import taskspec
 from trainer.errors import ConfigError
 
 ENV_PREFIX = "TRAINER_"
@@ -23,8 +25,6 @@ STRATEGIES = ("mwms", "mirrored")
 LR_SCALINGS = ("none", "linear")
 ALLREDUCE_MODES = ("serial", "overlap")
 ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
-BUILTIN_TASKS = ("mlp", "cnn")
-"""Names of trainer/tasks.py's built-in tasks, here so that a wrong --task fails before TensorFlow loads."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +34,7 @@ class Config:
     per_replica_batch: int = 32
     """Examples per replica per step; the global batch is this times the replicas in sync."""
     task: str = "mlp"
-    """Model and data: a built-in (`mlp`, `cnn`) or `package.module:function` of your own."""
+    """Model and data: a built-in (trainer/tasks/: `mlp`, `cnn`) or `package.module:function` of your own."""
     strategy: str = "mwms"
     """`mwms` (MultiWorkerMirroredStrategy, one process per task) or `mirrored` (one process)."""
     data: str = ""
@@ -66,7 +66,7 @@ class Config:
     """Time the steps of one call in this many (1 = every step); the others run untimed."""
     log_every: int = 10
     """A progress line per task when the step passes a multiple of this (at most one per call)."""
-    metrics_port: int = 8000
+    metrics_port: int = contract.METRICS_PORT
     """Port of the Prometheus /metrics endpoint; 0 disables metrics."""
     metrics_linger: float = 0.0
     """Seconds to keep serving /metrics after the last step, so a scraper records the final step and `done`."""
@@ -112,7 +112,7 @@ class Config:
         _check(
             _task_found(self.task),
             "task",
-            f"{self.task!r} is neither a built-in ({', '.join(BUILTIN_TASKS)}) nor an importable "
+            f"{self.task!r} is neither a built-in ({', '.join(taskspec.names())}) nor an importable "
             "package.module:function",
         )
 
@@ -120,7 +120,7 @@ class Config:
 def _task_found(task: str) -> bool:
     """A built-in, or `package.module:function` whose top-level package is on the path. Finding the
     package runs none of its code, so TensorFlow is not imported; loading the function comes later."""
-    if task in BUILTIN_TASKS:
+    if task in taskspec.names():  # the registry runs no TensorFlow
         return True
     module, sep, function = task.partition(":")
     if not sep or not function.isidentifier() or not all(p.isidentifier() for p in module.split(".")):

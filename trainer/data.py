@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import tensorflow as tf
+
+from trainer import taskspec
 
 log = logging.getLogger(__name__)
 AUTOTUNE = tf.data.AUTOTUNE
@@ -40,10 +42,8 @@ class Synthetic:
 
 
 def problem(name: str, seed: int) -> Synthetic:
-    """The synthetic problem of built-in task `name` (`mlp`: flat features, else `cnn`: images)."""
-    if name == "mlp":
-        return Synthetic(input_shape=(32,), num_classes=4, num_examples=16384, seed=seed)
-    return Synthetic(input_shape=(16, 16, 3), num_classes=4, num_examples=4096, seed=seed, pool=8)
+    """The synthetic problem built-in task `name` declares (trainer/tasks/<name>.py), with this seed."""
+    return Synthetic(**asdict(taskspec.get(name).problem), seed=seed)
 
 
 def _pooled(x: np.ndarray, pool: int) -> np.ndarray:

@@ -17,8 +17,7 @@ import os
 
 import tensorflow as tf
 
-from trainer import data
-from trainer.config import BUILTIN_TASKS
+from trainer import data, taskspec
 from trainer.data import AUTOTUNE, Synthetic, finish
 
 log = logging.getLogger(__name__)
@@ -87,7 +86,7 @@ def write(problem: Synthetic, out_dir: str, num_files: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m trainer.records", description="Write synthetic TFRecords")
-    p.add_argument("--task", default="mlp", choices=BUILTIN_TASKS)
+    p.add_argument("--task", default="mlp", choices=taskspec.names())
     p.add_argument("--out", required=True)
     p.add_argument("--files", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)

@@ -1,7 +1,7 @@
 """`python -m trainer.run_script PATH [args]`: bring your own training script, keep the telemetry.
 
 Compose runs this when SCRIPT= is set. It serves the metrics every task has (process and network
-metrics, trainer_build_info, trainer_state) on TRAINER_METRICS_PORT (default 8000, 0 disables),
+metrics, trainer_build_info, trainer_state) on TRAINER_METRICS_PORT (default contract.METRICS_PORT, 0 disables),
 labelled by the task from TF_CONFIG, sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script
 in this process as `__main__` with sys.argv = [PATH, args...] and exits with its status.
 
@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 
+import contract
 import trainer
 from trainer.cluster import CHIEF, ClusterSpecError, TaskId, parse_tf_config
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_PEER_LOST, REASON_ENV
@@ -75,7 +76,7 @@ def _exit_status(code: object) -> int:
 def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
     try:
         spec = parse_tf_config(env.get("TF_CONFIG"))
-        port = int(env.get("TRAINER_METRICS_PORT", "8000") or "8000")
+        port = int(env.get("TRAINER_METRICS_PORT") or contract.METRICS_PORT)
     except (ClusterSpecError, ValueError) as err:
         log.error("configuration error: %s", err)
         return EXIT_CONFIG

@@ -78,7 +78,7 @@ ENTRY = ("python", "-m", "trainer.supervise", "--")
 """What every emitter puts before the task's command."""
 MAX_RESTARTS_ENV = "SUPERVISE_MAX_RESTARTS"
 """The budget K; the compose generator writes it from MAX_RESTARTS."""
-DEFAULT_MAX_RESTARTS = 3
+DEFAULT_MAX_RESTARTS = contract.DEFAULT_MAX_RESTARTS
 STATE_DIR_ENV = "SUPERVISE_STATE_DIR"
 """Where the state that outlives the container's processes is kept (a volume); unset: nowhere."""
 NOTICE_ENV = "SUPERVISE_NOTICE_SECONDS"

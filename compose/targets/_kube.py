@@ -43,7 +43,7 @@ PROMETHEUS_CONFIG = (
 class Names:
     """Where the job lives in the cluster."""
 
-    name: str = "mwms"
+    name: str = contract.DEFAULT_PROJECT
     """TFJob / JobSet name: the prefix of every pod's DNS name (keep it short: DNS labels are 63 chars)."""
     namespace: str = "default"
     storage_class: str = ""

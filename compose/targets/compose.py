@@ -6,7 +6,7 @@ Writes, under --out (never edit them; rerun `make up`):
   compose.tasks.yaml     one service per task (`chief`, `worker-0`, ...), each with its TF_CONFIG
   compose.gpu.yaml       GPU overlay (device_ids, shm_size, GPU image): only when GPUs are used
   compose.args           the `-f` arguments to pass to `docker compose`, in order
-  targets/trainers.json  Prometheus file_sd: one `<service>:8000` target per task
+  targets/trainers.json  Prometheus file_sd: one `<service>:<contract.METRICS_PORT>` target per task
 Nothing changes meaning here, so the translation report is empty: the supervisor keeps the restart budget.
 """
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import contract
 from tests.e2e.conftest import ROOT
 
 STEP_LINE = re.compile(r"^(\S+) .* chief \| step (\d+)/")
@@ -43,7 +44,7 @@ class FaultStack:
 
     @property
     def prometheus(self) -> str:
-        return f"http://{self.bind}:9090"
+        return f"http://{self.bind}:{contract.PROMETHEUS_PORT}"
 
     def make(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         variables = [

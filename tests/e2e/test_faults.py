@@ -1,7 +1,7 @@
 """Single faults on the real engine, each on its own small stack, judged from outside the trainer.
 
 Every scenario runs a separate compose project (`mwms-faults`, its own RUN_DIR, Prometheus on
-127.0.0.2:9090; FAULTS_PROJECT, FAULTS_BIND and IMAGE_REPO override them, for a shared engine) so
+127.0.0.2; FAULTS_PROJECT, FAULTS_BIND and IMAGE_REPO override them, for a shared engine) so
 the session `stack` of the other e2e tests is never touched. A crash is a
 SIGKILL of the trainer process inside its container (what the OOM killer or a segfault does); the
 container's trainer.supervise restarts it. Sequences of faults in one job: tests/e2e/test_chaos.py.

@@ -18,12 +18,17 @@ from pathlib import Path
 
 import pytest
 
+import contract
 from compose import emit
 from compose import services as described
 from compose.deployment import METRICS_PORT, TF_PORT, Deployment
 
 MONITORING_SERVICES = tuple(s.name for s in described.SERVICES)
-PUBLISHED = {"prometheus": 9090, "alertmanager": 9093, "grafana": 3000}
+PUBLISHED = {
+    "prometheus": contract.PROMETHEUS_PORT,
+    "alertmanager": contract.ALERTMANAGER_PORT,
+    "grafana": contract.GRAFANA_PORT,
+}
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]

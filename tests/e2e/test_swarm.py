@@ -26,6 +26,7 @@ from datetime import datetime
 import pytest
 import yaml
 
+import contract
 from compose.targets import swarm as stack
 from monitoring.prom_client import PrometheusError
 from tests.e2e.conftest import ROOT, engine_ready, trainer_targets
@@ -37,7 +38,7 @@ STACK = "mwms"
 # The registry's host side (a loopback address no other e2e test publishes on) and the node subnet.
 BIND = "127.0.0.5"
 SUBNET = "10.212.0"
-PROM = f"http://{SUBNET}.11:9090"  # node-1's own address: Prometheus is published in host mode there
+PROM = f"http://{SUBNET}.11:{contract.PROMETHEUS_PORT}"  # node-1's own address: Prometheus is published in host mode there
 # ~20 steps/s: the kill lands well before the end wherever the first checkpoint is seen.
 STEPS = 1500
 SAVE_EVERY = 50

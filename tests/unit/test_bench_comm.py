@@ -89,7 +89,7 @@ def test_payloads_are_the_models_variables():
     from bench import payloads
     from trainer import tasks
 
-    mlp = tasks.build(tasks.mlp, per_replica_batch=1, seed=0).model
+    mlp = tasks.build(tasks.load("mlp"), per_replica_batch=1, seed=0).model
     assert payloads.task_shapes("mlp") == [tuple(v.shape) for v in mlp.trainable_variables]
     resnet = payloads.resnet50_like()
     assert len(resnet) == 161 and round(sum(math.prod(s) for s in resnet) / 1e6, 1) == 25.6

@@ -79,6 +79,7 @@ def test_environment_contract_with_the_trainer(tmp_path: Path) -> None:
 
 
 def test_unset_knobs_are_left_to_the_trainer_defaults_but_the_job_length(tmp_path: Path) -> None:
+    """Unset knobs keep the trainer's defaults, but for make up's job: its length, task and that task's rate."""
     build(tmp_path, "--workers", "1", "--gpus", "0")
     assert set(services(tmp_path)["worker-0"]["environment"]) == {
         "TF_CONFIG",
@@ -86,6 +87,8 @@ def test_unset_knobs_are_left_to_the_trainer_defaults_but_the_job_length(tmp_pat
         "TRAINER_METRICS_LINGER",
         "TRAINER_CHECKPOINT_DIR",
         "TRAINER_STEPS",
+        "TRAINER_TASK",
+        "TRAINER_LEARNING_RATE",
         "SUPERVISE_MAX_RESTARTS",
         "SUPERVISE_STATE_DIR",
     }

@@ -49,7 +49,8 @@ def test_default_job_trains_for_minutes(
     # Prometheus scrapes every 5 s: the default job must outlast many scrapes at the measured rate.
     assert steps / knobs.MEASURED_STEPS_PER_SECOND >= 180, f"the default job trains {steps} steps"
     err = capsys.readouterr().err
-    assert f"training {steps} steps, ~4 min" in err and "STEPS=N to change" in err
+    minutes = steps / knobs.MEASURED_STEPS_PER_SECOND / 60
+    assert f"training {steps} steps, ~{minutes:.0f} min" in err and "STEPS=N to change" in err
 
 
 def test_empty_knob_keeps_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,3 +86,15 @@ def test_bad_knob_is_one_line_before_any_file(
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1, err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_default_task_brings_its_rate_a_given_task_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    default = task_env(tmp_path, monkeypatch, TASK="")
+    assert (default["TRAINER_TASK"], default["TRAINER_LEARNING_RATE"]) == (
+        knobs.UP_TASK["task"],
+        knobs.UP_TASK["learning_rate"],
+    )
+    given = task_env(tmp_path, monkeypatch, TASK="mlp")
+    assert given["TRAINER_TASK"] == "mlp" and "TRAINER_LEARNING_RATE" not in given
