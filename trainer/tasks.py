@@ -48,8 +48,8 @@ def _dataset_fn(name: str, *, per_replica_batch: int, seed: int, data: str, inpu
     return partial(_synthetic, prob, per_replica_batch=per_replica_batch, input_delay_ms=input_delay_ms)
 
 
-def _synthetic(prob, ctx, *, per_replica_batch, input_delay_ms):
-    return data.synthetic_dataset(prob, ctx, per_replica_batch, input_delay_ms)
+def _synthetic(prob, ctx, *, per_replica_batch, input_delay_ms, start_batch=0):
+    return data.synthetic_dataset(prob, ctx, per_replica_batch, input_delay_ms, start_batch)
 
 
 def mlp(*, per_replica_batch: int, seed: int, data: str = "", input_delay_ms: float = 0.0) -> Task:

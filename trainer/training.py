@@ -18,7 +18,7 @@ from functools import partial
 import tensorflow as tf
 
 import trainer
-from trainer import agreement, device, loop, progress, step, summary, tasks
+from trainer import agreement, data, device, loop, manifest, progress, step, summary, tasks
 from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
@@ -183,7 +183,15 @@ def _build(ctx: Context) -> Trainable:
         optimizer = step.optimizer(config, ctx.strategy.num_replicas_in_sync)
         optimizer.build(task.model.trainable_variables)  # slots exist before restore and broadcast
         ckpt = (
-            Checkpointer(config.checkpoint_dir, ctx.is_chief, task.model, optimizer)
+            Checkpointer(
+                config.checkpoint_dir,
+                ctx.task_id.name,
+                ctx.is_chief,
+                task.model,
+                optimizer,
+                settings=manifest.job_settings(config, ctx.strategy.num_replicas_in_sync),
+                accept_new_settings=bool(config.resume_new_settings),
+            )
             if config.checkpoint_dir
             else NoCheckpoints()
         )
@@ -191,8 +199,13 @@ def _build(ctx: Context) -> Trainable:
 
 
 def _resume(ctx: Context, job: Trainable) -> int:
-    """Restore what this task can read, then take the chief's values: the step to start from."""
+    """The chief restores, every task takes the configured learning rate, then the chief's values: the
+    step to start from. The rate is a variable under --lr-scaling none, saved with the optimizer: the
+    settings check (or --resume-new-settings) makes the configured one right, on every task alike."""
     restored = job.checkpoints.restore()
+    rate = step.learning_rate(ctx.config, ctx.strategy.num_replicas_in_sync)
+    if not isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule):
+        job.optimizer.learning_rate = rate
     if ctx.spec is not None:
         broadcast_from_chief(ctx.strategy, job.task.model.variables + job.optimizer.variables)
     start = int(job.optimizer.iterations.numpy())
@@ -203,6 +216,14 @@ def _resume(ctx: Context, job: Trainable) -> int:
         ctx.strategy.num_replicas_in_sync,
         step.describe_lr(ctx.config, ctx.strategy.num_replicas_in_sync),
     )
+    if start >= ctx.config.steps:
+        log.warning(
+            "%s: nothing to train: the checkpoint is at step %d, --steps %d asks for no more; raise --steps "
+            "to continue, or start over with an empty --checkpoint-dir (make clean)",
+            ctx.task_id.name,
+            start,
+            ctx.config.steps,
+        )
     return start
 
 
@@ -247,7 +268,9 @@ def _agree(strategy, k: int) -> int:
 def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult:
     config = ctx.config
     preemption = _preemption(ctx, job, metrics)
-    iterator = iter(ctx.strategy.distribute_datasets_from_function(job.task.dataset_fn))
+    # Each input pipeline serves its task's local replicas one per-replica batch each per step.
+    consumed = start * len(ctx.strategy.extended.worker_devices)
+    iterator = iter(ctx.strategy.distribute_datasets_from_function(data.resumed(job.task.dataset_fn, consumed)))
     settings = loop.LoopSettings(
         task_name=ctx.task_id.name,
         steps=config.steps,
