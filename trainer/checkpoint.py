@@ -109,6 +109,7 @@ class Checkpointer:
         self._shared = directory
         self._is_chief = is_chief
         self._model = model
+        self._accept_new = accept_new_settings
         self._found = None
         if is_chief:
             os.makedirs(directory, exist_ok=True)
@@ -139,7 +140,12 @@ class Checkpointer:
         if self._found is None or self._found.prefix is None:
             return None
         try:
-            self._checkpoint.restore(self._found.prefix).assert_existing_objects_matched()
+            status = self._checkpoint.restore(self._found.prefix)
+            if self._accept_new:  # the optimizer may differ (a rate variable instead of a schedule)
+                status.expect_partial()
+                tf.train.Checkpoint(model=self._model).restore(self._found.prefix).assert_existing_objects_matched()
+            else:
+                status.assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as err:
             raise ConfigError(
                 f"checkpoint {self._found.prefix} does not fit this model ({str(err).splitlines()[0][:200]}): "
