@@ -18,10 +18,10 @@ from functools import partial
 import tensorflow as tf
 
 import trainer
-from trainer import agreement, data, device, loop, manifest, progress, step, summary, tasks
+from trainer import agreement, data, device, loop, manifest, progress, records, step, summary, tasks
 from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
-from trainer.config import Config
+from trainer.config import BUILTIN_TASKS, Config
 from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
 from trainer.timing import CallOutput
 
@@ -295,7 +295,12 @@ def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult
         ),
     )
     metrics.state("training")
-    return controller.train(iterator, start)
+    try:
+        return controller.train(iterator, start)
+    except records.DATA_FAULTS as err:
+        if not config.data or config.task not in BUILTIN_TASKS:
+            raise
+        raise records.locate(records.find(config.data), data.problem(config.task, config.seed), err) from None
 
 
 def _finish(ctx: Context, job: Trainable, metrics, result: loop.LoopResult) -> None:
