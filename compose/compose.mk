@@ -4,9 +4,12 @@
 # Two kinds of variables reach compose/up.sh, each one way:
 #  - stack settings: STACK_VARS below, the one list (defaults here);
 #  - trainer knobs: any trainer flag upper-cased (STEPS=, TASK=, PER_REPLICA_BATCH=, INPUT_DELAY_MS=, ...,
-#    see `python -m trainer --help`). make exports command-line variables to every recipe, so they pass
-#    untouched to compose.generate, which reads them from its environment (compose/knobs.py derives
-#    the names from trainer/config.py). Nothing lists them here.
+#    see `python -m trainer --help`) given on make's command line, or TRAINER_<NAME> in the environment.
+#    make exports command-line variables to every recipe, so they pass untouched to compose.generate,
+#    which reads them from its environment (compose/knobs.py derives the names from trainer/config.py);
+#    MAKE_COMMAND_LINE names them, so a shell variable that only shares a flag's name is not a knob.
+
+export MAKE_COMMAND_LINE := $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
 
 WORKERS ?= 2
 GPUS ?= auto

@@ -79,6 +79,9 @@ class Config:
     """Checkpoint every this many steps (and always at the end); 0 means only at the end."""
     output_dir: str = ""
     """If set, each task writes `<task>.json` here at the end: step, weights checksum, example ids."""
+    export_dir: str = ""
+    """If set, the chief copies the final model (`model/`, a SavedModel) and the run's summary
+    (`summary.json`) here at the end and records the copy in --checkpoint-dir (the stack: OUTPUT= on the host)."""
     cluster_timeout: float = 300.0
     """Seconds to wait for every peer to accept a connection before exiting with code 3."""
     heartbeat_timeout: float = 10.0

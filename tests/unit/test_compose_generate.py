@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from compose import generate, gpus
+from compose import knobs as knobs_lib
 from trainer.cluster import parse_tf_config
 
 
@@ -16,7 +17,7 @@ def build(
     tmp_path: Path, *args: str, runner: gpus.Runner = lambda _cmd: "", knobs: dict[str, str] | None = None
 ) -> generate.StackConfig:
     ns = generate.parse_args(["--out", str(tmp_path), *args])
-    cfg = generate.config_from_args(ns, runner=runner, environ=knobs or {})
+    cfg = generate.config_from_args(ns, runner=runner, environ=knobs_lib.on_command_line(**(knobs or {})))
     generate.write(cfg, tmp_path)
     return cfg
 

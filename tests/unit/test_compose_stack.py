@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compose import generate, stack
+from compose import generate, knobs, stack
 from tests.conftest import DOCKER_CLI, need
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -21,7 +21,7 @@ IMAGE = "10.210.0.10:5000/mwms/trainer@sha256:" + "0" * 64
 
 def emit(out: Path, *extra: str, workers: int = 2) -> tuple[dict, str]:
     ns = stack.parse_args(["--workers", str(workers), "--image", IMAGE, "--out", str(out), *extra])
-    text = stack.write(*stack.configs_from_args(ns, environ={"STEPS": "200"}), out)
+    text = stack.write(*stack.configs_from_args(ns, environ=knobs.on_command_line(STEPS="200")), out)
     return yaml.safe_load((out / "stack.yaml").read_text()), text
 
 
