@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 import tensorflow as tf
 
-from trainer import manifest
+from trainer import manifest, output
 from trainer.errors import ConfigError, TrainerError
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,9 @@ class Checkpointer:
 
     def export(self) -> str:
         """The final model as a SavedModel under <checkpoint-dir>/export (temporary on non-chiefs)."""
-        path = os.path.join(self._dir, "export")
+        path = os.path.join(self._dir, output.EXPORT)
+        if self._is_chief:
+            output.forget_copy(self._dir)
         try:
             self._model.save(path, include_optimizer=False)
         except (tf.errors.OpError, OSError) as err:

@@ -9,6 +9,7 @@ checkpoint, the exported model and the summary.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -18,8 +19,8 @@ from functools import partial
 import tensorflow as tf
 
 import trainer
-from trainer import agreement, data, device, loop, manifest, progress, records, step, summary, tasks
-from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
+from trainer import agreement, data, device, loop, manifest, output, progress, records, step, summary, tasks
+from trainer.checkpoint import Checkpointer, NoCheckpoints, SaveError, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import BUILTIN_TASKS, Config
 from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
@@ -212,7 +213,9 @@ def _resume(ctx: Context, job: Trainable) -> int:
     log.info(
         "%s: %s, %d replicas in sync, %s",
         ctx.task_id.name,
-        f"resumed at step {start} from {restored}" if restored else f"starting at step {start}",
+        f"resumed at step {start} from {restored}"
+        if restored
+        else f"starting at step {start}" + (" (the chief's)" if start and not ctx.is_chief else ""),
         ctx.strategy.num_replicas_in_sync,
         step.describe_lr(ctx.config, ctx.strategy.num_replicas_in_sync),
     )
@@ -303,6 +306,25 @@ def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult
         raise records.locate(records.find(config.data), data.problem(config.task, config.seed), err) from None
 
 
+def _copy_out(ctx: Context, job: Trainable, result: loop.LoopResult) -> None:
+    """The final model and what produced it, out of the checkpoint folder (a volume `make clean` deletes)."""
+    config = ctx.config
+    body = {
+        **dataclasses.asdict(summary.build(ctx.task_id.name, result, job.task.model.variables)),
+        "steps": config.steps,
+        "settings": manifest.job_settings(config, ctx.strategy.num_replicas_in_sync),
+    }
+    body.pop("example_ids", None)
+    try:
+        path = output.copy_out(config.checkpoint_dir, config.export_dir, body)
+    except OSError as err:
+        raise SaveError(
+            f"copying the final model to {config.export_dir} failed ({err}); it is still in "
+            f"{config.checkpoint_dir}/export (make output copies it again)"
+        ) from None
+    log.info("%s: final model in %s, summary in %s", ctx.task_id.name, path, os.path.join(config.export_dir, "summary.json"))
+
+
 def _finish(ctx: Context, job: Trainable, metrics, result: loop.LoopResult) -> None:
     """The final checkpoint and model (chief's directory), then this task's summary."""
     config, name = ctx.config, ctx.task_id.name
@@ -312,6 +334,8 @@ def _finish(ctx: Context, job: Trainable, metrics, result: loop.LoopResult) -> N
             job.checkpoints.save(result.final_step)
         metrics.checkpointed(result.final_step)
         log.info("%s: exported the final model to %s", name, job.checkpoints.export())
+        if config.export_dir and ctx.is_chief:
+            _copy_out(ctx, job, result)
     job.checkpoints.close()
     if config.output_dir:
         path = summary.write(summary.build(name, result, job.task.model.variables), config.output_dir)

@@ -12,7 +12,7 @@ import pytest
 import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 
 # isort: split
-from trainer import checkpoint, manifest, training
+from trainer import checkpoint, manifest, output, training
 from trainer.cluster import TaskId
 from trainer.config import Config
 from trainer.errors import ConfigError
@@ -163,3 +163,16 @@ def test_private_folder_of_a_non_chief_is_one_per_task_and_job(tmp_path):
     assert a == checkpoint.private_dir(str(tmp_path / "job"), "worker-0")
     assert a != checkpoint.private_dir(str(tmp_path / "job"), "worker-1")
     assert a != checkpoint.private_dir(str(tmp_path / "other"), "worker-0")
+
+
+def test_the_final_model_and_summary_are_copied_out(tmp_path):
+    ckpt, out = tmp_path / "ckpt", tmp_path / "output"
+    _run(tmp_path / "out", steps=20, checkpoint_dir=str(ckpt))
+    assert output.uncopied(str(ckpt)), "a final model only in the checkpoint folder"
+    _run(tmp_path / "out", steps=30, checkpoint_dir=str(ckpt), export_dir=str(out))
+    assert (out / "model" / "saved_model.pb").exists()
+    body = json.loads((out / "summary.json").read_text())
+    assert body["final_step"] == 30 and body["settings"]["task"] == "mlp"
+    assert not output.uncopied(str(ckpt))
+    _run(tmp_path / "out", steps=40, checkpoint_dir=str(ckpt))  # a later export, not copied: uncopied again
+    assert output.uncopied(str(ckpt))
