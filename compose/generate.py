@@ -28,6 +28,7 @@ from compose.deployment import (
     DATA_DIR,
     GID,
     METRICS_PORT,
+    OUTPUT_DIR,
     SCRIPT_DIR,
     SHM_GIB,
     STOP_GRACE_SECONDS,
@@ -70,7 +71,7 @@ def _service(cfg: Deployment, spec: ClusterSpec) -> dict:
             # trainer.supervise restarts the task by exit code, its budget from MAX_RESTARTS (restarts
             # without a new checkpoint); Docker's policy cannot tell exit codes apart, so it restarts nothing.
             "command": command(cfg),
-            "environment": {"TF_CONFIG": spec.to_tf_config(), **trainer_env(cfg)},
+            "environment": {"TF_CONFIG": spec.to_tf_config(), **trainer_env(cfg), **_export_env(cfg, chief)},
             "expose": [str(TF_PORT), str(METRICS_PORT)],
             "networks": ["cluster"],
             # The cluster network is internal: a lookup of an outside name (TensorFlow probes the GCE
@@ -88,10 +89,22 @@ def _service(cfg: Deployment, spec: ClusterSpec) -> dict:
             "tmpfs": ["/tmp"] if chief else ["/tmp", CHECKPOINT_DIR],
         }
     )
-    volumes = ([f"checkpoints:{CHECKPOINT_DIR}"] if chief else []) + _binds(cfg)
+    volumes = ([f"checkpoints:{CHECKPOINT_DIR}", *_output_bind(cfg)] if chief else []) + _binds(cfg)
     if volumes:
         service["volumes"] = volumes
     return service
+
+
+def _export_env(cfg: Deployment, chief: bool) -> dict[str, str]:
+    """The chief copies the final model out of the volume into OUTPUT= (trainer/output.py)."""
+    return {"TRAINER_EXPORT_DIR": OUTPUT_DIR} if chief and cfg.output else {}
+
+
+def _output_bind(cfg: Deployment) -> list[dict]:
+    if not cfg.output:
+        return []
+    source = str(Path(cfg.output).resolve())
+    return [{"type": "bind", "source": source, "target": OUTPUT_DIR, "bind": {"create_host_path": False}}]
 
 
 def _binds(cfg: Deployment) -> list[dict]:
@@ -203,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         if path and (problem := mounts.problem(variable, path, is_dir=is_dir)):
             print(f"compose.generate: {problem}", file=sys.stderr)
             return 2
+    if cfg.output and (problem := mounts.problem("OUTPUT", cfg.output, is_dir=True, want="rwx")):
+        print(f"compose.generate: {problem}", file=sys.stderr)
+        return 2
     write(cfg, ns.out)
     devices = ", ".join(f"{t}: GPU {','.join(i)}" for t, i in (cfg.gpu_ids or {}).items())
     print(
