@@ -4,7 +4,7 @@
 
 The one path a knob takes: make exports its command-line variables to the recipe (compose/up.sh,
 compose/swarm/stack-up.sh, `make k8s`) and names them in MAKE_COMMAND_LINE (compose/compose.mk); the
-emitter (compose.generate, compose.stack, compose.k8s) reads them here from its environment into the
+emitter (python -m compose.emit, every target) reads them here from its environment into the
 Deployment's `knobs` (compose/deployment.py); every task gets `TRAINER_<NAME>`, which trainer/config.py
 reads. Only documented settings reach the job: a name given on make's command line, or TRAINER_<NAME>
 in the environment. A shell variable that merely shares a flag's name (OUTPUT_DIR, SEED, ...) is
