@@ -71,7 +71,10 @@ clean: ## Like down, and also remove the volumes (checkpoints, Prometheus histor
 .PHONY: output
 output: ## Copy the final model and summary out of the checkpoint volume into OUTPUT (each job's end does it)
 	@$(STACK_UP) || { echo "no stack: run make up"; exit 1; }
-	@$(CHIEF_RUN) copy --checkpoint-dir /checkpoints --to /output
+	@test -n "$(OUTPUT)" || { echo "OUTPUT= is empty: name a host folder to copy the final model into"; exit 2; }
+	@test -d $(OUTPUT) || { mkdir -p $(OUTPUT) && if [ "$$(id -u)" = 0 ]; then chown 1000:1000 $(OUTPUT); fi; }
+	@$(DC) run --rm --no-deps -T -v $(abspath $(OUTPUT)):/copy-to chief \
+	  python -m trainer.output copy --checkpoint-dir /checkpoints --to /copy-to
 	@rmdir $(RUN_DIR) 2>/dev/null || true
 
 .PHONY: logs

@@ -1,8 +1,9 @@
 """The trained model leaves the checkpoint volume: the final export and the run's summary, copied out.
 
-At the end of a job the chief copies `<checkpoint-dir>/export` (the SavedModel) to `<to>/model` and
-writes `<to>/summary.json`, each to a temporary name first, then renamed; only then does it record
-the copy in `<checkpoint-dir>/export.copied`. An export made after that record (a later job) clears
+At the end of a job the chief writes `<checkpoint-dir>/summary.json` next to the export, then copies
+`<checkpoint-dir>/export` (the SavedModel) to `<to>/model` and the summary to `<to>/summary.json`,
+each to a temporary name first, then renamed; only then does it record the copy in
+`<checkpoint-dir>/export.copied`. An export made after that record (a later job) clears
 it first, so `uncopied` tells whether the volume holds a final model that exists nowhere else, which
 `make clean` will not delete without FORCE=1. Standard library only: `make output` and `make clean`
 run it in a container that mounts the volume.
@@ -22,6 +23,7 @@ from collections.abc import Mapping, Sequence
 
 EXPORT = "export"
 MARK = "export.copied"
+SUMMARY = "summary.json"
 
 
 def forget_copy(checkpoint_dir: str) -> None:
@@ -31,8 +33,13 @@ def forget_copy(checkpoint_dir: str) -> None:
         os.remove(mark)
 
 
-def copy_out(checkpoint_dir: str, to: str, summary: Mapping[str, object] | None = None) -> str:
-    """Copy the export (and the summary) to `to`; returns the model's new path."""
+def record(checkpoint_dir: str, summary: Mapping[str, object]) -> None:
+    """The run's summary next to its export, so that any later copy carries both."""
+    _write_json(os.path.join(checkpoint_dir, SUMMARY), summary)
+
+
+def copy_out(checkpoint_dir: str, to: str) -> str:
+    """Copy the export (and the summary recorded with it) to `to`; returns the model's new path."""
     source = os.path.join(checkpoint_dir, EXPORT)
     if not os.path.isdir(source):
         raise FileNotFoundError(f"no final model in {checkpoint_dir} (no {EXPORT}/): nothing to copy")
@@ -42,9 +49,11 @@ def copy_out(checkpoint_dir: str, to: str, summary: Mapping[str, object] | None 
     shutil.copytree(source, tmp)
     shutil.rmtree(model, ignore_errors=True)
     os.replace(tmp, model)
-    if summary is not None:
-        _write_json(os.path.join(to, "summary.json"), summary)
-    _write_json(os.path.join(checkpoint_dir, MARK), {"to": to, "summary": summary is not None})
+    summary = os.path.join(checkpoint_dir, SUMMARY)
+    if os.path.exists(summary):
+        shutil.copyfile(summary, os.path.join(to, ".summary.tmp"))
+        os.replace(os.path.join(to, ".summary.tmp"), os.path.join(to, SUMMARY))
+    _write_json(os.path.join(checkpoint_dir, MARK), {"to": to})
     return model
 
 

@@ -307,7 +307,8 @@ def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult
 
 
 def _copy_out(ctx: Context, job: Trainable, result: loop.LoopResult) -> None:
-    """The final model and what produced it, out of the checkpoint folder (a volume `make clean` deletes)."""
+    """What produced the final model, recorded with it; both copied out of the checkpoint folder (a
+    volume `make clean` deletes) when --export-dir is set."""
     config = ctx.config
     body = {
         **dataclasses.asdict(summary.build(ctx.task_id.name, result, job.task.model.variables)),
@@ -316,7 +317,10 @@ def _copy_out(ctx: Context, job: Trainable, result: loop.LoopResult) -> None:
     }
     body.pop("example_ids", None)
     try:
-        path = output.copy_out(config.checkpoint_dir, config.export_dir, body)
+        output.record(config.checkpoint_dir, body)
+        if not config.export_dir:
+            return
+        path = output.copy_out(config.checkpoint_dir, config.export_dir)
     except OSError as err:
         raise SaveError(
             f"copying the final model to {config.export_dir} failed ({err}); it is still in "
@@ -334,7 +338,7 @@ def _finish(ctx: Context, job: Trainable, metrics, result: loop.LoopResult) -> N
             job.checkpoints.save(result.final_step)
         metrics.checkpointed(result.final_step)
         log.info("%s: exported the final model to %s", name, job.checkpoints.export())
-        if config.export_dir and ctx.is_chief:
+        if ctx.is_chief:
             _copy_out(ctx, job, result)
     job.checkpoints.close()
     if config.output_dir:

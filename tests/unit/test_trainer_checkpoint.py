@@ -176,3 +176,5 @@ def test_the_final_model_and_summary_are_copied_out(tmp_path):
     assert not output.uncopied(str(ckpt))
     _run(tmp_path / "out", steps=40, checkpoint_dir=str(ckpt))  # a later export, not copied: uncopied again
     assert output.uncopied(str(ckpt))
+    assert output.main(["copy", "--checkpoint-dir", str(ckpt), "--to", str(out)]) == 0  # `make output`
+    assert json.loads((out / "summary.json").read_text())["final_step"] == 40 and not output.uncopied(str(ckpt))
