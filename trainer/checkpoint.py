@@ -49,7 +49,9 @@ class _PublishingManager(tf.train.CheckpointManager):
         self._settings = settings
 
     def save(self, checkpoint_number=None, check_interval=True, options=None):
-        prefix = super().save(checkpoint_number=checkpoint_number, check_interval=check_interval, options=options)
+        prefix = super().save(
+            checkpoint_number=checkpoint_number, check_interval=check_interval, options=options
+        )
         if prefix and self._settings is not None:
             manifest.publish(prefix, int(checkpoint_number), self._settings)
             _drop_orphan_manifests(self.directory)
@@ -143,7 +145,9 @@ class Checkpointer:
             status = self._checkpoint.restore(self._found.prefix)
             if self._accept_new:  # the optimizer may differ (a rate variable instead of a schedule)
                 status.expect_partial()
-                tf.train.Checkpoint(model=self._model).restore(self._found.prefix).assert_existing_objects_matched()
+                tf.train.Checkpoint(model=self._model).restore(
+                    self._found.prefix
+                ).assert_existing_objects_matched()
             else:
                 status.assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as err:
@@ -177,7 +181,11 @@ class Checkpointer:
         reason = (getattr(err, "message", None) or str(err)).splitlines()[0][:200]
         return SaveError(
             f"{what} to {self._dir} failed ({type(err).__name__}: {reason}); "
-            + (f"the previous checkpoint {previous} is intact" if previous else "no earlier checkpoint exists")
+            + (
+                f"the previous checkpoint {previous} is intact"
+                if previous
+                else "no earlier checkpoint exists"
+            )
             + ": free space (or fix the volume) and restart to resume from it"
         )
 

@@ -67,7 +67,9 @@ def synthetic_dataset(
     x, y, ids = problem.arrays()
     shard = slice(ctx.input_pipeline_id, None, ctx.num_input_pipelines)
     x, y, ids = (tf.constant(a[shard]) for a in (x, y, ids))
-    order = epoch_order(int(ids.shape[0]), problem.seed + ctx.input_pipeline_id, start_batch * per_replica_batch)
+    order = epoch_order(
+        int(ids.shape[0]), problem.seed + ctx.input_pipeline_id, start_batch * per_replica_batch
+    )
     batches = order.batch(per_replica_batch, drop_remainder=True).map(
         lambda k: (tf.gather(x, k), tf.gather(y, k), tf.gather(ids, k)), num_parallel_calls=AUTOTUNE
     )

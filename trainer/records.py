@@ -71,7 +71,11 @@ def record_fault(record: bytes, problem: Synthetic) -> str | None:
         feature = tf.train.Example.FromString(record).features.feature
     except Exception:  # noqa: BLE001 (protobuf's DecodeError is not importable the same way everywhere)
         return "not a tf.train.Example"
-    want = {"x": ("float_list", math.prod(problem.input_shape)), "label": ("int64_list", 1), "id": ("int64_list", 1)}
+    want = {
+        "x": ("float_list", math.prod(problem.input_shape)),
+        "label": ("int64_list", 1),
+        "id": ("int64_list", 1),
+    }
     for name, (kind, count) in want.items():
         if name not in feature:
             return f"no feature {name!r} (it has {', '.join(sorted(feature)) or 'none'}; the task wants x, label, id)"
@@ -109,7 +113,9 @@ def locate(files: list[str], problem: Synthetic, err: Exception) -> DataError:
                 good += 1
         except tf.errors.DataLossError as loss:
             return DataError(f"--data: {path}: record {good}: unreadable ({_first_line(loss)})")
-    return DataError(f"--data: the input pipeline failed ({_first_line(err)}); no bad record found in {len(files)} files")
+    return DataError(
+        f"--data: the input pipeline failed ({_first_line(err)}); no bad record found in {len(files)} files"
+    )
 
 
 def _first_line(err: Exception) -> str:
@@ -132,12 +138,15 @@ def dataset(
     log.info("input: %d TFRecord files, %d input pipelines: auto-shard policy %s", len(files), n, policy)
     mine = files[i::n] if policy == "FILE" else files
     start = start_batch * per_replica_batch
-    first_epoch, offset = divmod(start, _count(mine, *((n, i) if policy == "DATA" else (1, 0)))) if start else (0, 0)
+    first_epoch, offset = (
+        divmod(start, _count(mine, *((n, i) if policy == "DATA" else (1, 0)))) if start else (0, 0)
+    )
 
     def epoch(e):
         # DATA: the file order is the same on every pipeline (seed without the pipeline), so shard() splits it.
         order = tf.random.experimental.stateless_shuffle(
-            tf.constant(mine), seed=tf.stack([tf.constant(problem.seed if policy == "DATA" else problem.seed + i, tf.int64), e])
+            tf.constant(mine),
+            seed=tf.stack([tf.constant(problem.seed if policy == "DATA" else problem.seed + i, tf.int64), e]),
         )
         ds = tf.data.Dataset.from_tensor_slices(order).interleave(
             tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=AUTOTUNE, deterministic=True

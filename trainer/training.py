@@ -273,7 +273,9 @@ def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult
     preemption = _preemption(ctx, job, metrics)
     # Each input pipeline serves its task's local replicas one per-replica batch each per step.
     consumed = start * len(ctx.strategy.extended.worker_devices)
-    iterator = iter(ctx.strategy.distribute_datasets_from_function(data.resumed(job.task.dataset_fn, consumed)))
+    iterator = iter(
+        ctx.strategy.distribute_datasets_from_function(data.resumed(job.task.dataset_fn, consumed))
+    )
     settings = loop.LoopSettings(
         task_name=ctx.task_id.name,
         steps=config.steps,
@@ -326,7 +328,12 @@ def _copy_out(ctx: Context, job: Trainable, result: loop.LoopResult) -> None:
             f"copying the final model to {config.export_dir} failed ({err}); it is still in "
             f"{config.checkpoint_dir}/export (make output copies it again)"
         ) from None
-    log.info("%s: final model in %s, summary in %s", ctx.task_id.name, path, os.path.join(config.export_dir, "summary.json"))
+    log.info(
+        "%s: final model in %s, summary in %s",
+        ctx.task_id.name,
+        path,
+        os.path.join(config.export_dir, "summary.json"),
+    )
 
 
 def _finish(ctx: Context, job: Trainable, metrics, result: loop.LoopResult) -> None:

@@ -71,14 +71,18 @@ def test_input_resumes_across_kills_and_temporary_copies_do_not_pile_up(tmp_path
     assert max(left) <= 1, f"non-chief temporary checkpoint folders after each kill: {left}"
 
     at = _latest(ckpt)
-    _finish(tmp_path, "--steps", str(at + 20), "--checkpoint-dir", str(ckpt), "--output-dir", str(tmp_path / "r"))
+    _finish(
+        tmp_path, "--steps", str(at + 20), "--checkpoint-dir", str(ckpt), "--output-dir", str(tmp_path / "r")
+    )
     assert f"resumed at step {at}" in _log(tmp_path)
     _finish(tmp_path, "--steps", str(at), "--output-dir", str(tmp_path / "a"))
     _finish(tmp_path, "--steps", str(at + 20), "--output-dir", str(tmp_path / "b"))
     resumed, before, whole = _ids(tmp_path / "r"), _ids(tmp_path / "a"), _ids(tmp_path / "b")
     assert not resumed & before, f"{len(resumed & before)} examples seen again after the resume"
     assert resumed == whole - before, f"{len(whole - before - resumed)} examples skipped"
-    assert not [n for n in os.listdir(tmp_path / "tmp") if n.startswith("trainer-ckpt-")], "a finished run leaves none"
+    assert not [n for n in os.listdir(tmp_path / "tmp") if n.startswith("trainer-ckpt-")], (
+        "a finished run leaves none"
+    )
 
 
 def test_resume_with_new_settings_keeps_every_task_identical(tmp_path):

@@ -16,7 +16,8 @@ from trainer.cluster import parse_tf_config
 
 def build(tmp_path: Path, *args: str, knobs: dict[str, str] | None = None) -> Deployment:
     r = emit.run(
-        ["--target", "compose", "--out", str(tmp_path), *args], environ=knobs_lib.on_command_line(**(knobs or {}))
+        ["--target", "compose", "--out", str(tmp_path), *args],
+        environ=knobs_lib.on_command_line(**(knobs or {})),
     )
     emit.write(r)
     return r.deployment

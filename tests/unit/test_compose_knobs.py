@@ -28,7 +28,13 @@ def task_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **environ: str) ->
 
 def test_every_trainer_flag_is_a_knob_but_what_the_stack_sets() -> None:
     fields = {f.name.upper() for f in dataclasses.fields(Config)}
-    assert set(knobs.names()) == fields - {"METRICS_PORT", "METRICS_LINGER", "CHECKPOINT_DIR", "DATA", "EXPORT_DIR"}
+    assert set(knobs.names()) == fields - {
+        "METRICS_PORT",
+        "METRICS_LINGER",
+        "CHECKPOINT_DIR",
+        "DATA",
+        "EXPORT_DIR",
+    }
 
 
 def test_any_trainer_flag_reaches_every_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,7 +107,9 @@ def test_a_shell_variable_sharing_a_flags_name_changes_nothing(
     assert env["TRAINER_STEPS"] == "7"
 
 
-def test_trainer_variables_in_the_environment_are_knobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trainer_variables_in_the_environment_are_knobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name in knobs.names():
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TRAINER_SEED", "42")
@@ -114,7 +122,15 @@ def test_make_names_only_its_command_line_variables() -> None:
     """The real Makefile's MAKE_COMMAND_LINE: what the emitters trust as knobs."""
     env = {k: v for k, v in os.environ.items() if k != "MAKEFLAGS"}
     out = subprocess.run(
-        ["make", "--no-print-directory", "--eval", "show: ; @echo $$MAKE_COMMAND_LINE", "show", "STEPS=7", "TASK=cnn"],
+        [
+            "make",
+            "--no-print-directory",
+            "--eval",
+            "show: ; @echo $$MAKE_COMMAND_LINE",
+            "show",
+            "STEPS=7",
+            "TASK=cnn",
+        ],
         cwd=Path(__file__).resolve().parents[2],
         env={**env, "OUTPUT_DIR": "/stray", "SEED": "42"},
         capture_output=True,

@@ -12,12 +12,12 @@ import pytest
 import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 
 # isort: split
+from test_trainer_training import Recorder
+
 from trainer import checkpoint, manifest, output, training
 from trainer.cluster import TaskId
 from trainer.config import Config
 from trainer.errors import ConfigError
-
-from test_trainer_training import Recorder
 
 
 def _run(out, **overrides) -> dict:
@@ -49,7 +49,10 @@ def _truncate(path):
 
 DAMAGE = {
     "index missing": (lambda c: os.remove(c / "ckpt-60.index"), "ckpt-60.index is missing"),
-    "data missing": (lambda c: os.remove(c / "ckpt-60.data-00000-of-00001"), "data-00000-of-00001 is missing"),
+    "data missing": (
+        lambda c: os.remove(c / "ckpt-60.data-00000-of-00001"),
+        "data-00000-of-00001 is missing",
+    ),
     "data truncated": (lambda c: _truncate(c / "ckpt-60.data-00000-of-00001"), "is truncated"),
     "index truncated": (lambda c: _truncate(c / "ckpt-60.index"), "ckpt-60.index is truncated"),
     "manifest missing (save never finished)": (
@@ -70,7 +73,9 @@ def test_damaged_newest_checkpoint_is_skipped_with_a_warning(trained, tmp_path, 
         summary = _run(tmp_path / "out", steps=80, checkpoint_dir=str(ckpt))
     expected = 40 if why else 60  # a broken state file alone loses nothing: the files are intact
     assert summary["start_step"] == expected and summary["final_step"] == 80
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "skipping" in r.message]
+    warnings = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "skipping" in r.message
+    ]
     if why:
         assert len(warnings) == 1 and f"{ckpt}/ckpt-60" in warnings[0] and why in warnings[0], warnings
     else:
@@ -134,7 +139,9 @@ def small_disk(tmp_path):
     """A 1 MiB tmpfs: room for a couple of checkpoints of the MLP (~85 kB each), not for the export."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    rc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=False).returncode
+    rc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=False
+    ).returncode
     if rc != 0:
         pytest.fail("cannot mount a tmpfs (the test runs as root on CI)")
     yield mount
@@ -177,4 +184,6 @@ def test_the_final_model_and_summary_are_copied_out(tmp_path):
     _run(tmp_path / "out", steps=40, checkpoint_dir=str(ckpt))  # a later export, not copied: uncopied again
     assert output.uncopied(str(ckpt))
     assert output.main(["copy", "--checkpoint-dir", str(ckpt), "--to", str(out)]) == 0  # `make output`
-    assert json.loads((out / "summary.json").read_text())["final_step"] == 40 and not output.uncopied(str(ckpt))
+    assert json.loads((out / "summary.json").read_text())["final_step"] == 40 and not output.uncopied(
+        str(ckpt)
+    )

@@ -38,7 +38,9 @@ def _ids(ds, batches):
 def test_a_folder_is_its_tfrecord_files(folder):
     (folder / "README.txt").write_text("not data")
     assert records.find(str(folder)) == sorted(str(p) for p in folder.glob("*.tfrecord"))
-    assert records.find(str(folder / "part-0000[01].tfrecord")) == [str(folder / f"part-0000{k}.tfrecord") for k in (0, 1)]
+    assert records.find(str(folder / "part-0000[01].tfrecord")) == [
+        str(folder / f"part-0000{k}.tfrecord") for k in (0, 1)
+    ]
 
 
 def test_every_epoch_is_each_example_once_in_a_new_order(folder):
@@ -46,7 +48,9 @@ def test_every_epoch_is_each_example_once_in_a_new_order(folder):
     first, second = ids[:600], ids[600:]
     assert sorted(first) == sorted(second) == list(range(600))
     assert first != second, "the same order every epoch"
-    assert ids == _ids(records.dataset(str(folder), MLP, _ctx(), per_replica_batch=50), 24), "not reproducible"
+    assert ids == _ids(records.dataset(str(folder), MLP, _ctx(), per_replica_batch=50), 24), (
+        "not reproducible"
+    )
 
 
 @pytest.mark.parametrize("start", [0, 5, 13, 30])  # within the first epoch, at the boundary, later epochs
@@ -92,8 +96,14 @@ def _cnn_records(tmp_path) -> Path:
         (lambda t: t, "no TFRecord files (*.tfrecord*, *.tfr) in this folder"),
         (lambda t: t / "nothing-*.tfrecord", "matches no files"),
         (lambda t: _bad(t, "a.tfrecord", b""), "a.tfrecord: empty file"),
-        (lambda t: _bad(t, "a.tfrecord", b"not a record file, just some text\n" * 10), "a.tfrecord: not a TFRecord file"),
-        (lambda t: _cnn_records(t), "part-00000.tfrecord: record 0: feature 'x' has 768 values, the task wants 32"),
+        (
+            lambda t: _bad(t, "a.tfrecord", b"not a record file, just some text\n" * 10),
+            "a.tfrecord: not a TFRecord file",
+        ),
+        (
+            lambda t: _cnn_records(t),
+            "part-00000.tfrecord: record 0: feature 'x' has 768 values, the task wants 32",
+        ),
     ],
     ids=["empty folder", "glob of nothing", "empty file", "not TFRecord", "features of another task"],
 )
@@ -127,7 +137,17 @@ def test_the_trainer_exits_2_with_one_line_at_a_bad_record(folder, tmp_path):
     bad = _corrupt_record(folder, tmp_path, 57)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
     proc = subprocess.run(
-        [sys.executable, "-m", "trainer", "--strategy", "mirrored", "--metrics-port", "0", "--data", str(bad)],
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "--strategy",
+            "mirrored",
+            "--metrics-port",
+            "0",
+            "--data",
+            str(bad),
+        ],
         cwd=ROOT,
         env={**env, "TF_CPP_MIN_LOG_LEVEL": "3"},
         capture_output=True,
