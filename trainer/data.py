@@ -2,8 +2,8 @@
 
 Synthetic labels come from a fixed random linear teacher (deterministic by seed), so loss falls and
 accuracy beats chance with no download. Every example carries an id, so tests can check that tasks
-saw disjoint examples. Datasets are `.repeat()`ed: a dataset of known infinite cardinality spares
-MWMS an extra cross-worker all-reduce of "has a value" flags on every next() (measured: +33%).
+saw disjoint examples. Datasets are endless and say so (INFINITE_CARDINALITY): that spares MWMS an
+extra cross-worker all-reduce of "has a value" flags on every next() (measured: +33%).
 """
 
 from __future__ import annotations
