@@ -87,10 +87,18 @@ docker builder prune -f --filter type=source.local >/dev/null 2>&1
 [ "${1:-}" = --build-only ] && exit 0
 # 7. Before any task starts: does the checkpoint volume fit this job (its settings, a step below STEPS)?
 #    Skipped checkpoints are named; a refusal is its reason and the ways on, exit 2 (trainer/manifest.py).
+#    At or past STEPS (10): no trainer starts, the monitoring does (the finished job's history stays visible).
 rc=0
 dc run --rm --no-deps -T chief python -m trainer.manifest --checkpoint-dir /checkpoints || rc=$?
-[ "$rc" = 0 ] || exit "$rc"
-dc up -d --no-build --remove-orphans --quiet-pull
+if [ "$rc" = 10 ]; then
+  # shellcheck disable=SC2046  # a list of service names
+  dc up -d --no-build --remove-orphans --quiet-pull $(dc config --services | grep -vxE 'chief|worker-[0-9]+')
+  say "no trainer started: nothing to train (above); Prometheus and Grafana show the finished job"
+elif [ "$rc" != 0 ]; then
+  exit "$rc"
+else
+  dc up -d --no-build --remove-orphans --quiet-pull
+fi
 
 addr=${BIND_ADDR:-127.0.0.1}
 echo

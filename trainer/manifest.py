@@ -28,6 +28,9 @@ from trainer.errors import EXIT_CONFIG, ConfigError
 SUFFIX = ".manifest.json"
 PREFIX_RE = re.compile(r"^ckpt-(\d+)(?:\.index|\.data-\d{5}-of-\d{5}|\.manifest\.json)$")
 ACCEPT_FLAG = "--resume-new-settings 1"
+NOTHING_TO_TRAIN = 10
+"""`python -m trainer.manifest`'s answer when the checkpoint is already at or past --steps (compose/up.sh
+then starts the monitoring but no trainer)."""
 
 JOB_SETTINGS = {
     "task": "another model: the checkpoint's variables would not even match",
@@ -215,7 +218,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
             "or `make clean` to start over (the final model stays in OUTPUT=)",
             file=sys.stderr,
         )
-        return EXIT_CONFIG
+        return NOTHING_TO_TRAIN
     if found.step is not None:
         print(f"up: resuming at step {found.step} of {config.steps}", file=sys.stderr)
     return 0
