@@ -10,11 +10,11 @@ from trainer.config import Config
 from trainer.errors import EXIT_CONFIG
 
 
-def _save(folder, step: int, config: Config = Config()) -> None:
+def _save(folder, step: int) -> None:
     prefix = folder / f"ckpt-{step}"
     (folder / f"ckpt-{step}.index").write_bytes(b"i" * 10)
     (folder / f"ckpt-{step}.data-00000-of-00001").write_bytes(b"d" * 100)
-    manifest.publish(str(prefix), step, manifest.job_settings(config, 2))
+    manifest.publish(str(prefix), step, manifest.job_settings(Config(), 2))
 
 
 def test_scan_takes_the_newest_intact_and_says_why_it_skipped(tmp_path):
