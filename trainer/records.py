@@ -93,7 +93,7 @@ def check(files: list[str], problem: Synthetic) -> None:
         if os.path.getsize(path) == 0:
             raise DataError(f"--data: {path}: empty file")
         try:
-            first = next(iter(tf.compat.v1.io.tf_record_iterator(path)))
+            first = next(iter(tf.data.TFRecordDataset(path).take(1))).numpy()
         except tf.errors.DataLossError as err:
             raise DataError(f"--data: {path}: not a TFRecord file ({_first_line(err)})") from None
         except StopIteration:
