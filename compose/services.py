@@ -89,9 +89,9 @@ class Service:
     title: str = ""
     """Display name in reports and URLs ("Prometheus"); empty for a trainer task."""
     image: str
-    image_variable: str = ""
-    """An environment variable that replaces the image where the target lets one (Compose's
-    `${PROMETHEUS_IMAGE:-...}`: `make up` picks the online or the Debian-built image)."""
+    """The image where none is given: `<NAME>_IMAGE` replaces it (image_variable(); Compose writes
+    `${PROMETHEUS_IMAGE:-...}`, so `make up` can pick the online or the Debian-built image; Swarm
+    takes --<name>-image)."""
     build: bool = False
     """This service builds the image (the chief); other services with the same image never pull it."""
     command: tuple[str, ...] = ()
@@ -132,7 +132,6 @@ PROMETHEUS = Service(
     title="Prometheus",
     # Online: the upstream image; offline: Debian's prometheus package (images/images.sh prometheus).
     image="prom/prometheus:v2.55.1",
-    image_variable="PROMETHEUS_IMAGE",
     command=(
         "--config.file=/etc/prometheus/prometheus.yml",
         "--storage.tsdb.path=/prometheus",
@@ -266,3 +265,25 @@ def config_files(config: ConfigDir, root: Path) -> list[Path]:
     base = root / config.source
     found = [p for pattern in config.files for p in sorted(base.glob(pattern)) if p.is_file()]
     return [p.relative_to(base) for p in dict.fromkeys(found)]
+
+
+def shell_lines(listed: tuple[Service, ...] | None = None) -> list[str]:
+    """What `make up` (compose/up.sh) reads of the description, as shell assignments: the optional
+    services (each started only when its image is present or pullable) and their images, unless the
+    environment names one (`make up GRAFANA_IMAGE=...`)."""
+    listed = SERVICES if listed is None else listed
+    optional = [s for s in listed if s.optional]
+    lines = [f"OPTIONAL_SERVICES='{' '.join(s.name for s in optional)}'"]
+    lines += [
+        f'{image_variable(s)}="${{{image_variable(s)}:-{s.image}}}"' for s in optional
+    ]  # a given one wins
+    return lines
+
+
+def image_variable(s: Service) -> str:
+    """The variable that names a service's image in make and the shell: GRAFANA_IMAGE, ..."""
+    return s.name.upper().replace("-", "_") + "_IMAGE"
+
+
+if __name__ == "__main__":  # python3 -m compose.services: eval'd by compose/up.sh
+    print("\n".join(shell_lines()))

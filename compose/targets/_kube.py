@@ -17,6 +17,7 @@ from pathlib import Path
 import contract
 from compose import deployment, services
 from compose.deployment import Change, Deployment
+from compose.targets import Emitted, Yaml
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_GAVE_UP, EXIT_MISSING_PEERS
 
 OUT = ".run/k8s"
@@ -81,9 +82,9 @@ def pvc(d: Deployment, names: Names) -> dict:
     }
 
 
-def _container(d: Deployment, cmd: list[str], env: list[dict]) -> dict:
+def _container(d: Deployment, cmd: list[str], env: list[dict], name: str) -> dict:
     container = {
-        "name": CONTAINER,
+        "name": name,
         "image": d.pulled_image,
         "imagePullPolicy": "IfNotPresent",
         "command": [_literal(c) for c in cmd],
@@ -113,7 +114,9 @@ def env(d: Deployment) -> list[dict]:
     return [{"name": k, "value": _literal(v)} for k, v in deployment.trainer_env(d).items()]
 
 
-def pod_template(d: Deployment, names: Names, *, chief: bool, cmd: list[str], env: list[dict]) -> dict:
+def pod_template(
+    d: Deployment, names: Names, *, chief: bool, cmd: list[str], env: list[dict], container: str = CONTAINER
+) -> dict:
     """One task's pod: the Compose hardening, the metrics port annotated for Prometheus, the chief's PVC."""
     checkpoints = {"persistentVolumeClaim": {"claimName": names.claim}} if chief else {"emptyDir": {}}
     spec = {
@@ -128,7 +131,7 @@ def pod_template(d: Deployment, names: Names, *, chief: bool, cmd: list[str], en
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "dnsConfig": {"options": [{"name": "timeout", "value": "1"}, {"name": "attempts", "value": "1"}]},
-        "containers": [_container(d, cmd, env)],
+        "containers": [_container(d, cmd, env, container)],
         "volumes": [
             {"name": "tmp", "emptyDir": {}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
@@ -155,6 +158,16 @@ def describe(ns: argparse.Namespace, environ: Mapping[str, str]) -> Deployment:
     names(ns)  # a bad name is bad input before anything is built
     gpu_ids = deployment.fake_gpu_ids(ns.workers, ns.gpus_per_worker)
     return deployment.from_args(ns, gpu_ids, environ=environ, checkpoint_storage=ns.checkpoint_storage)
+
+
+def emitted(
+    d: Deployment, names: Names, file: str, objects: tuple[dict, ...], changes: list[Change]
+) -> Emitted:
+    """One Kubernetes target's file: the chief's PVC, the target's objects, the PodMonitor."""
+    docs = (pvc(d, names), *objects, pod_monitor(names))
+    return Emitted(
+        files={file: Yaml(docs, dollars=False)}, changes=changes, summary=f"chief + {d.workers} workers"
+    )
 
 
 def names(ns: argparse.Namespace) -> Names:

@@ -112,7 +112,8 @@ def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
 
 
 def _flag(s: Service) -> str:
-    return f"{s.name}_image"
+    """The argparse destination of --<name>-image."""
+    return services.image_variable(s).lower()
 
 
 def placement(task_position: int, nodes: int) -> dict:
@@ -275,13 +276,7 @@ def _service(
     if s.publish:
         out["ports"] = [{"target": p, "published": p, "protocol": "tcp", "mode": "host"} for p in s.publish]
     if s.healthcheck:
-        h = s.healthcheck
-        out["healthcheck"] = {
-            "test": ["CMD", *h.test],
-            "interval": f"{h.interval_s}s",
-            "timeout": f"{h.timeout_s}s",
-            "retries": h.retries,
-        }
+        out["healthcheck"] = compose_target.healthcheck(s.healthcheck)
     out["deploy"] = {
         "replicas": 1,
         # No IPVS on these kernels: a VIP answers "No route to host" (docs/multi-host.md).

@@ -33,7 +33,7 @@ K8S_VERSIONS = ("1.31.0", "1.37.0")
 CPU = Deployment(workers=1, knobs=(("steps", "200"),))
 GPU = Deployment(workers=3, knobs=(("steps", "200"),), gpu_ids=deployment.fake_gpu_ids(3, 1))
 NAMES = _kube.Names()
-TARGETS = ("tfjob", "jobset")
+TARGETS = ("tfjob", "jobset", "trainjob")
 JOBSET_FIELDS = {
     "spec": {
         "replicatedJobs",
