@@ -154,8 +154,11 @@ def _run(ctx: Context, metrics) -> None:
         "%s: %s", ctx.task_id.name, device.describe(_gpu_names(), tf.sysconfig.get_build_info(), os.environ)
     )
     job = _build(ctx)
+    # The preemption handler restores the chief's latest checkpoint when it is made: before our own
+    # resume, or it would put back the saved learning rate on the chief only (the tasks then drift).
+    preemption = _preemption(ctx, job, metrics)
     start = _resume(ctx, job)
-    result = _train(ctx, job, metrics, start)
+    result = _train(ctx, job, metrics, start, preemption)
     _finish(ctx, job, metrics, result)
 
 
@@ -268,9 +271,10 @@ def _agree(strategy, k: int) -> int:
     return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
 
 
-def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult:
+def _train(
+    ctx: Context, job: Trainable, metrics, start: int, preemption: tuple[loop.Action, ...]
+) -> loop.LoopResult:
     config = ctx.config
-    preemption = _preemption(ctx, job, metrics)
     # Each input pipeline serves its task's local replicas one per-replica batch each per step.
     consumed = start * len(ctx.strategy.extended.worker_devices)
     iterator = iter(
