@@ -32,6 +32,7 @@ METRICS_LINGER_SECONDS = 12
 """Two 5 s scrape intervals (monitoring/config/prometheus/prometheus.yml) plus margin: Prometheus records the
 final step and the `done` state before a finished task's container exits."""
 CHECKPOINT_DIR = "/checkpoints"
+OUTPUT_DIR = "/output"
 SCRIPT_DIR = "/script"
 DATA_DIR = "/data"
 UID = GID = 1000
@@ -70,6 +71,8 @@ class Deployment:
     """Host path of a user's MWMS script, run instead of `python -m trainer` (SCRIPT=)."""
     data: str | None = None
     """Host path mounted read-only at /data (DATA=)."""
+    output: str | None = None
+    """Host folder where the chief copies the final model and the run summary at the end (OUTPUT=)."""
     extra_args: tuple[str, ...] = ()
     """Appended to every task's command: trainer flags, or the user script's own arguments (ARGS=)."""
     cpu: str = "2"
@@ -197,6 +200,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-repo", default=Deployment.image_repo)
     p.add_argument("--script", help="host path of your MWMS script, run in every task")
     p.add_argument("--data", help="host folder mounted read-only at /data")
+    p.add_argument("--output", help="host folder the chief copies the final model and summary into")
     p.add_argument("--args", default="", help="extra arguments for every task's command (shell-quoted)")
     p.add_argument("--max-restarts", type=int, default=Deployment.max_restarts)
     p.add_argument("--project", default=Deployment.project, help="stack name, a label on every series")
@@ -225,6 +229,7 @@ def from_args(
         max_restarts=ns.max_restarts,
         script=ns.script,
         data=ns.data,
+        output=ns.output,
         extra_args=tuple(shlex.split(ns.args)),
         project=ns.project,
         run=ns.run or run_id(),

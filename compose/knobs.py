@@ -2,10 +2,13 @@
 
     make up STEPS=500 INPUT_DELAY_MS=20 LEARNING_RATE=0.05
 
-The one path a knob takes: make exports its command-line variables (and the shell's) to the recipe
-(compose/up.sh, compose/swarm/stack-up.sh, `make k8s`); the emitter (python -m compose.emit, every
-target) reads them here from its environment into the Deployment's `knobs` (compose/deployment.py);
-every task gets `TRAINER_<NAME>`, which trainer/config.py reads. The names are trainer.config.Config's
+The one path a knob takes: make exports its command-line variables to the recipe (compose/up.sh,
+compose/swarm/stack-up.sh, `make k8s`) and names them in MAKE_COMMAND_LINE (compose/compose.mk); the
+emitter (python -m compose.emit, every target) reads them here from its environment into the
+Deployment's `knobs` (compose/deployment.py); every task gets `TRAINER_<NAME>`, which trainer/config.py
+reads. Only documented settings reach the job: a name given on make's command line, or TRAINER_<NAME>
+in the environment. A shell variable that merely shares a flag's name (OUTPUT_DIR, SEED, ...) is
+someone else's and changes nothing. The names are trainer.config.Config's
 fields, so a new trainer flag is a new knob with no edit here, in the Makefile or in the scripts. Values
 are checked by trainer.config before any container starts.
 """
@@ -24,6 +27,7 @@ STACK_OWNED = {
     "metrics_linger": "the stack keeps a finished task's metrics up for Prometheus' last scrape",
     "checkpoint_dir": "the chief writes the stack's checkpoint volume",
     "data": "DATA= is a host folder the stack mounts read-only at /data",
+    "export_dir": "OUTPUT= is the host folder the stack mounts for the final model",
 }
 """Fields the generator sets itself, and why a user cannot."""
 
@@ -47,17 +51,35 @@ def names() -> list[str]:
     return [f.name.upper() for f in dataclasses.fields(Config) if f.name not in STACK_OWNED]
 
 
+COMMAND_LINE = "MAKE_COMMAND_LINE"
+"""The variable naming what was given on make's command line (compose/compose.mk computes it)."""
+
+
+def on_command_line(**values: str) -> dict[str, str]:
+    """The environment a recipe of `make up NAME=VALUE ...` sees: the values and the list of their names."""
+    return {**values, COMMAND_LINE: " ".join(values)}
+
+
+def given(environ: Mapping[str, str]) -> dict[str, str]:
+    """The settings the user gave: make command-line variables, then TRAINER_<NAME> (the trainer's own
+    spelling) for the rest. Anything else in the environment is not ours to read."""
+    on_line = set(environ.get(COMMAND_LINE, "").split())
+    out = {}
+    for f in dataclasses.fields(Config):
+        name = f.name.upper()
+        value = environ.get(name, "") if name in on_line else ""
+        out[f.name] = value or environ.get(ENV_PREFIX + name, "")
+    return out
+
+
 def from_environ(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """(Config field, value) for every knob set (non-empty) in `environ`, else make up's defaults,
-    checked as the trainer will check them. Raises ValueError with a one-line message."""
+    """(Config field, value) for every knob the user gave (non-empty, see `given`), else make up's
+    defaults, checked as the trainer will check them. Raises ValueError with a one-line message."""
+    user = given(environ)
     for name, why in STACK_OWNED.items():
-        if name != "data" and environ.get(name.upper()):
+        if name != "data" and user[name]:
             raise ValueError(f"{name.upper()} is set by the stack ({why}): unset it")
-    values = {
-        f.name: environ.get(f.name.upper(), "")
-        for f in dataclasses.fields(Config)
-        if f.name not in STACK_OWNED
-    }
+    values = {name: value for name, value in user.items() if name not in STACK_OWNED}
     defaults = UP_DEFAULTS | ({} if values["task"] else UP_TASK)
     values = {name: value or defaults.get(name, "") for name, value in values.items()}
     env = {ENV_PREFIX + name.upper(): value for name, value in values.items() if value}

@@ -22,7 +22,16 @@ from pathlib import Path
 
 import contract
 from compose import deployment
-from compose.deployment import CHECKPOINT_DIR, DATA_DIR, GID, SCRIPT_DIR, STOP_GRACE_SECONDS, UID, Deployment
+from compose.deployment import (
+    CHECKPOINT_DIR,
+    DATA_DIR,
+    GID,
+    OUTPUT_DIR,
+    SCRIPT_DIR,
+    STOP_GRACE_SECONDS,
+    UID,
+    Deployment,
+)
 from compose.yamltext import Interpolated
 from trainer import supervise
 
@@ -65,10 +74,11 @@ class RunDir:
 
 @dataclass(frozen=True)
 class Bind:
-    """A host path of the user's (SCRIPT=, DATA=) mounted read-only; it must exist."""
+    """A host path of the user's (SCRIPT=, DATA=, OUTPUT=) mounted, read-only unless written; it must exist."""
 
     source: str
     target: str
+    read_only: bool = True
 
 
 @dataclass(frozen=True)
@@ -250,6 +260,7 @@ def _trainer(d: Deployment, name: str, tf_config: str) -> Service:
         environment={
             "TF_CONFIG": tf_config,
             **deployment.trainer_env(d),
+            **_export_env(d, chief),
             supervise.STATE_DIR_ENV: SUPERVISE_DIR,
         },
         expose=(contract.TF_PORT, contract.METRICS_PORT),
@@ -265,8 +276,17 @@ def _trainer(d: Deployment, name: str, tf_config: str) -> Service:
         # Only the chief writes the shared checkpoint volume; other tasks save to a private tmpfs.
         tmpfs=("/tmp",) if shared else ("/tmp", CHECKPOINT_DIR),
         volumes=((("checkpoints", CHECKPOINT_DIR),) if shared else ()) + (("supervise", SUPERVISE_DIR),),
-        binds=_binds(d),
+        binds=_binds(d) + (_output_bind(d) if chief else ()),
     )
+
+
+def _export_env(d: Deployment, chief: bool) -> dict[str, str]:
+    """The chief copies the final model out of the volume into OUTPUT= at the end (trainer/output.py)."""
+    return {"TRAINER_EXPORT_DIR": OUTPUT_DIR} if chief and d.output else {}
+
+
+def _output_bind(d: Deployment) -> tuple[Bind, ...]:
+    return (Bind(str(Path(d.output).resolve()), OUTPUT_DIR, read_only=False),) if d.output else ()
 
 
 def _binds(d: Deployment) -> tuple[Bind, ...]:

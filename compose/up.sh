@@ -49,6 +49,15 @@ args=(--workers "${WORKERS:-$DEFAULT_WORKERS}" --out "$RUN_DIR" --base-image "$B
       --image-repo "${IMAGE_REPO:-mwms/trainer}" --args "${ARGS:-}")
 [ -n "${SCRIPT:-}" ] && args+=(--script "$SCRIPT")
 [ -n "${DATA:-}" ] && args+=(--data "$DATA")
+# OUTPUT: where the chief copies the final model and summary (trainer/output.py). A folder made here is
+# given to the containers' user (uid 1000); one of yours is checked, and the chmod that fixes it said.
+if [ -n "${OUTPUT:-}" ]; then
+  if [ ! -d "$OUTPUT" ]; then
+    mkdir -p "$OUTPUT"
+    [ "$(id -u)" = 0 ] && chown 1000:1000 "$OUTPUT"
+  fi
+  args+=(--output "$OUTPUT")
+fi
 "${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}"
 variant=cpu; [ -f "$RUN_DIR/compose.gpu.yaml" ] && variant=gpu
 
@@ -104,7 +113,20 @@ quietly "$RUN_DIR/logs/build.log" "up: building ${IMAGE_REPO:-mwms/trainer} ($va
 docker image prune -f --filter label=org.mwms.image=trainer >/dev/null
 docker builder prune -f --filter type=source.local >/dev/null 2>&1
 [ "${1:-}" = --build-only ] && exit 0
-dc up -d --no-build --remove-orphans --quiet-pull
+# 7. Before any task starts: does the checkpoint volume fit this job (its settings, a step below STEPS)?
+#    Skipped checkpoints are named; a refusal is its reason and the ways on, exit 2 (trainer/manifest.py).
+#    At or past STEPS (10): no trainer starts, the monitoring does (the finished job's history stays visible).
+rc=0
+dc run --rm --no-deps -T chief python -m trainer.manifest --checkpoint-dir /checkpoints || rc=$?
+if [ "$rc" = 10 ]; then
+  # shellcheck disable=SC2046  # a list of service names
+  dc up -d --no-build --remove-orphans --quiet-pull $(dc config --services | grep -vxE 'chief|worker-[0-9]+')
+  say "no trainer started: nothing to train (above); Prometheus and Grafana show the finished job"
+elif [ "$rc" != 0 ]; then
+  exit "$rc"
+else
+  dc up -d --no-build --remove-orphans --quiet-pull
+fi
 
 addr=${BIND_ADDR:-127.0.0.1}
 echo
@@ -123,3 +145,4 @@ fi
 p=""; [ "${PROJECT:-$DEFAULT_PROJECT}" = "$DEFAULT_PROJECT" ] || p=" PROJECT=$PROJECT"
 echo "Follow:     make status$p (per-task table) | make logs$p | make wait$p (blocks, returns the chief's exit code)"
 echo "Stop:       make down$p (keeps checkpoints and history) | make clean$p (removes them)"
+[ -n "${OUTPUT:-}" ] && echo "Model:      $OUTPUT/model (SavedModel) and $OUTPUT/summary.json when the job is done"

@@ -72,10 +72,16 @@ class Config:
     """Seconds to keep serving /metrics after the last step, so a scraper records the final step and `done`."""
     checkpoint_dir: str = ""
     """Where the chief writes checkpoints and the final model; empty disables checkpoints."""
+    resume_new_settings: int = 0
+    """1: resume a checkpoint whose job settings (trainer/manifest.py) differ, with the new settings on every
+    task; 0 (default): such a start stops with exit 2, naming each difference."""
     save_every: int = 100
     """Checkpoint every this many steps (and always at the end); 0 means only at the end."""
     output_dir: str = ""
     """If set, each task writes `<task>.json` here at the end: step, weights checksum, example ids."""
+    export_dir: str = ""
+    """If set, the chief copies the final model (`model/`, a SavedModel) and the run's summary
+    (`summary.json`) here at the end and records the copy in --checkpoint-dir (the stack: OUTPUT= on the host)."""
     cluster_timeout: float = 300.0
     """Seconds to wait for every peer to accept a connection before exiting with code 3."""
     heartbeat_timeout: float = 10.0
@@ -93,6 +99,7 @@ class Config:
             "bytes_per_pack",
         ):
             _check(getattr(self, name) >= 0, name, "must be 0 or more")
+        _check(self.resume_new_settings in (0, 1), "resume_new_settings", "must be 0 or 1")
         _check(self.learning_rate > 0, "learning_rate", "must be positive")
         _check(self.cluster_timeout > 0, "cluster_timeout", "must be positive (seconds)")
         _check(self.heartbeat_timeout >= 1, "heartbeat_timeout", "must be 1 or more (seconds)")

@@ -1,9 +1,10 @@
 """Exit codes: the contract between a task and whatever restarts it (compose, a launcher, CI).
 
 0        the requested steps are done
-1        a permanent failure not covered below (a bug, a broken plugin task, bad data)
-2        bad configuration: a flag, an environment variable, TF_CONFIG, or tasks that disagree
-         on the cluster spec, the TensorFlow version or the trainer version
+1        a permanent failure not covered below (a bug, a broken plugin task, a save that failed)
+2        bad configuration: a flag, an environment variable, TF_CONFIG, bad --data (the file and
+         the fault), a checkpoint of other job settings, or tasks that disagree on the cluster
+         spec, the TensorFlow version or the trainer version
 3        missing peers: the preflight did not reach every peer, or the cluster did not form
          (a peer never registered), within --cluster-timeout
 4        gave up: trainer.supervise restarted the task its budget of times without a new checkpoint
@@ -33,6 +34,10 @@ class TrainerError(Exception):
 
 class ConfigError(TrainerError):
     exit_code = EXIT_CONFIG
+
+
+class DataError(ConfigError):
+    """--data that the task cannot train on: one line naming the file (and record) and the fault."""
 
 
 class MissingPeersError(TrainerError):

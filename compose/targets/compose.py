@@ -46,6 +46,8 @@ def describe(
     for variable, path, is_dir in (("SCRIPT", d.script, False), ("DATA", d.data, True)):
         if path and (problem := mounts.problem(variable, path, is_dir=is_dir)):
             raise ValueError(problem)
+    if d.output and (problem := mounts.problem("OUTPUT", d.output, is_dir=True, want="rwx")):
+        raise ValueError(problem)
     return d
 
 
@@ -157,7 +159,7 @@ def _volumes(s: Service) -> list:
                 "type": "bind",
                 "source": b.source,
                 "target": b.target,
-                "read_only": True,
+                **({"read_only": True} if b.read_only else {}),
                 "bind": {"create_host_path": False},
             }
             for b in s.binds

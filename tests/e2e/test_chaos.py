@@ -271,7 +271,7 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
     )
     chaos = Chaos(stack, faults)
     chaos.steps = steps
-    stack.make("clean", timeout=300)
+    stack.make("clean", "FORCE=1", timeout=300)
     try:
         up = stack.make("up", timeout=1800)
         assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
@@ -291,7 +291,7 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
             assert "MISSED" not in r.note, f"fault {r.index}: no save was in flight"
     finally:
         keep_logs(stack, os.environ.get("CHAOS_LOGS"))
-        stack.make("clean", timeout=300)
+        stack.make("clean", "FORCE=1", timeout=300)
 
 
 def keep_logs(stack: FaultStack, directory: str | None) -> None:

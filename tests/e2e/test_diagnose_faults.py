@@ -224,7 +224,7 @@ def long_job() -> Iterator[None]:
         start_job(LONG_JOB)
         yield
     finally:
-        make("clean", timeout=300)  # containers, this project's volumes and .run/diagnose
+        make("clean", "FORCE=1", timeout=300)  # containers, this project's volumes and .run/diagnose
 
 
 @pytest.fixture(scope="module")

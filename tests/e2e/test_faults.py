@@ -74,11 +74,11 @@ def record(name: str, outcome: Outcome) -> None:
 def fault_stack():
     """A fresh job (no checkpoints) per scenario; always torn down, history volume included."""
     engine_ready()
-    STACK.make("clean", timeout=300)
+    STACK.make("clean", "FORCE=1", timeout=300)
     up = STACK.make("up", timeout=1800)
     assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
     yield STACK
-    STACK.make("clean", timeout=300)
+    STACK.make("clean", "FORCE=1", timeout=300)
 
 
 def finish(fault_at: float, code: int | None = None) -> Outcome:
@@ -296,11 +296,11 @@ def test_prometheus_restart_does_not_affect_training_and_keeps_history(fault_sta
 def generated():
     """The stack's files and images, nothing started; always torn down."""
     engine_ready()
-    STACK.make("clean", timeout=300)
+    STACK.make("clean", "FORCE=1", timeout=300)
     built = STACK.make("images", timeout=1800)
     assert built.returncode == 0, built.stderr[-3000:]
     yield STACK
-    STACK.make("clean", timeout=300)
+    STACK.make("clean", "FORCE=1", timeout=300)
 
 
 def test_a_worker_that_never_starts_ends_every_task_with_one_line_naming_it(generated: FaultStack) -> None:

@@ -9,12 +9,16 @@ import pytest
 import yaml
 
 from compose import emit, gpus
+from compose import knobs as knobs_lib
 from compose.deployment import Deployment
 from trainer.cluster import parse_tf_config
 
 
 def build(tmp_path: Path, *args: str, knobs: dict[str, str] | None = None) -> Deployment:
-    r = emit.run(["--target", "compose", "--out", str(tmp_path), *args], environ=knobs or {})
+    r = emit.run(
+        ["--target", "compose", "--out", str(tmp_path), *args],
+        environ=knobs_lib.on_command_line(**(knobs or {})),
+    )
     emit.write(r)
     return r.deployment
 

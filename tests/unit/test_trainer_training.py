@@ -158,7 +158,7 @@ def test_tfrecord_shards_are_disjoint(tmp_path, caplog, num_files, policy):
     seen = []
     for i in range(3):
         ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=i, num_replicas_in_sync=3)
-        ds = records.dataset(str(tmp_path / "*.tfrecord"), prob, ctx, per_replica_batch=64)
+        ds = records.dataset(records.Source(str(tmp_path / "*.tfrecord"), prob), ctx, per_replica_batch=64)
         seen.append({int(v) for _, _, ids in ds.take(20) for v in ids.numpy()})
     assert f"auto-shard policy {policy}" in caplog.text
     assert not (seen[0] & seen[1]) and not (seen[0] & seen[2]) and not (seen[1] & seen[2])

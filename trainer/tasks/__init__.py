@@ -47,13 +47,18 @@ def builtin(
     from trainer import records
 
     prob = data_mod.problem(spec.name, seed)
-    read = partial(records.dataset, data, prob) if data else partial(data_mod.synthetic_dataset, prob)
+    read = (
+        partial(records.dataset, records.Source(data, prob))
+        if data
+        else partial(data_mod.synthetic_dataset, prob)
+    )
     dataset_fn = partial(_batched, read, per_replica_batch=per_replica_batch, input_delay_ms=input_delay_ms)
     return Task(spec.model(prob, seed), spec.loss, dataset_fn, classify=spec.classify)
 
 
-def _batched(read, ctx, *, per_replica_batch, input_delay_ms):
-    return read(ctx, per_replica_batch, input_delay_ms)
+def _batched(read, ctx, *, per_replica_batch, input_delay_ms, start_batch=0):
+    """`start_batch`: where a resumed run's input picks up (trainer/data.py's resumable pipelines)."""
+    return read(ctx, per_replica_batch, input_delay_ms, start_batch)
 
 
 def load(name: str) -> Callable[..., Task | tuple]:
