@@ -24,7 +24,6 @@ import logging
 import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import replace
 
@@ -230,7 +229,7 @@ def main(argv=None) -> int:
             f"{k} steps per call, {args.rounds} rounds x {args.bench_steps} steps per mode; "
         )
         print(_report(header, args, k, rates, timings), flush=True)
-    trace = _trace_check(cnn["serial"][2], cnn["serial"][3], TRACE_STEPS, chief)
+    trace = tracecheck.check(cnn["serial"][2], cnn["serial"][3], TRACE_STEPS, chief)
     payload = _compression(strategy, args.rounds)
     if chief:
         print(_report_more(trace, payload, TRACE_STEPS), flush=True)
@@ -239,12 +238,6 @@ def main(argv=None) -> int:
 
 # Steps in the profiled call: the profiler's host buffer dropped events of 60 cnn steps (measured).
 TRACE_STEPS = 20
-
-
-def _trace_check(fns, iterator, steps: int, chief: bool):
-    with tempfile.TemporaryDirectory() as logdir:
-        marks = tracecheck.traced_call(fns, iterator, steps, logdir, profile=chief)
-        return tracecheck.compare(marks, logdir) if chief else None
 
 
 def _compression(strategy, rounds: int) -> dict[str, list[float]]:

@@ -18,7 +18,7 @@ from functools import partial
 import tensorflow as tf
 
 import trainer
-from trainer import agreement, device, loop, progress, step, summary, tasks
+from trainer import agreement, device, loop, progress, server_config, step, summary, tasks
 from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
@@ -55,6 +55,7 @@ def make_strategy(config: Config, spec: ClusterSpec | None) -> tf.distribute.Str
             rpc_layer="grpc",
         )
         configure_coordination(config, resolver.cluster_spec())
+        server_config.apply(server_config.DEFAULT)  # before MWMS: it starts the gRPC server
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
 
 

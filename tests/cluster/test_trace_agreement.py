@@ -1,4 +1,5 @@
-"""The breakdown checked by something other than itself: TensorFlow's profiler on a local cluster.
+"""The breakdown checked by something other than itself: TensorFlow's profiler on a local cluster,
+through `make bench` (c)'s own path (tracecheck.check, after SETTLE_STEPS steps as the bench's are).
 
 The chief traces one timed call of the `cnn` task (chief + 1 worker); compute and all-reduce summed
 from the marks must agree with the same spans read from the trace's op events within TOLERANCE.
