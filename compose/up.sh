@@ -2,13 +2,14 @@
 # `make up`: engine -> images -> generated compose files -> build once -> start -> print URLs.
 # Stack settings arrive through the environment from compose/compose.mk's STACK_VARS (WORKERS, GPUS, ...);
 # trainer knobs (STEPS=, TASK=, any trainer flag upper-cased) pass through it untouched to
-# compose.generate, which reads them (compose/knobs.py).
+# the Compose target (python -m compose.emit --target compose), which reads them (compose/knobs.py).
 # Run from the repository root. `up.sh --build-only` stops after building (make images).
 set -euo pipefail
 
 RUN_DIR=${RUN_DIR:-.run}
 SECRETS_DIR=${SECRETS_DIR:-secrets}
-GRAFANA_IMAGE=grafana/grafana:11.6.0
+# The optional services of compose/services.py and their images (OPTIONAL_SERVICES, GRAFANA_IMAGE, ...).
+eval "$("${PYTHON:-python3}" -m compose.services)"
 say() { echo "up: $*" >&2; }
 
 compose/engine.sh ensure
@@ -27,16 +28,20 @@ args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE"
       --image-repo "${IMAGE_REPO:-mwms/trainer}" --args "${ARGS:-}")
 [ -n "${SCRIPT:-}" ] && args+=(--script "$SCRIPT")
 [ -n "${DATA:-}" ] && args+=(--data "$DATA")
-"${PYTHON:-python3}" -m compose.generate "${args[@]}"
+"${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}"
 variant=cpu; [ -f "$RUN_DIR/compose.gpu.yaml" ] && variant=gpu
 
 # 3. Wheels on the host (containers cannot reach PyPI), checked against the hash lock.
 images/images.sh wheelhouse "images/requirements-$variant.lock" "build/wheelhouse-$variant"
 
-# 4. Grafana only when its image is here or pullable, with a random admin password (never admin/admin).
+# 4. Each optional service (Grafana) only when its image is here or pullable (its Compose profile);
+#    Grafana with a random admin password (never admin/admin).
 profiles=""
-if images/images.sh grafana "$GRAFANA_IMAGE"; then
-  profiles=grafana
+for service in $OPTIONAL_SERVICES; do
+  image_var="$(tr 'a-z-' 'A-Z_' <<<"$service")_IMAGE"
+  if images/images.sh pullable "${!image_var}"; then profiles="${profiles:+$profiles,}$service"; fi
+done
+if [[ ,$profiles, == *,grafana,* ]]; then
   if [ ! -s "$SECRETS_DIR/grafana_admin_password" ]; then
     mkdir -p "$SECRETS_DIR" && chmod 700 "$SECRETS_DIR"
     # 0644 inside a 0700 directory: readable by Grafana's uid 472 in the container, by no other host user.
@@ -54,6 +59,10 @@ BIND_ADDR=${BIND_ADDR:-127.0.0.1}
 RUN_DIR=$(realpath "$RUN_DIR")
 SECRETS_DIR=$(realpath -m "$SECRETS_DIR")
 EOF
+for service in $OPTIONAL_SERVICES; do
+  image_var="$(tr 'a-z-' 'A-Z_' <<<"$service")_IMAGE"
+  echo "$image_var=${!image_var}" >>"$RUN_DIR/stack.env"
+done
 # shellcheck disable=SC2046  # compose.args is a list of -f options
 dc() { docker compose --project-directory . --env-file "$RUN_DIR/stack.env" $(cat "$RUN_DIR/compose.args") "$@"; }
 
@@ -81,7 +90,7 @@ dc up -d --no-build --remove-orphans --quiet-pull
 addr=${BIND_ADDR:-127.0.0.1}
 echo
 echo "Prometheus: http://$addr:9090   (targets: http://$addr:9090/targets)"
-if [ -n "$profiles" ]; then
+if [[ ,$profiles, == *,grafana,* ]]; then
   echo "Grafana:    http://$addr:3000   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
 else
   cat <<EOF

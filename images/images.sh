@@ -6,7 +6,7 @@
 #   images.sh prometheus TAG          Debian's prometheus package (2.42) the same way
 #   images.sh wheelhouse LOCK DIR     the hash-locked wheels for cp311 manylinux, downloaded on the host
 #                                     into DIR, then staged (hard links) in build/wheelhouse for the build
-#   images.sh grafana IMAGE           exit 0 when the Grafana image is present or can be pulled
+#   images.sh pullable IMAGE          exit 0 when the image (Grafana's, any optional service's) is present or can be pulled
 # Containers here cannot reach PyPI and no registry answers, so nothing in a build downloads.
 set -euo pipefail
 
@@ -94,6 +94,6 @@ case "${1:-}" in
   base) build_base "$2" ;;
   prometheus) build_prometheus "$2" ;;
   wheelhouse) wheelhouse "$2" "$3" ;;
-  grafana) pullable "$2" ;;
-  *) echo "usage: $0 select|base|prometheus|wheelhouse|grafana ..." >&2; exit 2 ;;
+  pullable | grafana) pullable "$2" ;;
+  *) echo "usage: $0 select|base|prometheus|wheelhouse|pullable ..." >&2; exit 2 ;;
 esac
