@@ -147,7 +147,7 @@ def server_ab(endpoints: list[Endpoint], args) -> list[dict]:
         print(f"bench-comm: A/B {setting}", file=sys.stderr, flush=True)
         results, _ = _run_sweep(endpoints, [*task_args, "--server", setting])
         for r in results:
-            out += [{**t, "variant": f"RING/0 {r['server']}"} for t in r["timings"]]
+            out += [{**t, "variant": f"RING/0 {r.get('server', setting)}"} for t in r["timings"]]
     return out
 
 
