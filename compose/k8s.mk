@@ -10,6 +10,9 @@ K8S_NAMESPACE ?= default
 K8S_GPUS ?= 0
 K8S_STORAGE ?= 1Gi
 K8S_STORAGE_CLASS ?=
+# Each task's CPU and memory, requests = limits (Guaranteed QoS); empty: compose/deployment.py's defaults.
+CPU_PER_TASK ?=
+MEMORY_PER_TASK ?=
 # A pinned reference (what `make push REGISTRY=...` prints); empty uses IMAGE_REPO:<version>-<cpu|gpu>.
 K8S_IMAGE ?=
 K8S_TARGETS ?= tfjob jobset trainjob
@@ -22,7 +25,8 @@ k8s: ## Write .run/k8s/<target>.yaml for each of K8S_TARGETS (tfjob jobset train
 	  $(PYTHON) -m compose.emit --target $$target --workers $(WORKERS) --out $(K8S_DIR) --name $(K8S_NAME) \
 	    --namespace $(K8S_NAMESPACE) --gpus-per-worker $(K8S_GPUS) --image-repo $(IMAGE_REPO) \
 	    --max-restarts $(MAX_RESTARTS) --checkpoint-storage $(K8S_STORAGE) --storage-class '$(K8S_STORAGE_CLASS)' \
-	    --image '$(K8S_IMAGE)' --args '$(ARGS)'; \
+	    --image '$(K8S_IMAGE)' --args '$(ARGS)' --project $(K8S_NAME) \
+	    $(if $(CPU_PER_TASK),--cpu-per-task $(CPU_PER_TASK)) $(if $(MEMORY_PER_TASK),--memory-per-task $(MEMORY_PER_TASK)); \
 	done
 
 .PHONY: test-k8s

@@ -23,6 +23,7 @@ from pathlib import Path
 import contract
 from compose import deployment
 from compose.deployment import CHECKPOINT_DIR, DATA_DIR, GID, SCRIPT_DIR, STOP_GRACE_SECONDS, UID, Deployment
+from compose.yamltext import Interpolated
 
 CLUSTER, MONITORING = "cluster", "monitoring"
 NETWORKS = {CLUSTER: {"internal": True}, MONITORING: {}}
@@ -30,6 +31,13 @@ NETWORKS = {CLUSTER: {"internal": True}, MONITORING: {}}
 published). Prometheus is the one service on both networks."""
 PROJECT = contract.DEFAULT_PROJECT
 TRAINER_BUILD = {"context": ".", "dockerfile": "images/trainer.Dockerfile"}
+LOGGING = {"driver": "json-file", "options": {"max-size": "10m", "max-file": "3"}}
+"""Every container's log, rotated: at most 3 files of 10 MB per container (Docker's json-file default
+never rotates, and the logs share the disk with checkpoints and images). `docker logs` still reads it."""
+RETENTION_TIME = "15d"
+RETENTION_SIZE = "2GB"
+"""Prometheus drops the oldest blocks past either limit, whichever comes first (PROMETHEUS_RETENTION_TIME=,
+PROMETHEUS_RETENTION_SIZE= at deploy time; docs/security.md)."""
 """How the service with `build` builds the trainer image (the repository is the context)."""
 
 
@@ -125,7 +133,11 @@ PROMETHEUS = Service(
     command=(
         "--config.file=/etc/prometheus/prometheus.yml",
         "--storage.tsdb.path=/prometheus",
-        "--web.enable-lifecycle",
+        Interpolated(f"--storage.tsdb.retention.time=${{PROMETHEUS_RETENTION_TIME:-{RETENTION_TIME}}}"),
+        Interpolated(f"--storage.tsdb.retention.size=${{PROMETHEUS_RETENTION_SIZE:-{RETENTION_SIZE}}}"),
+        # The lifecycle API (POST /-/quit, /-/reload) has no authentication: off unless asked
+        # (`make up PROMETHEUS_LIFECYCLE=1` sets --web.enable-lifecycle here).
+        Interpolated("${PROMETHEUS_LIFECYCLE_FLAG:---no-web.enable-lifecycle}"),
     ),
     publish=(contract.PROMETHEUS_PORT,),
     networks=(CLUSTER, MONITORING),
@@ -142,6 +154,38 @@ PROMETHEUS = Service(
         ("promtool", "query", "instant", f"http://127.0.0.1:{contract.PROMETHEUS_PORT}", "vector(1)")
     ),
     elsewhere="use the cluster's Prometheus: the PodMonitor selects the trainer pods",
+)
+
+ALERTMANAGER = Service(
+    name="alertmanager",
+    title="Alertmanager",
+    # Online: the upstream image; offline: Debian's prometheus-alertmanager (images/images.sh alertmanager).
+    image="prom/alertmanager:v0.25.0",
+    command=(
+        "--config.file=/etc/alertmanager/alertmanager.yml",
+        "--storage.path=/alertmanager",
+        f"--web.listen-address=:{contract.ALERTMANAGER_PORT}",
+        # One instance: no gossip port (HA clustering listens on 9094 on every address by default).
+        "--cluster.listen-address=",
+    ),
+    publish=(contract.ALERTMANAGER_PORT,),
+    user="65534:65534",
+    volumes=(("alertmanager-data", "/alertmanager"),),  # silences and the notification log
+    # The one file users edit: receivers and routes of the training alerts (docs/alerts.md).
+    # Credentials (a Slack URL, an SMTP password) go in files under its git-ignored secrets/ folder.
+    configs=(
+        ConfigDir("monitoring/config/alertmanager", "/etc/alertmanager", ("alertmanager.yml", "secrets/*")),
+    ),
+    # amtool is in both images; it asks the running Alertmanager's API.
+    healthcheck=Healthcheck(
+        (
+            "amtool",
+            f"--alertmanager.url=http://127.0.0.1:{contract.ALERTMANAGER_PORT}",
+            "config",
+            "show",
+        )
+    ),
+    elsewhere="use the cluster's Alertmanager: load the generated alert rules as a PrometheusRule",
 )
 
 GRAFANA = Service(
@@ -175,7 +219,7 @@ GRAFANA = Service(
     elsewhere="load the dashboards into an existing Grafana with `make publish-dashboards`",
 )
 
-SERVICES: tuple[Service, ...] = (PROMETHEUS, GRAFANA)
+SERVICES: tuple[Service, ...] = (PROMETHEUS, ALERTMANAGER, GRAFANA)
 """Every service beside the trainers, in start order (a service after those it depends on)."""
 
 
@@ -221,11 +265,13 @@ def _binds(d: Deployment) -> tuple[Bind, ...]:
 
 def run_files(d: Deployment) -> dict[str, str]:
     """The generated files the services' RunDirs hold, by path under --out: Prometheus file_sd, one
-    `<task>:8000` target per task; the trainer labels its series the same way (kept by honor_labels)."""
+    `<task>:8000` target per task; the trainer labels its series with the task the same way (kept by
+    honor_labels); the project and run labels come from here only (contract.TARGET_LABELS)."""
+    run = deployment.target_labels(d)
     targets = [
         {
             "targets": [f"{t.name}:{contract.METRICS_PORT}"],
-            "labels": {contract.TASK_TYPE: t.type, contract.TASK_INDEX: str(t.index)},
+            "labels": {**run, contract.TASK_TYPE: t.type, contract.TASK_INDEX: str(t.index)},
         }
         for t in d.tasks
     ]

@@ -114,6 +114,7 @@ def service(s: Service, every: tuple[Service, ...], base_image: str) -> dict:
     if s.stop_grace_s is not None:
         out["stop_grace_period"] = f"{s.stop_grace_s}s"
     out.update(user=s.user, read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges:true"])
+    out["logging"] = services.LOGGING
     _put(out, "secrets", list(s.secrets))
     _put(out, "tmpfs", list(s.tmpfs))
     _put(out, "volumes", _volumes(s))
