@@ -125,6 +125,48 @@ def format_table(table: list[Row], tcp: float | None, streams: int = 1) -> str:
     return "\n".join(lines)
 
 
+SERVER_CANDIDATES = (
+    "stock",
+    "recv_buf_max_chunk=-1",
+    "recv_buf_max_chunk=1048576",
+    "num_channels_per_target=4",
+    "recv_buf_max_chunk=-1+num_channels_per_target=4",
+)
+"""What `make bench-comm` A/Bs by default (docs/communication.md says why each)."""
+
+
+def server_ab(endpoints: list[Endpoint], args) -> list[dict]:
+    """Every task's timings of the A/B payload under each server setting (a fresh cluster each: the
+    server reads them at start), the variant named `RING/0 <setting>`."""
+    settings = [s for s in args.servers.split(";") if s]
+    if not settings:
+        return []
+    task_args = ["--sizes", "", "--variants", "RING/0", "--repeats", str(args.repeats)]
+    task_args += ["--shapes", json.dumps(payload_shapes(args.ab_payload))]
+    out = []
+    for setting in settings:
+        print(f"bench-comm: A/B {setting}", file=sys.stderr, flush=True)
+        results, _ = _run_sweep(endpoints, [*task_args, "--server", setting])
+        for r in results:
+            out += [{**t, "variant": f"RING/0 {r.get('server', setting)}"} for t in r["timings"]]
+    return out
+
+
+def format_cpu(timings: list[dict]) -> str:
+    """CPU seconds per all-reduce summed over the tasks (median over the repeats): the cost of a
+    setting whatever else shares the cores, which moves its wall time on a loaded machine."""
+    lines = ["CPU per all-reduce, all tasks (ms, median and min-max over the repeats):"]
+    for variant in dict.fromkeys(t["variant"] for t in timings):
+        per_task = [t["cpu"] for t in timings if t["variant"] == variant and "cpu" in t]
+        total = [sum(c) for c in zip(*per_task)]
+        if total:
+            lines.append(
+                f"  {variant:<50} {statistics.median(total) * 1e3:8.1f} "
+                f"{min(total) * 1e3:.1f}-{max(total) * 1e3:.1f}"
+            )
+    return "\n".join(lines)
+
+
 def payload_shapes(names: str) -> dict[str, list[tuple[int, ...]]]:
     """The named payloads' shapes, derived here (the host has TensorFlow and bench) and passed
     to the tasks; an unknown name exits with one line."""
@@ -500,6 +542,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--repeats", type=int, default=REPEATS, help="timed calls per cell (the spread is over them)"
     )
+    p.add_argument(
+        "--servers",
+        default=";".join(SERVER_CANDIDATES),
+        help="gRPC server settings to A/B after the sweep, ';'-separated (trainer/server_config.py; "
+        "'stock' = TF's own), each on a fresh cluster; '' = none",
+    )
+    p.add_argument("--ab-payload", default="resnet50", help="the payload the A/B times (RING/0, one pack)")
     p.add_argument("--out", type=Path, default=Path(".run/bench-comm"), help="writes OUT.json and OUT.png")
     args = p.parse_args(argv)
     sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
@@ -532,6 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         results, streams = _run_sweep(endpoints, task_args)
+        ab = server_ab(endpoints, args)
         tcp = None
         if len(endpoints) > 1:
             print(
@@ -545,6 +595,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = results[0]["n"]
     table = rows([t for r in results for t in r["timings"]], n)
     print(format_table(table, tcp, max(streams, 1)))
+    if ab:
+        ab_table = rows(ab, n)
+        print(f"\ngRPC server settings A/B ({args.ab_payload}, RING/0, each on a fresh cluster):")
+        print(format_table(ab_table, tcp, max(streams, 1)))
+        print(format_cpu(ab))
+        table = table + ab_table
     Result(where=where, n=n, tf_version=results[0]["tf_version"], tcp=tcp, rows=tuple(table)).write(
         args.out.with_suffix(".json")
     )

@@ -98,6 +98,10 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     metrics.state("training")
     sys.argv = [path, *args]
     try:
+        if spec is not None:  # the script's own MWMS starts its server with the trainer's settings
+            from trainer import server_config
+
+            server_config.apply(server_config.DEFAULT)
         runpy.run_path(path, run_name="__main__")
         status = 0
     except SystemExit as exit_:

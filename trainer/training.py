@@ -28,6 +28,7 @@ from trainer import (
     output,
     progress,
     records,
+    server_config,
     step,
     summary,
     tasks,
@@ -69,6 +70,7 @@ def make_strategy(config: Config, spec: ClusterSpec | None) -> tf.distribute.Str
             rpc_layer="grpc",
         )
         configure_coordination(config, resolver.cluster_spec())
+        server_config.apply(server_config.DEFAULT)  # before MWMS: it starts the gRPC server
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
 
 
