@@ -1,9 +1,11 @@
 """`python -m trainer.run_script PATH [args]`: bring your own training script, keep the telemetry.
 
-Compose runs this when SCRIPT= is set. It serves the metrics every task has (process and network
-metrics, trainer_build_info, trainer_state) on TRAINER_METRICS_PORT (default 8000, 0 disables),
-labelled by the task from TF_CONFIG, sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script
-in this process as `__main__` with sys.argv = [PATH, args...] and exits with its status.
+Compose runs this when SCRIPT= is set. It serves the contract's metrics on TRAINER_METRICS_PORT
+(default 8000, 0 disables), labelled by the task from TF_CONFIG: those every task has (process,
+network, trainer_build_info, trainer_state) and, through trainer/observe (docs/script.md), the step
+time, counters, loss and the sampled compute / all-reduce / input split of `model.fit` and
+`strategy.run` loops. It sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script in this
+process as `__main__` with sys.argv = [PATH, args...] and exits with its status.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from collections.abc import Mapping, Sequence
 from prometheus_client import CollectorRegistry
 
 import trainer
+from trainer import observe
+from trainer.observe import config as observe_config
 from trainer.cluster import CHIEF, ClusterSpecError, TaskId, parse_tf_config
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED
-from trainer.metrics import Server, TaskMetrics
+from trainer.metrics import Metrics, Server
 
 log = logging.getLogger("trainer.run_script")
 
@@ -48,6 +52,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     try:
         spec = parse_tf_config(env.get("TF_CONFIG"))
         port = int(env.get("TRAINER_METRICS_PORT", "8000") or "8000")
+        observe_config.from_env(env)
     except (ClusterSpecError, ValueError) as err:
         log.error("configuration error: %s", err)
         return EXIT_CONFIG
@@ -57,7 +62,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     task = spec.task if spec else TaskId(CHIEF, 0)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     registry = CollectorRegistry()
-    metrics = TaskMetrics(registry, task)
+    metrics = Metrics(registry, task)
     metrics.build_info(
         tf_version=_tf_version(),
         trainer_version=trainer.__version__,
@@ -67,6 +72,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     )
     server = Server(registry, port) if port else None
     metrics.state("training")
+    sampler = observe.install(metrics, env)
     sys.argv = [path, *args]
     try:
         runpy.run_path(path, run_name="__main__")
@@ -76,6 +82,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     except BaseException:  # noqa: BLE001 (whatever the script raises, report it and exit 1)
         traceback.print_exc()
         status = EXIT_FAILED
+    sampler.close()
     metrics.state("done" if status == 0 else "failed")
     if server:
         server.close()

@@ -271,6 +271,7 @@ def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult
             *preemption,
         ),
     )
+    metrics.target(config.steps)
     metrics.state("training")
     return controller.train(iterator, start)
 
