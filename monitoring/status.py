@@ -1,4 +1,5 @@
-"""`make status`: one row per task — container state, step, steps/s, step time, where the time goes.
+"""`make status`: one row per task — container state, step, progress, steps/s, step time, where the
+time goes, ETA — and the job's ETA where its number of steps is known (trainer_target_steps).
 
     python -m monitoring.status [--project NAME] [--prometheus URL] [--no-docker]
 
@@ -22,7 +23,18 @@ from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 
 Query = Callable[[str], dict[str, float]]
 """PromQL -> task name -> value."""
-COLUMNS = ("task", "state", "step", "steps/s", "step time", "all-reduce", "input wait", "checkpoint")
+COLUMNS = (
+    "task",
+    "state",
+    "step",
+    "progress",
+    "steps/s",
+    "step time",
+    "all-reduce",
+    "input wait",
+    "checkpoint",
+    "ETA",
+)
 
 
 def _share(m: c.Metric) -> str:
@@ -37,6 +49,7 @@ QUERIES = {
     "all-reduce": _share(c.ALLREDUCE),
     "input wait": _share(c.INPUT_WAIT),
     "checkpoint": rules.last_value(c.LAST_CHECKPOINT),
+    "target": rules.last_value(c.TARGET_STEPS),
 }
 FORMATS = {
     "step": "{:.0f}",
@@ -85,17 +98,58 @@ def is_task(service: str) -> bool:
     return index.isdigit() and c.task_name(task_type, index) == service and task_type in (c.CHIEF, c.WORKER)
 
 
+def duration(seconds: float) -> str:
+    """`45s`, `3m05s`, `2h10m`: an ETA as people read it."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def progress(step: float, target: float, rate: float) -> tuple[float, float]:
+    """(fraction done, seconds left at `rate` steps/s); NaN where the target or the rate is unknown
+    (a target of 0 is the exporter's "unknown")."""
+    if not (math.isfinite(target) and target > 0 and math.isfinite(step)):
+        return math.nan, math.nan
+    done = min(step / target, 1.0)
+    left = max(target - step, 0.0)
+    return done, (left / rate if math.isfinite(rate) and rate > 0 else (0.0 if not left else math.nan))
+
+
+def _cell(col: str, x: float) -> str:
+    # Absent and non-finite values (no step in the window) show as missing.
+    if not math.isfinite(x):
+        return "-"
+    if col == "progress":
+        return f"{x:.0%}"
+    return duration(x) if col == "ETA" else FORMATS[col].format(x)
+
+
 def table(states: Mapping[str, str], query: Query) -> list[tuple[str, ...]]:
     values = {col: query(expr) for col, expr in QUERIES.items()}
     rows = [COLUMNS]
     for service in sorted(filter(is_task, states), key=c.task_order):
-        # Absent and non-finite values (no step in the window) show as missing.
-        cells = [
-            FORMATS[col].format(x) if math.isfinite(x := values[col].get(service, math.nan)) else "-"
-            for col in QUERIES
-        ]
-        rows.append((service, states[service], *cells))
+        got = {col: values[col].get(service, math.nan) for col in QUERIES}
+        got["progress"], got["ETA"] = progress(got["step"], got["target"], got["steps/s"])
+        rows.append((service, states[service], *(_cell(col, got[col]) for col in COLUMNS[2:])))
     return rows
+
+
+def job_line(rows: list[tuple[str, ...]], query: Query) -> str | None:
+    """The job's progress: synchronous tasks share a step, so the slowest estimate is the job's."""
+    steps, targets, rates = (query(QUERIES[k]) for k in ("step", "target", "steps/s"))
+    tasks = [r[0] for r in rows[1:]]
+    known = [(steps[t], targets[t], rates.get(t, math.nan)) for t in tasks if t in steps and t in targets]
+    known = [(s, n, r) for s, n, r in known if n > 0]
+    if not known:
+        return None
+    step, target, rate = min(known, key=lambda k: k[0] / k[1])
+    done, left = progress(step, target, rate)
+    eta = f", ETA {duration(left)}" if math.isfinite(left) else ""
+    at = f" at {rate:.1f} steps/s" if math.isfinite(rate) and left > 0 else ""
+    return f"job: step {step:.0f} of {target:.0f} ({done:.0%}){eta}{at}"
 
 
 def render(rows: list[tuple[str, ...]]) -> str:
@@ -135,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows = table(states, lambda _expr: {})
     print(render(rows))
+    try:
+        line = job_line(rows, prom.by_task)
+    except PrometheusError:
+        line = None
+    if line:
+        print(line)
     return 0
 
 

@@ -33,8 +33,12 @@ def make_dataset():
 
 
 class PrintEpoch(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.start = time.perf_counter()
+
     def on_epoch_end(self, epoch, logs=None):
-        print(f"epoch {epoch} done, loss {logs['loss']:.4f}", flush=True)
+        seconds = time.perf_counter() - self.start
+        print(f"epoch {epoch} done, loss {logs['loss']:.4f}, {seconds:.3f} s", flush=True)
 
 
 with strategy.scope():

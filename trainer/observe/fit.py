@@ -12,7 +12,7 @@ import functools
 import threading
 import time
 
-from trainer.observe.record import Recorder
+from trainer.observe.record import Recorder, variable_bytes
 
 FIT_FUNCTION = "train_function"
 """The name tf-keras gives the tf.function that runs fit's steps (found in the trace by it)."""
@@ -62,6 +62,10 @@ def make_callback(recorder: Recorder, examples: int | None):
 
         def on_train_begin(self, logs=None) -> None:
             recorder.step_function(FIT_FUNCTION)
+            recorder.setup(
+                replicas=self.model.distribute_strategy.num_replicas_in_sync,
+                gradient_bytes=variable_bytes(self.model.trainable_variables),
+            )
             self._step = int(self.model.optimizer.iterations.numpy())
             epochs, steps = self.params.get("epochs"), self.params.get("steps")
             if epochs and steps:
@@ -71,6 +75,7 @@ def make_callback(recorder: Recorder, examples: int | None):
                 recorder.say_once("examples", "observe: fit's batch size is not static: no examples counted")
 
         def on_train_batch_begin(self, batch, logs=None) -> None:
+            recorder.boundary()
             self._begin = (time.perf_counter(), batch)
 
         def on_train_batch_end(self, batch, logs=None) -> None:

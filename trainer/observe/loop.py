@@ -16,8 +16,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from trainer.observe import fit
-from trainer.observe.record import Recorder
+import trainer.observe.fit as fit
+from trainer.observe.record import Recorder, variable_bytes
 
 _stack = threading.local()
 _tracing: list = [None]
@@ -75,11 +75,15 @@ class LoopHook:
         if info.examples is None:
             info.examples = batch_examples(strategy, args, kwargs)
         self.recorder.step_function(info.name)
+        self.recorder.setup(replicas=strategy.num_replicas_in_sync)
 
-    @staticmethod
-    def traced_apply(optimizer) -> None:
+    def traced_apply(self, optimizer, grads_and_vars) -> None:
         if _tracing[0] is not None:
             _tracing[0].optimizer = optimizer
+            pairs = list(grads_and_vars)
+            self.recorder.setup(gradient_bytes=variable_bytes(v for _, v in pairs))
+            return pairs
+        return grads_and_vars
 
     def call(self, original, function, args, kwargs):
         calls = _calling()
@@ -92,6 +96,7 @@ class LoopHook:
                 calls.pop()
                 if not calls:
                     _tracing[0] = None
+        self.recorder.boundary()
         before = self._iterations(info)
         t0 = time.perf_counter()
         calls.append(function)
@@ -159,8 +164,8 @@ def _wrap_optimizers(hook: LoopHook) -> None:
     for cls in {tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer}:
         apply = cls.apply_gradients
 
-        def apply_gradients(self, *args, _apply=apply, **kwargs):
-            hook.traced_apply(self)
-            return _apply(self, *args, **kwargs)
+        def apply_gradients(self, grads_and_vars, *args, _apply=apply, **kwargs):
+            # A zip the user passed is consumed once: the hook hands back the list it read.
+            return _apply(self, hook.traced_apply(self, grads_and_vars), *args, **kwargs)
 
         cls.apply_gradients = functools.wraps(apply)(apply_gradients)

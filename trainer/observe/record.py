@@ -38,6 +38,10 @@ class HostCall:
     steps: int
 
 
+def variable_bytes(variables) -> int:
+    return sum(v.shape.num_elements() * v.dtype.size for v in variables)
+
+
 class Recorder:
     """What the hooks and the sampler share. Thread-safe: the sampler runs in its own thread."""
 
@@ -52,6 +56,11 @@ class Recorder:
         self.totals = {"step": 0.0, "compute": 0.0, "allreduce": 0.0, "input": 0.0}
         """Seconds observed since the first sample (what the cluster test compares with the trace)."""
         self._said: set[str] = set()
+        self.gradient_bytes = 0
+        self._total = 0
+        self.boundary: Callable[[], None] = lambda: None
+        """Called by the hooks between two calls of the step function, on the calling thread (the
+        sampler starts and stops the profiler there)."""
 
     def say_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._said:
@@ -67,6 +76,14 @@ class Recorder:
     def step_function(self, name: str) -> None:
         with self._lock:
             self.functions.add(name)
+
+    def setup(self, *, replicas: int | None = None, gradient_bytes: int | None = None) -> None:
+        """The job's replicas in sync and the gradient bytes each step hands to the all-reduce
+        (the trainable variables' sizes: what the gradient all-reduce of MWMS sends, uncompressed)."""
+        if replicas is not None:
+            self.metrics.world_size.set(replicas)
+        if gradient_bytes is not None:
+            self.gradient_bytes = gradient_bytes
 
     def target(self, steps: int) -> None:
         self.metrics.target(steps)
@@ -87,6 +104,7 @@ class Recorder:
         with self._lock:
             ratios = self._ratios
             self._calls.append(HostCall(now, seconds, steps))
+            self._total += 1
         for _ in range(steps):
             m.step.observe(per)
             if ratios:
@@ -98,6 +116,7 @@ class Recorder:
                 self.totals[part] += seconds * getattr(ratios, part)
             self.totals["step"] += seconds
         m.steps.inc(steps)
+        m.allreduce_bytes.inc(self.gradient_bytes * steps)
         if examples_per_step:
             m.examples.inc(examples_per_step * steps)
         m.global_step.set(global_step)
@@ -105,14 +124,17 @@ class Recorder:
             m.loss.set(loss)
         m.last_step.set(now)
 
-    def calls_between(self, begin: float, end: float) -> list[HostCall]:
-        """Host calls that ended in [begin, end] (those a profiler window of that span holds)."""
+    def calls_since(self, first: int, last: int) -> list[HostCall]:
+        """Host calls number first..last-1 (counted from the start), those still kept."""
         with self._lock:
-            return [c for c in self._calls if begin <= c.end <= end]
+            kept_from = self._total - len(self._calls)
+            return list(self._calls)[max(first - kept_from, 0) : max(last - kept_from, 0)]
 
-    def calls_seen(self) -> int:
+    def calls_total(self) -> int:
         with self._lock:
-            return len(self._calls)
+            return self._total
+
+    calls_seen = calls_total
 
     def summary(self) -> str:
         """One line for the log at exit: what was observed, so a run without Prometheus shows it too."""
