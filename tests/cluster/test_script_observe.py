@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
-from tests.cluster.local import ROOT, launch
+from tests.cluster.local import ROOT
 
 SCRIPTS = ROOT / "tests" / "scripts"
 CHECK = re.compile(r"^\[(\S+)\] observe-check: (\{.*\})$", re.M)
@@ -20,13 +22,14 @@ TOLERANCE = 0.10
 
 
 def _run(script: str, **env: str):
-    old = dict(os.environ)
-    os.environ.update({"TRAINER_SPLIT_PERIOD_S": "4", "TRAINER_SPLIT_CHECK": "1", **env})
-    try:
-        out = launch("--module", "trainer.run_script", str(SCRIPTS / script), workers=1, timeout=600)
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    # local.launch keeps the caller's TRAINER_* out: these runs need their own.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
+    settings = {"TRAINER_SPLIT_PERIOD_S": "4", "TRAINER_SPLIT_CHECK": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    cmd = [sys.executable, "-m", "bench.launch", "--workers", "1", "--metrics-port", "0"]
+    cmd += ["--module", "trainer.run_script", str(SCRIPTS / script)]
+    out = subprocess.run(
+        cmd, cwd=ROOT, env={**clean, **settings, **env}, capture_output=True, text=True, timeout=900, check=False
+    )
     assert out.returncode == 0, out.stdout[-3000:]
     return out.stdout
 

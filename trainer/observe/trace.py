@@ -80,9 +80,9 @@ def xspace_events(path: str, functions: Sequence[str] = ()) -> list[Event]:
 def _kind(name: str, prefixes: tuple[str, ...]) -> str | None:
     if name == LAUNCH:
         return name
-    executed = name.rpartition(": ")[2]  # "EagerLocalExecute: __inference_train_step_13"
-    if prefixes and executed.startswith(prefixes):
-        return "call:" + executed
+    if ": " in name:  # "EagerLocalExecute: __inference_train_step_13": a function call, not an op
+        executed = name.rpartition(": ")[2]
+        return "call:" + executed if prefixes and executed.startswith(prefixes) else None
     if ":" in name and "::" not in name:  # "op_name:OpType": an op the executor ran
         return name.rsplit(":", 1)[1]
     return None
