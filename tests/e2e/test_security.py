@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from compose.generate import METRICS_PORT, TF_PORT, StackConfig, write
+from compose import emit
+from compose.deployment import METRICS_PORT, TF_PORT, Deployment
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,19 +32,21 @@ VARIANTS = {
 }
 
 
-def stack_config(tmp_path: Path, variant: str) -> StackConfig:
+def stack_config(tmp_path: Path, variant: str) -> Deployment:
     settings = dict(VARIANTS.get(variant, {"workers": 2}))
     user = tmp_path / "user"
     user.mkdir(exist_ok=True)
     (user / "train.py").write_text("pass\n")
     if "script" in settings:
         settings.update(script=str(user / "train.py"), data=str(user))
-    return StackConfig(**settings)
+    return Deployment(**settings)
 
 
 def render(tmp_path: Path, variant: str, bind_addr: str = "127.0.0.1") -> dict:
     out = tmp_path / variant
-    files = write(stack_config(tmp_path, variant), out)
+    files = emit.emit_deployment("compose", stack_config(tmp_path, variant), out).emitted.extra[
+        "compose_files"
+    ]
     secrets = tmp_path / "secrets"
     secrets.mkdir(exist_ok=True)
     (secrets / "grafana_admin_password").write_text("not-a-default")
