@@ -39,7 +39,16 @@ def one_run(module: str, args: argparse.Namespace) -> float:
         STEPS_PER_EPOCH=str(args.steps_per_epoch),
         STEPS_PER_EXECUTION=str(args.steps_per_execution),
     )
-    cmd = [sys.executable, "-m", "bench.launch", "--workers", str(args.workers), "--module", module, str(SCRIPT)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.launch",
+        "--workers",
+        str(args.workers),
+        "--module",
+        module,
+        str(SCRIPT),
+    ]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200, check=False)
     if out.returncode:
         raise RuntimeError(f"{module} exited {out.returncode}:\n{out.stdout[-2000:]}")

@@ -22,10 +22,10 @@ from prometheus_client import CollectorRegistry
 
 import trainer
 from trainer import observe
-from trainer.observe import config as observe_config
 from trainer.cluster import CHIEF, ClusterSpecError, TaskId, parse_tf_config
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED
 from trainer.metrics import Metrics, Server
+from trainer.observe import config as observe_config
 
 log = logging.getLogger("trainer.run_script")
 

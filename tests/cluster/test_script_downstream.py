@@ -49,7 +49,11 @@ def prom(prometheus_binary, script_run, tmp_path_factory):  # noqa: F811
 
     work = tmp_path_factory.mktemp("prometheus")
     rule_files = sorted(str(p) for p in (rules.PROM_DIR / "rules").glob("*.yml"))
-    targets = [{"targets": [f"127.0.0.1:{port}"]} for port in script_run]
+    # As the stack's target files do: each target labelled with its task, so `up` names the task.
+    targets = [
+        {"targets": [f"127.0.0.1:{port}"], "labels": dict(zip(contract.LABELS, contract.task_labels(task)))}
+        for task, port in zip(TASKS, script_run, strict=True)
+    ]
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": rule_files,
@@ -85,7 +89,10 @@ def test_status_and_diagnose_on_a_script_run(prom, capsys):
     rows = {line.split()[0]: line.split() for line in out.splitlines()[1:] if line.split()[0] in TASKS}
     assert rows.keys() == set(TASKS), out
     for task, cells in rows.items():
-        assert all(cells[col[k]] != "-" for k in ("step", "progress", "steps/s", "all-reduce", "ETA")), (task, out)
+        assert all(cells[col[k]] != "-" for k in ("step", "progress", "steps/s", "all-reduce", "ETA")), (
+            task,
+            out,
+        )
     assert any(line.startswith("job: step ") and " of 3000 " in line for line in out.splitlines()), out
     assert diagnose.main(["--prometheus", prom.url, "--json"]) in (0, 1)
     verdict = json.loads(capsys.readouterr().out)

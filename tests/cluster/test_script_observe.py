@@ -16,7 +16,9 @@ from tests.cluster.local import ROOT
 
 SCRIPTS = ROOT / "tests" / "scripts"
 CHECK = re.compile(r"^\[(\S+)\] observe-check: (\{.*\})$", re.M)
-SUMMARY = re.compile(r"^\[(\S+)\] .* observe: (\d+) steps, [\d.]+ ms/step, global step (\d+), (\d+) examples", re.M)
+SUMMARY = re.compile(
+    r"^\[(\S+)\] .* observe: (\d+) steps, [\d.]+ ms/step, global step (\d+), (\d+) examples", re.M
+)
 TOLERANCE = 0.10
 """Exported share vs the trace's, relative (the brief's 10 %)."""
 
@@ -28,7 +30,13 @@ def _run(script: str, **env: str):
     cmd = [sys.executable, "-m", "bench.launch", "--workers", "1", "--metrics-port", "0"]
     cmd += ["--module", "trainer.run_script", str(SCRIPTS / script)]
     out = subprocess.run(
-        cmd, cwd=ROOT, env={**clean, **settings, **env}, capture_output=True, text=True, timeout=900, check=False
+        cmd,
+        cwd=ROOT,
+        env={**clean, **settings, **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     assert out.returncode == 0, out.stdout[-3000:]
     return out.stdout
@@ -42,7 +50,9 @@ def _agreement(stdout: str) -> dict[str, dict]:
         assert check["samples"] >= 2 and check["reference_calls"] > check["samples"], (task, check)
         for part in ("compute", "allreduce"):
             deviation = abs(exported[part] - reference[part]) / reference[part]
-            print(f"{task} {part}: exported {exported[part]:.1%} trace {reference[part]:.1%} ({deviation:.1%})")
+            print(
+                f"{task} {part}: exported {exported[part]:.1%} trace {reference[part]:.1%} ({deviation:.1%})"
+            )
             assert deviation <= TOLERANCE, (task, part, check)
     return checks
 

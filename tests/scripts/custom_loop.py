@@ -35,8 +35,12 @@ else:
 
 with strategy.scope():
     model = tf.keras.Sequential(
-        [tf.keras.layers.Input((64,)), tf.keras.layers.Dense(256, activation="relu"),
-         tf.keras.layers.Dense(256, activation="relu"), tf.keras.layers.Dense(1)]
+        [
+            tf.keras.layers.Input((64,)),
+            tf.keras.layers.Dense(256, activation="relu"),
+            tf.keras.layers.Dense(256, activation="relu"),
+            tf.keras.layers.Dense(1),
+        ]
     )
     optimizer = tf.keras.optimizers.SGD(0.01)
 

@@ -47,7 +47,9 @@ def test_no_loss_removes_the_series():
 
 
 def test_window_ratios_are_per_call_over_host_time_per_call():
-    w = Window(Parts(span=0.8, compute=0.4, allreduce=0.3, input=0.1, calls=4), host_seconds=1.0, host_calls=4)
+    w = Window(
+        Parts(span=0.8, compute=0.4, allreduce=0.3, input=0.1, calls=4), host_seconds=1.0, host_calls=4
+    )
     r = w.ratios()
     assert (r.compute, r.allreduce, r.input) == pytest.approx((0.4, 0.3, 0.1))
     assert Window(Parts(), 1.0, 4).ratios() is None

@@ -38,7 +38,10 @@ def test_split_of_two_calls():
 
 def test_kinds_from_event_names():
     prefixes = ("__inference_train_step_",)
-    assert trace._kind("EagerLocalExecute: __inference_train_step_13", prefixes) == "call:__inference_train_step_13"
+    assert (
+        trace._kind("EagerLocalExecute: __inference_train_step_13", prefixes)
+        == "call:__inference_train_step_13"
+    )
     assert trace._kind("EagerLocalExecute: __inference_other_13", prefixes) is None
     assert trace._kind("while/CollectiveReduceV2:CollectiveReduceV2", prefixes) == "CollectiveReduceV2"
     assert trace._kind("ExecutorState::Process", prefixes) is None

@@ -34,12 +34,13 @@ WARM_CALLS = 3
 """Calls seen before the first window: the first calls trace and compile the function."""
 
 
-
 def PROFILER_OPTIONS():  # noqa: N802 (a constant, built late: it needs TensorFlow)
     """Host ops only: no Python tracer, no device tracer (the split needs neither)."""
     import tensorflow as tf
 
-    return tf.profiler.experimental.ProfilerOptions(host_tracer_level=2, python_tracer_level=0, device_tracer_level=0)
+    return tf.profiler.experimental.ProfilerOptions(
+        host_tracer_level=2, python_tracer_level=0, device_tracer_level=0
+    )
 
 
 @dataclass(frozen=True)
