@@ -63,3 +63,24 @@ def test_config_from_env():
         config.from_env({config.PERIOD_ENV: "x"})
     with pytest.raises(ValueError, match="longer than"):
         config.from_env({config.PERIOD_ENV: "1", config.WINDOW_ENV: "2"})
+
+
+def test_fit_keeps_the_users_callbacks_wherever_they_are_passed():
+    from trainer.observe.fit import _with_callback
+
+    ours, theirs = object(), object()
+    assert _with_callback((1,), {}, ours) == ((1,), {"callbacks": [ours]})
+    assert _with_callback((1,), {"callbacks": [theirs]}, ours)[1]["callbacks"] == [theirs, ours]
+    args, kwargs = _with_callback((1, None, 32, 2, 0, [theirs], 0.0), {}, ours)
+    assert args[5] == [theirs, ours] and args[6] == 0.0 and kwargs == {}
+
+    class CallbackList:  # as tf_keras.callbacks.CallbackList: appended to, not replaced
+        def __init__(self, items):
+            self.items = items
+
+        def append(self, item):
+            self.items.append(item)
+
+    given = CallbackList([theirs])
+    assert _with_callback((1,), {"callbacks": given}, ours)[1]["callbacks"] is given
+    assert given.items == [theirs, ours]
