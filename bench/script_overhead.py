@@ -1,6 +1,6 @@
 """What observing a user's script costs (`make bench`): a user's `model.fit` script's steps/s under
-the SCRIPT= wrapper (trainer.run_script: hooks, metrics served, the profiler sampled at its default
-period) / the same script run plainly, both as a local chief + workers cluster, rounds interleaved
+the SCRIPT= wrapper (trainer.run_script: hooks, metrics served, the profiler sampled every 30 s,
+the recommended period) / the same script run plainly, both as a local chief + workers cluster, rounds interleaved
 (plain, observed, plain, observed, ...). Steps/s comes from the script's own epoch timing line
 (tests/scripts/fit_cnn.py prints each epoch's seconds); the first epoch (tracing) is left out.
 
@@ -16,6 +16,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from trainer.observe.config import RECOMMENDED_PERIOD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
@@ -38,6 +40,7 @@ def one_run(module: str, args: argparse.Namespace) -> float:
         EPOCHS=str(args.epochs),
         STEPS_PER_EPOCH=str(args.steps_per_epoch),
         STEPS_PER_EXECUTION=str(args.steps_per_execution),
+        TRAINER_SPLIT_PERIOD_S=str(args.period),
     )
     cmd = [
         sys.executable,
@@ -66,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--steps-per-epoch", type=int, default=100)
     p.add_argument("--steps-per-execution", type=int, default=10)
+    p.add_argument(
+        "--period",
+        type=float,
+        default=RECOMMENDED_PERIOD_S,
+        help="TRAINER_SPLIT_PERIOD_S of the observed runs (default: the recommended period)",
+    )
     args = p.parse_args(argv)
     if args.rounds < 1 or args.epochs < 2:
         p.error("--rounds must be 1 or more and --epochs 2 or more (the first epoch is not counted)")
