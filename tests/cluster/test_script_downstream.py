@@ -94,6 +94,7 @@ def test_status_and_diagnose_on_a_script_run(prom, capsys):
             out,
         )
     assert any(line.startswith("job: step ") and " of 3000 " in line for line in out.splitlines()), out
+    capsys.readouterr()  # what print(out) added
     assert diagnose.main(["--prometheus", prom.url, "--json"]) in (0, 1)
     verdict = json.loads(capsys.readouterr().out)
     print(verdict["verdict"], verdict["cluster"]["evidence"])
