@@ -1,12 +1,14 @@
 """`make status`: one row per task — container state, step, progress, steps/s, step time, where the
 time goes, ETA — and the job's ETA where its number of steps is known (trainer_target_steps).
 
-    python -m monitoring.status [--project NAME] [--prometheus URL] [--no-docker]
+    python -m monitoring.status [--project NAME] [--run ID] [--prometheus URL] [--no-docker]
 
 Container state comes from Docker (with --no-docker, e.g. for a swarm whose containers run on other
 engines: the tasks and their last state as Prometheus saw them); everything else from Prometheus: raw trainer series through the
 queries of monitoring/rules.py (so it works without the recording rules and after the tasks have
-exited, within the lookback window). The generated promtool tests evaluate these very queries.
+exited, within the lookback window), of the project's run only: the one --run names (make passes the
+last `make up`'s), else its latest (monitoring/runs.py). The generated promtool tests evaluate these
+very queries.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from collections.abc import Callable, Mapping
 
 import contract as c
-from monitoring import rules
+from monitoring import rules, runs
 from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 
 Query = Callable[[str], dict[str, float]]
@@ -37,20 +39,26 @@ COLUMNS = (
 )
 
 
-def _share(m: c.Metric) -> str:
-    return f"{rules.rate(m.sum)} / {rules.rate(c.STEP.sum)}"
+def queries(sel: str = rules.JOB_SELECTOR) -> dict[str, str]:
+    """Column -> PromQL over the series `sel` selects (rules.selector: one project's run)."""
+
+    def share(m: c.Metric) -> str:
+        return f"{rules.rate(m.sum, sel=sel)} / {rules.rate(c.STEP.sum, sel=sel)}"
+
+    return {
+        "step": rules.last_value(c.GLOBAL_STEP, sel=sel),
+        # While training, steps per second of step time; after the run, over the whole run.
+        "steps/s": f"{rules.steps_per_second(sel=sel)} or {rules.steps_per_second_run(sel=sel)}",
+        "step time": f"{rules.rate(c.STEP.sum, sel=sel)} / {rules.rate(c.STEP.count, sel=sel)}",
+        "all-reduce": share(c.ALLREDUCE),
+        "input wait": share(c.INPUT_WAIT),
+        "checkpoint": rules.last_value(c.LAST_CHECKPOINT, sel=sel),
+        "target": rules.last_value(c.TARGET_STEPS, sel=sel),
+    }
 
 
-QUERIES = {
-    "step": rules.last_value(c.GLOBAL_STEP),
-    # While training, steps per second of step time; after the run, over the whole run.
-    "steps/s": f"{rules.steps_per_second()} or {rules.steps_per_second_run()}",
-    "step time": f"{rules.rate(c.STEP.sum)} / {rules.rate(c.STEP.count)}",
-    "all-reduce": _share(c.ALLREDUCE),
-    "input wait": _share(c.INPUT_WAIT),
-    "checkpoint": rules.last_value(c.LAST_CHECKPOINT),
-    "target": rules.last_value(c.TARGET_STEPS),
-}
+QUERIES = queries()
+"""Over every run: what the promtool tests evaluate (their series carry no run)."""
 FORMATS = {
     "step": "{:.0f}",
     "steps/s": "{:.1f}",
@@ -86,9 +94,9 @@ def containers(project: str) -> dict[str, str]:
     return states
 
 
-def scraped_states(prom: Prometheus) -> dict[str, str]:
+def scraped_states(prom: Prometheus, sel: str = rules.JOB_SELECTOR) -> dict[str, str]:
     """task -> its last trainer state in Prometheus (for tasks whose containers Docker here cannot see)."""
-    expr = f"last_over_time({c.STATE.name}{rules.JOB_SELECTOR}[{rules.RUN_LOOKBACK}]) == 1"
+    expr = f"last_over_time({c.STATE.name}{sel}[{rules.RUN_LOOKBACK}]) == 1"
     return {c.task_of(s["metric"]): s["metric"].get(c.STATE.client_name, "?") for s in prom.query(expr)}
 
 
@@ -127,19 +135,20 @@ def _cell(col: str, x: float) -> str:
     return duration(x) if col == "ETA" else FORMATS[col].format(x)
 
 
-def table(states: Mapping[str, str], query: Query) -> list[tuple[str, ...]]:
-    values = {col: query(expr) for col, expr in QUERIES.items()}
+def table(states: Mapping[str, str], query: Query, sel: str = rules.JOB_SELECTOR) -> list[tuple[str, ...]]:
+    values = {col: query(expr) for col, expr in queries(sel).items()}
     rows = [COLUMNS]
     for service in sorted(filter(is_task, states), key=c.task_order):
-        got = {col: values[col].get(service, math.nan) for col in QUERIES}
+        got = {col: values[col].get(service, math.nan) for col in values}
         got["progress"], got["ETA"] = progress(got["step"], got["target"], got["steps/s"])
         rows.append((service, states[service], *(_cell(col, got[col]) for col in COLUMNS[2:])))
     return rows
 
 
-def job_line(rows: list[tuple[str, ...]], query: Query) -> str | None:
+def job_line(rows: list[tuple[str, ...]], query: Query, sel: str = rules.JOB_SELECTOR) -> str | None:
     """The job's progress: synchronous tasks share a step, so the slowest estimate is the job's."""
-    steps, targets, rates = (query(QUERIES[k]) for k in ("step", "target", "steps/s"))
+    exprs = queries(sel)
+    steps, targets, rates = (query(exprs[k]) for k in ("step", "target", "steps/s"))
     tasks = [r[0] for r in rows[1:]]
     known = [(steps[t], targets[t], rates.get(t, math.nan)) for t in tasks if t in steps and t in targets]
     known = [(s, n, r) for s, n, r in known if n > 0]
@@ -160,6 +169,7 @@ def render(rows: list[tuple[str, ...]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m monitoring.status", description=__doc__.splitlines()[0])
     parser.add_argument("--project", default=c.DEFAULT_PROJECT, help="compose project (make's PROJECT)")
+    parser.add_argument("--run", default="", help="run id (make's RUN); empty: the project's latest run")
     parser.add_argument("--prometheus", default=DEFAULT_URL, help="Prometheus base URL")
     parser.add_argument(
         "--no-docker",
@@ -168,8 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     prom = Prometheus(url=args.prometheus, timeout=5.0)
+
+    def selector() -> str:  # Prometheus is asked only when needed: Docker's states show without it
+        return rules.selector(args.project, runs.resolve(prom, args.project, args.run) or "")
+
     try:
-        states = scraped_states(prom) if args.no_docker else containers(args.project)
+        states = scraped_states(prom, selector()) if args.no_docker else containers(args.project)
     except PrometheusError as err:
         print(f"status: Prometheus at {args.prometheus} does not answer ({err})", file=sys.stderr)
         return 1
@@ -181,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     try:
-        rows = table(states, prom.by_task)
+        rows = table(states, prom.by_task, selector())
     except PrometheusError as err:
         print(
             f"status: Prometheus at {args.prometheus} does not answer ({err}); showing container states only",
@@ -190,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = table(states, lambda _expr: {})
     print(render(rows))
     try:
-        line = job_line(rows, prom.by_task)
+        line = job_line(rows, prom.by_task, selector())
     except PrometheusError:
         line = None
     if line:

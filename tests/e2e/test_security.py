@@ -19,7 +19,11 @@ from pathlib import Path
 import pytest
 
 from compose import emit
+from compose import services as described
 from compose.deployment import METRICS_PORT, TF_PORT, Deployment
+
+MONITORING_SERVICES = tuple(s.name for s in described.SERVICES)
+PUBLISHED = {"prometheus": 9090, "alertmanager": 9093, "grafana": 3000}
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,14 +39,14 @@ VARIANTS = {
 def stack_config(tmp_path: Path, variant: str) -> Deployment:
     settings = dict(VARIANTS.get(variant, {"workers": 2}))
     user = tmp_path / "user"
-    user.mkdir(exist_ok=True)
+    user.mkdir(parents=True, exist_ok=True)
     (user / "train.py").write_text("pass\n")
     if "script" in settings:
         settings.update(script=str(user / "train.py"), data=str(user))
     return Deployment(**settings)
 
 
-def render(tmp_path: Path, variant: str, bind_addr: str = "127.0.0.1") -> dict:
+def render(tmp_path: Path, variant: str, bind_addr: str = "127.0.0.1", more_env: str = "") -> dict:
     out = tmp_path / variant
     files = emit.emit_deployment("compose", stack_config(tmp_path, variant), out).emitted.extra[
         "compose_files"
@@ -54,7 +58,7 @@ def render(tmp_path: Path, variant: str, bind_addr: str = "127.0.0.1") -> dict:
     # What compose/up.sh writes, with every profile enabled so Grafana is checked too.
     env.write_text(
         f"COMPOSE_PROJECT_NAME=mwms-security\nCOMPOSE_PROFILES=grafana\nBIND_ADDR={bind_addr}\n"
-        f"PROMETHEUS_IMAGE=mwms/prometheus:2.42.0-bookworm\nRUN_DIR={out}\nSECRETS_DIR={secrets}\n"
+        f"PROMETHEUS_IMAGE=mwms/prometheus:2.42.0-bookworm\nRUN_DIR={out}\nSECRETS_DIR={secrets}\n" + more_env
     )
     args = [a for f in files for a in ("-f", str(f))]
     result = subprocess.run(
@@ -93,8 +97,8 @@ def services(config: dict) -> dict[str, dict]:
 def test_published_ports_bind_to_loopback_and_only_the_uis(config) -> None:
     for name, service in services(config).items():
         published = [(p.get("host_ip"), p["target"]) for p in service.get("ports", [])]
-        if name in ("prometheus", "grafana"):
-            assert published == [("127.0.0.1", 9090 if name == "prometheus" else 3000)], (name, published)
+        if name in MONITORING_SERVICES:
+            assert published == [("127.0.0.1", PUBLISHED[name])], (name, published)
         else:
             assert not published, f"{name} publishes {published}"
             assert set(service["expose"]) == {str(TF_PORT), str(METRICS_PORT)}, name
@@ -125,7 +129,7 @@ def test_every_root_filesystem_is_read_only_with_a_scratch_tmpfs(config) -> None
         assert service.get("read_only") is True, name
         assert "/tmp" in service.get("tmpfs", []), name
         writable = [v["target"] for v in service.get("volumes", []) if not v.get("read_only")]
-        if name not in ("prometheus", "grafana"):
+        if name not in MONITORING_SERVICES:
             assert writable == (["/checkpoints"] if name == "chief" else []), (name, writable)
 
 
@@ -156,7 +160,7 @@ def test_no_secret_in_environment_only_file_secrets(config) -> None:
 def test_trainer_network_is_internal(config) -> None:
     assert config["networks"]["cluster"].get("internal") is True
     for name, service in services(config).items():
-        if name not in ("prometheus", "grafana"):
+        if name not in MONITORING_SERVICES:
             assert set(service["networks"]) == {"cluster"}, name
 
 
@@ -165,3 +169,38 @@ def test_no_secret_baked_into_images() -> None:
         for line in dockerfile.read_text().splitlines():
             if re.match(r"\s*(ENV|ARG)\s", line):
                 assert not SECRET_WORDS.search(line), f"{dockerfile.name}: {line}"
+
+
+# --- Hardening of the monitoring services (docs/security.md) ---
+
+
+def prometheus_flags(config: dict) -> list[str]:
+    return list(config["services"]["prometheus"]["command"])
+
+
+def test_prometheus_lifecycle_api_is_off_unless_asked(tmp_path, compose_cli) -> None:
+    """POST /-/quit and /-/reload have no authentication: off by default, on with PROMETHEUS_LIFECYCLE=1
+    (which `make up` turns into this flag in stack.env)."""
+    default = prometheus_flags(render(tmp_path, "cpu"))
+    assert "--web.enable-lifecycle" not in default and "--no-web.enable-lifecycle" in default
+    asked = render(tmp_path / "asked", "cpu", more_env="PROMETHEUS_LIFECYCLE_FLAG=--web.enable-lifecycle\n")
+    assert "--web.enable-lifecycle" in prometheus_flags(asked)
+
+
+def test_prometheus_retention_by_time_and_size(tmp_path, compose_cli) -> None:
+    default = prometheus_flags(render(tmp_path, "cpu"))
+    assert f"--storage.tsdb.retention.time={described.RETENTION_TIME}" in default
+    assert f"--storage.tsdb.retention.size={described.RETENTION_SIZE}" in default
+    # `make up` writes the variables empty when not given: the defaults hold.
+    empty = "PROMETHEUS_RETENTION_TIME=\nPROMETHEUS_RETENTION_SIZE=\n"
+    assert prometheus_flags(render(tmp_path / "empty", "cpu", more_env=empty)) == default
+    given = "PROMETHEUS_RETENTION_TIME=2d\nPROMETHEUS_RETENTION_SIZE=500MB\n"
+    flags = prometheus_flags(render(tmp_path / "given", "cpu", more_env=given))
+    assert {"--storage.tsdb.retention.time=2d", "--storage.tsdb.retention.size=500MB"} <= set(flags)
+
+
+def test_every_container_log_is_rotated(config) -> None:
+    for name, service in services(config).items():
+        logging = service.get("logging", {})
+        assert logging.get("driver") == "json-file", name
+        assert set(logging.get("options", {})) == {"max-size", "max-file"}, name
