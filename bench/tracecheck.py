@@ -17,14 +17,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import trainer.observe.trace as trace
+
 # Not compute: the marks, the all-reduce's own ops, the input pipeline, the loop's bookkeeping after t3.
+# The op classes are trainer/observe/trace.py's, which the SCRIPT= sampler uses too.
 NOT_COMPUTE = (
-    "Timestamp",
+    *trace.MARKS,
     "CollectiveReduceV2",
     "ConcatV2",
     "SplitV",
-    "IteratorGetNext",
-    "MultiDeviceIteratorGetNextFromShard",
+    *trace.INPUT,
     "Pack",
     "TensorListSetItem",
     "TensorListStack",
@@ -32,7 +34,7 @@ NOT_COMPUTE = (
     "Identity",
     "Less",
 )
-LAUNCH = "CollectiveOpV2Kernel::Run"  # the collective kernel starting, before its async part
+LAUNCH = trace.LAUNCH
 
 
 @dataclass(frozen=True)

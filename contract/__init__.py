@@ -127,16 +127,22 @@ def _metric(name: str, kind: str, help_text: str, unit: str = "") -> Metric:
 
 
 STEP = _metric("step_duration", HISTOGRAM, "Whole training step, host wall clock", "seconds")
-INPUT_WAIT = _metric("input_wait", HISTOGRAM, "Waiting for the next distributed batch", "seconds")
+SAMPLED_NOTE = "; sampled on SCRIPT= runs (trainer_split_sampled)"
+INPUT_WAIT = _metric(
+    "input_wait", HISTOGRAM, "Waiting for the next distributed batch" + SAMPLED_NOTE, "seconds"
+)
 COMPUTE = _metric(
-    "compute_duration", HISTOGRAM, "Forward, backward and optimizer update on the local replica", "seconds"
+    "compute_duration",
+    HISTOGRAM,
+    "Forward, backward and optimizer update on the local replica" + SAMPLED_NOTE,
+    "seconds",
 )
 ALLREDUCE = _metric(
     "allreduce_duration",
     HISTOGRAM,
     "Gradient all-reduce from the last gradient to the last reduction, waiting for the slowest "
     "task included; with --allreduce-mode overlap only its exposed part (what the step still "
-    "waits for after its last gradient)",
+    "waits for after its last gradient)" + SAMPLED_NOTE,
     "seconds",
 )
 STEPS = _metric("steps", COUNTER, "Training steps completed by this task")
@@ -154,6 +160,20 @@ GLOBAL_STEP = _metric("global_step", GAUGE, "Optimizer step (continues after a r
 WORLD_SIZE = _metric("world_size", GAUGE, "Replicas in sync")
 LAST_STEP_TIME = _metric("last_step_timestamp", GAUGE, "Unix time the last step finished", "seconds")
 LAST_CHECKPOINT = _metric("last_checkpoint_step", GAUGE, "Step of the last checkpoint saved")
+TARGET_STEPS = _metric(
+    "target_steps",
+    GAUGE,
+    "Global step the run ends at, where known (STEPS=, or a fit script's epochs x steps per epoch); 0: unknown",
+)
+SPLIT_SAMPLED = _metric(
+    "split_sampled",
+    GAUGE,
+    "1: compute, all-reduce and input wait are each step's host time times the shares of the last "
+    "sampled profiler window (SCRIPT= runs, docs/script.md); 0: measured in every step",
+)
+SPLIT_SAMPLES = _metric(
+    "split_samples", COUNTER, "Profiler windows parsed into the step split (SCRIPT= runs)"
+)
 BUILD_INFO = _metric("build", INFO, "Versions and setup of this task")
 STATE = _metric("state", ENUM, "Lifecycle state of this task")
 
@@ -174,6 +194,9 @@ ALL = (
     WORLD_SIZE,
     LAST_STEP_TIME,
     LAST_CHECKPOINT,
+    TARGET_STEPS,
+    SPLIT_SAMPLED,
+    SPLIT_SAMPLES,
     BUILD_INFO,
     STATE,
 )

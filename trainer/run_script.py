@@ -1,9 +1,11 @@
 """`python -m trainer.run_script PATH [args]`: bring your own training script, keep the telemetry.
 
-Compose runs this when SCRIPT= is set. It serves the metrics every task has (process and network
-metrics, trainer_build_info, trainer_state) on TRAINER_METRICS_PORT (default contract.METRICS_PORT, 0 disables),
-labelled by the task from TF_CONFIG, sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script
-in this process as `__main__` with sys.argv = [PATH, args...] and exits with its status.
+Compose runs this when SCRIPT= is set. It serves the contract's metrics on TRAINER_METRICS_PORT
+(default contract.METRICS_PORT, 0 disables), labelled by the task from TF_CONFIG: those every task has (process,
+network, trainer_build_info, trainer_state) and, through trainer/observe (docs/script.md), the step
+time, counters, loss and the sampled compute / all-reduce / input split of `model.fit` and
+`strategy.run` loops. It sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script in this
+process as `__main__` with sys.argv = [PATH, args...] and exits with its status.
 
 Faults, as for the built-in trainer: when the script raises what TensorFlow raises on a survivor of
 a lost peer (the collective aborted: Unavailable, Aborted, Cancelled, DeadlineExceeded), this exits
@@ -28,9 +30,11 @@ from prometheus_client import CollectorRegistry
 
 import contract
 import trainer
+from trainer import observe
 from trainer.cluster import CHIEF, ClusterSpecError, TaskId, parse_tf_config
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_PEER_LOST, REASON_ENV
-from trainer.metrics import Server, TaskMetrics
+from trainer.metrics import Metrics, Server
+from trainer.observe import config as observe_config
 
 log = logging.getLogger("trainer.run_script")
 PEER_LOST = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")
@@ -77,6 +81,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     try:
         spec = parse_tf_config(env.get("TF_CONFIG"))
         port = int(env.get("TRAINER_METRICS_PORT") or contract.METRICS_PORT)
+        observe_config.from_env(env)
     except (ClusterSpecError, ValueError) as err:
         log.error("configuration error: %s", err)
         return EXIT_CONFIG
@@ -86,7 +91,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     task = spec.task if spec else TaskId(CHIEF, 0)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     registry = CollectorRegistry()
-    metrics = TaskMetrics(registry, task)
+    metrics = Metrics(registry, task)
     metrics.build_info(
         tf_version=_tf_version(),
         trainer_version=trainer.__version__,
@@ -96,6 +101,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     )
     server = Server(registry, port) if port else None
     metrics.state("training")
+    sampler = observe.install(metrics, env)
     sys.argv = [path, *args]
     try:
         if spec is not None:  # the script's own MWMS starts its server with the trainer's settings
@@ -120,6 +126,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
         else:
             _reason(f"{type(err).__name__}: {first}", env)
             status = EXIT_FAILED
+    sampler.close()
     metrics.state("done" if status == 0 else "failed")
     if server:
         server.close()

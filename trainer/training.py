@@ -316,6 +316,7 @@ def _train(
             *preemption,
         ),
     )
+    metrics.target(config.steps)
     metrics.state("training")
     try:
         return controller.train(iterator, start)

@@ -43,6 +43,9 @@ class Recorder:
     def checkpointed(self, at):
         self.checkpoints.append(at)
 
+    def target(self, steps):
+        self.target_steps = steps
+
 
 def _train(tmp_path, **overrides):
     config = Config(
