@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -508,7 +508,7 @@ def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Pat
     plt.close(fig)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.comm", description=__doc__.splitlines()[0])
     p.add_argument(
         "--where",
@@ -550,9 +550,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--ab-payload", default="resnet50", help="the payload the A/B times (RING/0, one pack)")
     p.add_argument("--out", type=Path, default=Path(".run/bench-comm"), help="writes OUT.json and OUT.png")
-    args = p.parse_args(argv)
+    return p
+
+
+def _task_args(args: argparse.Namespace) -> list[str]:
+    """What every task's sweep (trainer.bench.allreduce_sweep) is asked to time."""
     sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
-    task_args = [
+    return [
         "--sizes",
         ",".join(map(str, sizes)),
         "--variants",
@@ -563,33 +567,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dumps(payload_shapes(args.payloads)),
     ]
 
+
+def _endpoints(args: argparse.Namespace) -> tuple[str, list, Callable[[], None]]:
+    """Where the tasks run (auto: the stack's containers if up, else local processes), and their cleanup."""
     where = args.where
     if where == "auto":
         where = "docker" if stack_containers(args.project) else "local"
-    cleanup = lambda: None
     if where == "docker":
-        endpoints, cleanup = docker_endpoints(args.project)
-    elif where == "bridge":
-        endpoints, cleanup = bridge_endpoints(args.image, args.project, args.workers)
-    else:
-        endpoints = local_endpoints(args.workers)
-    try:
+        return (where, *docker_endpoints(args.project))
+    if where == "bridge":
+        return (where, *bridge_endpoints(args.image, args.project, args.workers))
+    return where, local_endpoints(args.workers), lambda: None
+
+
+def _measure(where: str, endpoints: list, args: argparse.Namespace) -> tuple[list, int, list, dict | None]:
+    """The sweep, the server-settings A/B, and iperf3 at TensorFlow's own stream count."""
+    print(
+        f"bench-comm: {len(endpoints)} tasks ({where}): "
+        + ", ".join(f"{e.task}@{e.address}" for e in endpoints),
+        file=sys.stderr,
+        flush=True,
+    )
+    results, streams = _run_sweep(endpoints, _task_args(args))
+    ab = server_ab(endpoints, args)
+    tcp = None
+    if len(endpoints) > 1:
         print(
-            f"bench-comm: {len(endpoints)} tasks ({where}): "
-            + ", ".join(f"{e.task}@{e.address}" for e in endpoints),
+            f"bench-comm: TensorFlow held {streams} TCP connection(s) between {endpoints[0].task} and "
+            f"{endpoints[1].task} (ss, sampled during the sweep): iperf3 -P {max(streams, 1)}",
             file=sys.stderr,
-            flush=True,
         )
-        results, streams = _run_sweep(endpoints, task_args)
-        ab = server_ab(endpoints, args)
-        tcp = None
-        if len(endpoints) > 1:
-            print(
-                f"bench-comm: TensorFlow held {streams} TCP connection(s) between {endpoints[0].task} and "
-                f"{endpoints[1].task} (ss, sampled during the sweep): iperf3 -P {max(streams, 1)}",
-                file=sys.stderr,
-            )
-            tcp = tcp_throughput(endpoints[0], endpoints[1], max(streams, 1))
+        tcp = tcp_throughput(endpoints[0], endpoints[1], max(streams, 1))
+    return results, streams, ab, tcp
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    where, endpoints, cleanup = _endpoints(args)
+    try:
+        results, streams, ab, tcp = _measure(where, endpoints, args)
     finally:
         cleanup()
     n = results[0]["n"]

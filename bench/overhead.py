@@ -154,7 +154,7 @@ def _fit_model(config, strategy, task, replicas: int, k: int):
     )
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.overhead")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--bench-steps", type=int, default=400, help="steps per mode per round")
@@ -167,7 +167,28 @@ def main(argv=None) -> int:
         help="also bench timing one call in this many (the --measure-every trade-off)",
     )
     p.add_argument("--skip-rates", action="store_true", help="only (c) and (e)")
-    args, rest = p.parse_known_args(argv)
+    return p
+
+
+def _interleave(modes: dict, rounds: int, timings: dict) -> dict[str, list[float]]:
+    """Steps per second of every mode, the modes interleaved over `rounds` rounds; round 0 traces
+    every function and is not counted (nor are the timings it kept)."""
+    rates = {name: [] for name in modes}
+    for r in range(rounds):
+        # Odd rounds run the modes in reverse: a mode's place in the round (after which function, at
+        # which phase of the input pipeline's prefetch) then favours no mode over the rounds.
+        for name, run in list(modes.items())[:: -1 if r % 2 else 1]:
+            rate = run()
+            if r:
+                rates[name].append(rate)
+        if r == 0:
+            for kept in timings.values():
+                kept.clear()
+    return rates
+
+
+def main(argv=None) -> int:
+    args, rest = _parser().parse_known_args(argv)
     config = config_lib.from_args(rest, os.environ)
     spec = parse_tf_config(os.environ.get("TF_CONFIG"))
     chief = spec is None or spec.is_chief
@@ -213,19 +234,7 @@ def main(argv=None) -> int:
             cn,
         ),
     }
-    rates = {name: [] for name in modes}
-    for r in range(
-        0 if args.skip_rates else args.rounds + 1
-    ):  # round 0 traces every function and is not counted
-        # Odd rounds run the modes in reverse: a mode's place in the round (after which function, at
-        # which phase of the input pipeline's prefetch) then favours no mode over the rounds.
-        for name, run in list(modes.items())[:: -1 if r % 2 else 1]:
-            rate = run()
-            if r:
-                rates[name].append(rate)
-        if r == 0:
-            for kept in timings.values():
-                kept.clear()
+    rates = _interleave(modes, 0 if args.skip_rates else args.rounds + 1, timings)
     if chief and not args.skip_rates:  # first what is measured, in case a later part fails
         header = (
             f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "

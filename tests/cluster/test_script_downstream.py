@@ -51,7 +51,15 @@ def prom(prometheus_binary, script_run, tmp_path_factory):  # noqa: F811
     rule_files = sorted(str(p) for p in (rules.PROM_DIR / "rules").glob("*.yml"))
     # As the stack's target files do: each target labelled with its task, so `up` names the task.
     targets = [
-        {"targets": [f"127.0.0.1:{port}"], "labels": dict(zip(contract.LABELS, contract.task_labels(task)))}
+        {
+            "targets": [f"127.0.0.1:{port}"],
+            "labels": {
+                **dict(zip(contract.LABELS, contract.task_labels(task))),
+                # and with the project and run, as the emitters write them (status reads one run)
+                contract.PROJECT_LABEL: contract.DEFAULT_PROJECT,
+                contract.RUN_LABEL: "script-downstream",
+            },
+        }
         for task, port in zip(TASKS, script_run, strict=True)
     ]
     config = {
