@@ -130,6 +130,8 @@ def diagnose() -> tuple[int, dict]:
             "--json",
             "--prometheus",
             PROM,
+            "--project",  # the project's latest run: start_job's `make up` began a new one
+            PROJECT,
             "--bench",
             str(RUN_DIR / "bench-comm.json"),
         ],
