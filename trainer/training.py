@@ -326,12 +326,12 @@ def _train(
         raise records.locate(records.find(config.data), data.problem(config.task, config.seed), err) from None
 
 
-def _copy_out(ctx: Context, job: Trainable, result: loop.LoopResult) -> None:
+def _copy_out(ctx: Context, final: summary.Summary) -> None:
     """What produced the final model, recorded with it; both copied out of the checkpoint folder (a
     volume `make clean` deletes) when --export-dir is set."""
     config = ctx.config
     body = {
-        **dataclasses.asdict(summary.build(ctx.task_id.name, result, job.task.model.variables)),
+        **dataclasses.asdict(final),
         "steps": config.steps,
         "settings": manifest.job_settings(config, ctx.strategy.num_replicas_in_sync),
     }
@@ -357,6 +357,9 @@ def _copy_out(ctx: Context, job: Trainable, result: loop.LoopResult) -> None:
 def _finish(ctx: Context, job: Trainable, metrics, result: loop.LoopResult) -> None:
     """The final checkpoint and model (chief's directory), then this task's summary."""
     config, name = ctx.config, ctx.task_id.name
+    # On every task, at the same point: reading BatchNorm's sync-on-read statistics (the weights'
+    # digest) is a collective, and a chief reading them alone waits for peers that have left.
+    final = summary.build(name, result, job.task.model.variables)
     if config.checkpoint_dir:
         metrics.state("checkpointing")
         if result.final_step > result.start_step:  # a run resumed at its last step has nothing new to save
@@ -364,8 +367,8 @@ def _finish(ctx: Context, job: Trainable, metrics, result: loop.LoopResult) -> N
         metrics.checkpointed(result.final_step)
         log.info("%s: exported the final model to %s", name, job.checkpoints.export())
         if ctx.is_chief:
-            _copy_out(ctx, job, result)
+            _copy_out(ctx, final)
     job.checkpoints.close()
     if config.output_dir:
-        path = summary.write(summary.build(name, result, job.task.model.variables), config.output_dir)
+        path = summary.write(final, config.output_dir)
         log.info("%s: summary in %s", name, path)
