@@ -135,8 +135,10 @@ def test_every_root_filesystem_is_read_only_with_a_scratch_tmpfs(config) -> None
         assert "/tmp" in service.get("tmpfs", []), name
         writable = [v["target"] for v in service.get("volumes", []) if not v.get("read_only")]
         if name not in MONITORING_SERVICES:
-            # The chief's checkpoints; every task's supervisor state (its budget across container restarts).
-            expected = (["/checkpoints"] if name == "chief" else []) + ["/var/lib/supervise"]
+            # The checkpoints (the chief's; every task's under SCRIPT=, whose own callbacks save from
+            # every worker); every task's supervisor state (its budget across container restarts).
+            shared = name == "chief" or "trainer.run_script" in service["command"]
+            expected = (["/checkpoints"] if shared else []) + ["/var/lib/supervise"]
             assert writable == expected, (name, writable)
 
 
