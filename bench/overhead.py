@@ -299,7 +299,7 @@ def _report(header: str, args, k, rates, timings) -> str:
 
 
 def _report_more(trace, payload, total: int) -> str:
-    ours, theirs, steps = trace
+    ours, theirs, steps, _ = trace
     ratios = [b / f for b, f in zip(payload["bfloat16"], payload["float32"], strict=True)]
     return "\n".join(
         [

@@ -53,37 +53,65 @@ def trace_events(logdir: str) -> list[tuple[float, float, str]]:
     space = xplane_pb2.XSpace()
     with open(paths[-1], "rb") as f:
         space.ParseFromString(f.read())
+    base = _session_start(space)
     events = []
     for plane in space.planes:
         for line in plane.lines:
             for e in line.events:
                 name = plane.event_metadata[e.metadata_id].name
                 if name == LAUNCH or (":" in name and "::" not in name):  # "op_name:OpType": an op
-                    start = line.timestamp_ns * 1e-9 + e.offset_ps * 1e-12
+                    start = base + line.timestamp_ns * 1e-9 + e.offset_ps * 1e-12
                     kind = name if name == LAUNCH else name.rsplit(":", 1)[1]
                     events.append((start, start + e.duration_ps * 1e-12, kind))
     return sorted(events)
 
 
-def from_trace(events, marks: np.ndarray) -> tuple[Spans, np.ndarray]:
-    """Summed trace spans of the steps (rows t_start, t0, t1, t2, t3) the trace holds, and those rows.
+def _session_start(space) -> float:
+    """Unix seconds of the profiling session's start: TF 2.21 stores event times relative to it (seen:
+    a 48 ms trace at 0.001..0.049 s for marks at 1796126149.7 s), and the start as `profile_start_time`
+    on its "Task Environment" plane. 0 when absent (older TF kept absolute times)."""
+    for plane in space.planes:
+        for stat in plane.stats:
+            if plane.stat_metadata[stat.metadata_id].name == "profile_start_time":
+                return (stat.uint64_value or stat.int64_value) * 1e-9
+    return 0.0
+
+
+def from_trace(events, marks: np.ndarray) -> tuple[Spans, np.ndarray, float]:
+    """Summed trace spans of the steps (rows t_start, t0, t1, t2, t3) the trace holds, those rows, and
+    the trace clock's offset.
     A step is held when at least one of its marks lies in a traced Timestamp op: that pins the clocks'
     offset for it. After a function has run many times the executor deems the Timestamp ops cheap and
     TensorFlow 2.21 traces most of them no more, even at host_tracer_level 3 (seen: 1 of the 5 per
     step after 200 settling steps, "the trace holds none of the 20 steps' marks" when all 5 were
-    required); the ops that take the step's time (convolutions, the collective) stay traced."""
+    required; none at all in CI, then the clocks themselves line up: _same_clock); the ops that take
+    the step's time (convolutions, the collective) stay traced."""
     ops = sorted((e[0], e[1]) for e in events if e[2] == "Timestamp")
-    if not ops:
-        raise ValueError("the trace holds no timestamps")
-    stamps = np.array(ops)  # (start, end) of every Timestamp op, by start
-    offset = _offset(stamps, marks.ravel())
-    held = np.array([any(_near(stamps, m + offset) for m in row) for row in marks])
+    if not events:
+        raise ValueError("the trace holds no op events")
+    if ops:
+        stamps = np.array(ops)  # (start, end) of every Timestamp op, by start
+        offset = _offset(stamps, marks.ravel())
+        held = np.array([any(_near(stamps, m + offset) for m in row) for row in marks])
+    else:
+        offset, held = _same_clock(events, marks)
     bounds = [*(marks[:, 1] + offset), float("inf")]
     total = Spans(0.0, 0.0)
     for i in np.flatnonzero(held):
         one = _step(events, bounds[i], bounds[i + 1])
         total = Spans(total.compute + one.compute, total.allreduce + one.allreduce)
-    return total, marks[held]
+    return total, marks[held], offset
+
+
+def _same_clock(events, marks: np.ndarray) -> tuple[float, np.ndarray]:
+    """No Timestamp op traced at all (TF 2.21 at host_tracer_level 3 after a function ran a few hundred
+    times, seen for mlp and in CI for cnn): line the marks up on the clock itself. The Timestamp op
+    reads Env::NowMicros and the host tracer EnvTime::NowNanos, both CLOCK_REALTIME, and trace_events
+    adds back the session start the XPlane's times are relative to (the offset found from traced ops,
+    when there are some, is `offset_us` in tracecheck-json). A step is held when an op event starts
+    between its t0 and t3."""
+    starts = np.array([e[0] for e in events])
+    return 0.0, np.array([bool(np.any((starts >= row[1]) & (starts <= row[4]))) for row in marks])
 
 
 MATCH_S = 20e-6
@@ -154,7 +182,7 @@ def traced_call(fns, iterator, steps: int, logdir: str, profile: bool) -> np.nda
     return marks
 
 
-def check(fns, iterator, steps: int, chief: bool) -> tuple[Spans, Spans, int] | None:
+def check(fns, iterator, steps: int, chief: bool) -> tuple[Spans, Spans, int, float] | None:
     """Trace one timed call of `steps` steps on the chief and compare (None on the other tasks, which
     run the same call so that its collectives complete): what `make bench` (c) and `main` both run."""
     import tempfile
@@ -164,12 +192,17 @@ def check(fns, iterator, steps: int, chief: bool) -> tuple[Spans, Spans, int] | 
         return compare(marks, logdir) if chief else None
 
 
-def compare(marks: np.ndarray, logdir: str) -> tuple[Spans, Spans, int]:
-    """(from the marks, from the trace, steps compared): over the steps the trace holds."""
-    theirs, held = from_trace(trace_events(logdir), marks)
+def compare(marks: np.ndarray, logdir: str) -> tuple[Spans, Spans, int, float]:
+    """(from the marks, from the trace, steps compared, trace clock offset): over the steps the trace holds."""
+    events = trace_events(logdir)
+    theirs, held, offset = from_trace(events, marks)
     if not held.size:
-        raise ValueError(f"the trace holds none of the {len(marks)} steps' marks")
-    return from_marks(held), theirs, len(held)
+        stamps = sum(e[2] == "Timestamp" for e in events)
+        raise ValueError(
+            f"the trace ({len(events)} op events, {stamps} Timestamp, {events[0][0]:.6f}..{events[-1][1]:.6f} s)"
+            f" holds none of the {len(marks)} steps' marks ({marks.min():.6f}..{marks.max():.6f} s)"
+        )
+    return from_marks(held), theirs, len(held), offset
 
 
 def deviation(ours: float, theirs: float) -> float:
@@ -221,7 +254,7 @@ def main(argv=None) -> int:
     chief = spec is None or spec.is_chief
     found = check(fns, iterator, args.trace_steps, chief)
     if chief:
-        ours, theirs, steps = found
+        ours, theirs, steps, offset = found
         print(
             f"tracecheck: {steps} of {args.trace_steps} steps in the trace:",
             describe(ours, theirs, steps),
@@ -229,7 +262,9 @@ def main(argv=None) -> int:
         )
         print(
             "tracecheck-json:",
-            json.dumps({"marks": ours.__dict__, "trace": theirs.__dict__, "steps": steps}),
+            json.dumps(
+                {"marks": ours.__dict__, "trace": theirs.__dict__, "steps": steps, "offset_us": 1e6 * offset}
+            ),
             flush=True,
         )
     return 0

@@ -38,7 +38,8 @@ def status(stack: FaultStack, prometheus: str | None = None) -> list[list[str]]:
     args = ["status"] + ([f"PROMETHEUS_URL={prometheus}"] if prometheus else [])
     result = stack.make(*args, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    return [line.split() for line in result.stdout.splitlines()[1:]]
+    rows = [line.split() for line in result.stdout.splitlines()[1:]]
+    return [r for r in rows if r and r[0] != "job:"]  # the task rows, not the job's summary line
 
 
 def diagnose(stack: FaultStack) -> dict:

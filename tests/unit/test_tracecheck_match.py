@@ -26,13 +26,13 @@ def _marks(steps: int) -> np.ndarray:
 def test_marks_of_ops_stretched_far_beyond_the_slack_are_found():
     marks = _marks(20)
     lag = 50 * tracecheck.MATCH_S  # a preempted op: its clock read long after its start
-    _, held = tracecheck.from_trace(_trace(marks, lag, offset=0.0), marks)
+    _, held, _ = tracecheck.from_trace(_trace(marks, lag, offset=0.0), marks)
     assert len(held) == 20
 
 
 def test_a_shifted_trace_clock_is_lined_up():
     marks = _marks(10)
-    _, held = tracecheck.from_trace(_trace(marks, 1e-6, offset=3.5), marks)
+    _, held, _ = tracecheck.from_trace(_trace(marks, 1e-6, offset=3.5), marks)
     assert len(held) == 10
 
 
@@ -43,7 +43,7 @@ def test_a_step_none_of_whose_marks_is_traced_is_left_out():
         for e in _trace(marks, 1e-6, 0.0)
         if not (e[2] == "Timestamp" and any(abs(e[1] - m) < 1e-5 for m in marks[4]))
     ]
-    _, held = tracecheck.from_trace(events, marks)
+    _, held, _ = tracecheck.from_trace(events, marks)
     assert len(held) == 9
 
 
@@ -59,7 +59,18 @@ def test_steps_of_which_the_trace_kept_one_timestamp_are_compared():
         e for e in _trace(marks, 1e-6, 2.0) if e[2] != "Timestamp" or round(e[1] - 2.0 - 1e-6, 9) in kept
     ]
     assert sum(e[2] == "Timestamp" for e in events) == 20
-    theirs, held = tracecheck.from_trace(events, marks)
+    theirs, held, _ = tracecheck.from_trace(events, marks)
     assert len(held) == 20
     compute = sum(row[2] - row[1] - 2e-4 for row in marks)  # the Conv2D op of every step
     assert abs(theirs.compute - compute) < 1e-6
+
+
+def test_with_no_timestamp_traced_the_steps_inside_the_traced_span_are_compared():
+    """CI: "the trace holds no timestamps" after the function settled. Both clocks are CLOCK_REALTIME:
+    the steps with an op traced between their t0 and t3 are compared, at offset 0."""
+    marks = _marks(10)
+    events = [e for e in _trace(marks, 1e-6, 0.0) if e[2] != "Timestamp"]
+    events = [e for e in events if e[0] < marks[7, 1]]  # the trace ends before step 7
+    theirs, held, offset = tracecheck.from_trace(events, marks)
+    assert offset == 0.0 and len(held) == 7
+    assert abs(theirs.compute - sum(row[2] - row[1] - 2e-4 for row in marks[:7])) < 1e-6
