@@ -115,8 +115,11 @@ class Service:
     probes the GCE metadata server) otherwise waits 10 s for Docker's DNS to give up."""
     init: bool = False
     """tini as PID 1, so SIGTERM reaches the process (Python as PID 1 ignores it)."""
-    restart: str = "unless-stopped"
-    """"no": a supervisor inside the container restarts by exit code; "unless-stopped": the engine does."""
+    restart: str = "always"
+    """The engine's restart policy. "always", not "unless-stopped": a dockerd that died (SIGKILL, OOM
+    kill) kills on its restart the containers it finds still running (live-restore off) as if stopped
+    by hand, and leaves unless-stopped ones down (tests/e2e/test_engine_faults.py). `make down`
+    removes the containers, so "always" starts nothing the operator stopped that way."""
     stop_grace_s: int | None = None
     user: str
     tmpfs: tuple[str, ...] = ("/tmp",)
