@@ -41,7 +41,7 @@ SETTINGS = {
     "SAVE_EVERY": str(SAVE_EVERY),
     "CLUSTER_TIMEOUT": str(CLUSTER_TIMEOUT_S),
     "ARGS": TRAINER_ARGS,
-    "IMAGE_REPO": os.environ.get("IMAGE_REPO", "mwms-engine-e2e/trainer"),
+    **({"IMAGE_REPO": os.environ["IMAGE_REPO"]} if os.environ.get("IMAGE_REPO") else {}),
 }
 # Made on this host's engine; Prometheus is published on the node's address, reachable from here.
 BUILT = FaultStack(PROJECT, f".run/{PROJECT}", NODE.ip, SETTINGS)
