@@ -156,6 +156,8 @@ class FaultStack:
 
     def process_pid(self, service: str, marker: str, but: str = "\0") -> int:
         """Host PID of the one process of `service` whose command line holds `marker` (and not `but`)."""
+        # Another engine's `docker top` gives PIDs of its own namespace: never signal those from here.
+        assert not self.docker_host, f"{service}: its PIDs are not this host's (engine {self.docker_host})"
         out = subprocess.run(
             ["docker", "top", self.container(service), "-eo", "pid,args"],
             capture_output=True,
