@@ -28,6 +28,7 @@ venv: $(VENV)/.stamp ## Create the project venv (.venv) from requirements.lock
 
 include trainer/trainer.mk
 include compose/compose.mk
+include compose/tensorboard.mk
 include compose/k8s.mk
 include compose/swarm.mk
 include images/images.mk

@@ -32,6 +32,10 @@ METRICS_LINGER_SECONDS = 12
 """Two 5 s scrape intervals (monitoring/config/prometheus/prometheus.yml) plus margin: Prometheus records the
 final step and the `done` state before a finished task's container exits."""
 CHECKPOINT_DIR = "/checkpoints"
+LOG_DIR = "/logs"
+"""TensorBoard's log volume in every task (TRAINER_LOGDIR) and in the TensorBoard service."""
+PROFILER_PORT = contract.PROFILER_PORT
+TENSORBOARD_PORT = contract.TENSORBOARD_PORT
 SCRIPT_DIR = "/script"
 DATA_DIR = "/data"
 UID = GID = 1000
@@ -136,6 +140,8 @@ def trainer_env(d: Deployment) -> dict[str, str]:
         "TRAINER_METRICS_PORT": str(METRICS_PORT),
         "TRAINER_METRICS_LINGER": str(METRICS_LINGER_SECONDS),
         "TRAINER_CHECKPOINT_DIR": CHECKPOINT_DIR,
+        "TRAINER_LOGDIR": LOG_DIR,
+        "TRAINER_PROFILER_PORT": str(PROFILER_PORT),
     }
     env.update({ENV_PREFIX + name.upper(): value for name, value in d.knobs})
     if d.data:

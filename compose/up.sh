@@ -79,8 +79,11 @@ docker builder prune -f --filter type=source.local >/dev/null 2>&1
 dc up -d --no-build --remove-orphans --quiet-pull
 
 addr=${BIND_ADDR:-127.0.0.1}
+# Another project's commands need its name: they find its RUN_DIR and Prometheus from it.
+p=""; [ "${PROJECT:-mwms}" = mwms ] || p=" PROJECT=$PROJECT"
 echo
 echo "Prometheus: http://$addr:9090   (targets: http://$addr:9090/targets)"
+echo "TensorBoard: http://$addr:$("${PYTHON:-python3}" -c 'import contract; print(contract.TENSORBOARD_PORT)')   (make profile$p fills its PROFILE tab)"
 if [ -n "$profiles" ]; then
   echo "Grafana:    http://$addr:3000   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
 else
@@ -90,7 +93,5 @@ Grafana:    skipped - image $GRAFANA_IMAGE is not present and cannot be pulled (
             make publish-dashboards GRAFANA_URL=https://grafana.example GRAFANA_TOKEN=...
 EOF
 fi
-# Another project's commands need its name: they find its RUN_DIR and Prometheus from it.
-p=""; [ "${PROJECT:-mwms}" = mwms ] || p=" PROJECT=$PROJECT"
 echo "Follow:     make status$p (per-task table) | make logs$p | make wait$p (blocks, returns the chief's exit code)"
 echo "Stop:       make down$p (keeps checkpoints and history) | make clean$p (removes them)"

@@ -27,6 +27,10 @@ DEFAULT_PROJECT = "mwms"
 """Compose project name when PROJECT is not given."""
 PROMETHEUS_PORT = 9090
 GRAFANA_PORT = 3000
+TENSORBOARD_PORT = 6006
+"""TensorBoard's web UI, published on BIND_ADDR like Prometheus and Grafana."""
+PROFILER_PORT = 6009
+"""Every task's TensorFlow profiler server inside the cluster network (never published; `make profile`)."""
 
 CHIEF, WORKER = "chief", "worker"
 STATES = ("starting", "waiting_for_peers", "training", "checkpointing", "done", "failed")

@@ -2,8 +2,11 @@
 
 Compose runs this when SCRIPT= is set. It serves the metrics every task has (process and network
 metrics, trainer_build_info, trainer_state) on TRAINER_METRICS_PORT (default 8000, 0 disables),
-labelled by the task from TF_CONFIG, sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script
+labelled by the task from TF_CONFIG, starts TensorFlow's profiler server on TRAINER_PROFILER_PORT
+(unset or 0: none) for `make profile`, sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script
 in this process as `__main__` with sys.argv = [PATH, args...] and exits with its status.
+A script's own summaries belong under TRAINER_LOGDIR (the stack's TensorBoard volume), e.g.
+`tf.keras.callbacks.TensorBoard(os.environ["TRAINER_LOGDIR"])`.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from collections.abc import Mapping, Sequence
 from prometheus_client import CollectorRegistry
 
 import trainer
+from trainer import tensorboard
 from trainer.cluster import CHIEF, ClusterSpecError, TaskId, parse_tf_config
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED
 from trainer.metrics import Server, TaskMetrics
 
 log = logging.getLogger("trainer.run_script")
+PROFILER_PORT_ENV = "TRAINER_PROFILER_PORT"
+"""The stack's profiler port (contract.PROFILER_PORT): a server there lets `make profile` trace the script."""
 
 
 def _tf_version() -> str:
@@ -48,6 +54,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     try:
         spec = parse_tf_config(env.get("TF_CONFIG"))
         port = int(env.get("TRAINER_METRICS_PORT", "8000") or "8000")
+        profiler_port = int(env.get(PROFILER_PORT_ENV, "0") or "0")
     except (ClusterSpecError, ValueError) as err:
         log.error("configuration error: %s", err)
         return EXIT_CONFIG
@@ -66,6 +73,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
         task=os.path.basename(path),
     )
     server = Server(registry, port) if port else None
+    tensorboard.start_profiler(profiler_port, task.name)
     metrics.state("training")
     sys.argv = [path, *args]
     try:

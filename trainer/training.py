@@ -18,7 +18,7 @@ from functools import partial
 import tensorflow as tf
 
 import trainer
-from trainer import agreement, device, loop, progress, step, summary, tasks
+from trainer import agreement, device, loop, progress, step, summary, tasks, tensorboard
 from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
@@ -149,6 +149,7 @@ def _run(ctx: Context, metrics) -> None:
         mine = agreement.fingerprints(ctx.spec, ctx.config, tf.__version__, trainer.__version__)
         agreement.check([t.name for t in ctx.spec.tasks], agreement.gather(ctx.strategy, mine))
     _describe(ctx, metrics)
+    tensorboard.start_profiler(ctx.config.profiler_port, ctx.task_id.name)
     log.info(
         "%s: %s", ctx.task_id.name, device.describe(_gpu_names(), tf.sysconfig.get_build_info(), os.environ)
     )
@@ -269,6 +270,12 @@ def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult
                 progress.Job(ctx.task_id.name, config.steps, ctx.global_batch), config.log_every
             ),
             *preemption,
+            tensorboard.scalars(
+                config.logdir,
+                ctx.is_chief,
+                config.log_every,
+                tensorboard.rate_at(step.learning_rate(config, ctx.strategy.num_replicas_in_sync)),
+            ),
         ),
     )
     metrics.state("training")

@@ -1,0 +1,13 @@
+# TensorBoard of the stack: the service comes up with `make up` (compose.generate); this captures traces.
+# Included by the top Makefile after compose/compose.mk (DC, STACK_UP, RUN_DIR, PYTHON).
+
+PROFILE_SECONDS ?= 2
+PROFILE_KEEP ?= 5
+
+##@ TensorBoard
+
+.PHONY: profile
+profile: ## Trace every task of the running job at once for PROFILE_SECONDS (2); keeps the last PROFILE_KEEP (5) per task; see TensorBoard's PROFILE tab
+	@$(STACK_UP) || { echo "no stack: run make up"; exit 1; }
+	@args=$$($(PYTHON) -m compose.profile --run-dir $(RUN_DIR) --seconds $(PROFILE_SECONDS) --keep $(PROFILE_KEEP)) \
+	  && $(DC) exec -T $$args

@@ -1,0 +1,105 @@
+"""`python -m trainer.profile_capture --logdir /logs --seconds 2 --keep 5 chief worker-0 ...`
+
+One profiler trace of every named task at once, filed as one TensorBoard run per task, the oldest
+captures beyond --keep deleted. `make profile` runs it inside the stack (in the TensorBoard container,
+which is on the cluster network and mounts the log volume), against each task's profiler server
+(trainer/tensorboard.py starts it on TRAINER_PROFILER_PORT, the built-in trainer and SCRIPT runs alike).
+
+TensorFlow's client traces every address of one comma-separated list in the same window and writes
+`plugins/profile/<capture>/<host>_<port>.xplane.pb` per task; each file is moved to
+`<logdir>/profile/<task>/plugins/profile/<capture>/<task>.xplane.pb`, so TensorBoard's profile tab
+lists `profile/<task>/<capture>` for every task. A task that did not answer is named, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import contract
+from trainer.tensorboard import PROFILE_RUNS
+
+log = logging.getLogger("trainer.profile_capture")
+SESSIONS = Path("plugins") / "profile"
+"""Where TensorBoard's profile plugin looks for captures under a run."""
+
+
+def addresses(tasks: Sequence[str], port: int) -> str:
+    return ",".join(f"grpc://{task}:{port}" for task in tasks)
+
+
+def trace(tasks: Sequence[str], port: int, seconds: float, staging: Path) -> Path:
+    """One trace of every task into `staging`; the capture's folder (named by its start time)."""
+    import tensorflow as tf
+
+    tf.profiler.experimental.client.trace(addresses(tasks, port), str(staging), int(seconds * 1000))
+    (capture,) = (staging / SESSIONS).iterdir()
+    return capture
+
+
+def file_by_task(capture: Path, tasks: Sequence[str], port: int, logdir: Path) -> list[str]:
+    """Move each task's trace to its own run; the tasks whose trace is missing."""
+    missing = []
+    for task in tasks:
+        found = capture / f"{task}_{port}.xplane.pb"
+        if not found.exists():
+            missing.append(task)
+            continue
+        session = logdir / PROFILE_RUNS / task / SESSIONS / capture.name
+        session.mkdir(parents=True, exist_ok=True)
+        shutil.move(found, session / f"{task}.xplane.pb")
+        log.info("%s: %s (%.1f MB)", task, session, (session / f"{task}.xplane.pb").stat().st_size / 1e6)
+    return missing
+
+
+def prune(logdir: Path, keep: int) -> list[Path]:
+    """Delete every task's captures but the newest `keep` (names are start times, so they sort)."""
+    removed = []
+    for sessions in sorted((logdir / PROFILE_RUNS).glob(f"*/{SESSIONS}")):
+        for old in sorted(p for p in sessions.iterdir() if p.is_dir())[:-keep]:
+            shutil.rmtree(old)
+            removed.append(old)
+    return removed
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m trainer.profile_capture", description=__doc__.splitlines()[0])
+    p.add_argument("tasks", nargs="+", help="task names, which are also their hosts on the cluster network")
+    p.add_argument("--logdir", type=Path, required=True)
+    p.add_argument("--seconds", type=float, default=2.0)
+    p.add_argument("--keep", type=int, default=5, help="captures kept per task (older ones are deleted)")
+    p.add_argument("--port", type=int, default=contract.PROFILER_PORT)
+    ns = p.parse_args(argv)
+    if ns.seconds <= 0:
+        p.error(f"--seconds {ns.seconds:g}: must be positive (PROFILE_SECONDS)")
+    if ns.keep < 1:
+        p.error(f"--keep {ns.keep}: must be 1 or more (PROFILE_KEEP)")
+    return ns
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="profile: %(message)s")
+    ns = parse_args(sys.argv[1:] if argv is None else argv)
+    with tempfile.TemporaryDirectory() as staging:
+        try:
+            capture = trace(ns.tasks, ns.port, ns.seconds, Path(staging))
+        except Exception as err:  # noqa: BLE001 (the client raises RuntimeError, UnavailableError, ...)
+            log.error("no task answered on port %d (%s): is a job running?", ns.port, str(err).splitlines()[0])
+            return 1
+        missing = file_by_task(capture, ns.tasks, ns.port, ns.logdir)
+    for old in prune(ns.logdir, ns.keep):
+        log.info("removed %s (--keep %d)", old, ns.keep)
+    if missing:
+        log.error("no trace from %s: not running, or started without a profiler server", ", ".join(missing))
+        return 1
+    log.info("capture %s of %d tasks: open the PROFILE tab of TensorBoard", capture.name, len(ns.tasks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
