@@ -5,8 +5,10 @@ captures beyond --keep deleted. `make profile` runs it inside the stack (in the 
 which is on the cluster network and mounts the log volume), against each task's profiler server
 (trainer/tensorboard.py starts it on TRAINER_PROFILER_PORT, the built-in trainer and SCRIPT runs alike).
 
-TensorFlow's client traces every address of one comma-separated list in the same window and writes
-`plugins/profile/<capture>/<host>_<port>.xplane.pb` per task; each file is moved to
+TensorFlow's client traces every address of one comma-separated list in the same window, and each
+task's profiler server writes `plugins/profile/<capture>/<host>_<port>.xplane.pb` itself, under the
+given directory on its own filesystem (hence a staging folder on the shared log volume, which every
+task mounts); each file is then moved to
 `<logdir>/profile/<task>/plugins/profile/<capture>/<task>.xplane.pb`, so TensorBoard's profile tab
 lists `profile/<task>/<capture>` for every task. A task that did not answer is named, exit 1.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -33,13 +36,16 @@ def addresses(tasks: Sequence[str], port: int) -> str:
     return ",".join(f"grpc://{task}:{port}" for task in tasks)
 
 
-def trace(tasks: Sequence[str], port: int, seconds: float, staging: Path) -> Path:
-    """One trace of every task into `staging`; the capture's folder (named by its start time)."""
+def trace(tasks: Sequence[str], port: int, seconds: float, staging: Path) -> Path | None:
+    """One trace of every task into `staging`; the capture's folder (named by its start time), None
+    when no task wrote one. Each task's profiler server writes its own file into `staging` on its own
+    filesystem, so `staging` must be on the log volume every task mounts."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the client's INFO lines say nothing to act on
     import tensorflow as tf
 
     tf.profiler.experimental.client.trace(addresses(tasks, port), str(staging), int(seconds * 1000))
-    (capture,) = (staging / SESSIONS).iterdir()
-    return capture
+    captures = sorted((staging / SESSIONS).glob("*")) if (staging / SESSIONS).is_dir() else []
+    return captures[-1] if captures else None
 
 
 def file_by_task(capture: Path, tasks: Sequence[str], port: int, logdir: Path) -> list[str]:
@@ -85,11 +91,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="profile: %(message)s")
     ns = parse_args(sys.argv[1:] if argv is None else argv)
-    with tempfile.TemporaryDirectory() as staging:
+    # A hidden folder on the volume, removed whatever happens; TensorBoard lists runs by folder name.
+    with tempfile.TemporaryDirectory(prefix=".capture-", dir=ns.logdir) as staging:
         try:
             capture = trace(ns.tasks, ns.port, ns.seconds, Path(staging))
         except Exception as err:  # noqa: BLE001 (the client raises RuntimeError, UnavailableError, ...)
-            log.error("no task answered on port %d (%s): is a job running?", ns.port, str(err).splitlines()[0])
+            capture, why = None, str(err).splitlines()[0]
+        else:
+            why = "no trace written"
+        if capture is None:
+            log.error("no task answered on port %d (%s): is a job running?", ns.port, why)
             return 1
         missing = file_by_task(capture, ns.tasks, ns.port, ns.logdir)
     for old in prune(ns.logdir, ns.keep):
