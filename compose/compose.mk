@@ -5,7 +5,7 @@
 #  - stack settings: STACK_VARS below, the one list (defaults here);
 #  - trainer knobs: any trainer flag upper-cased (STEPS=, TASK=, PER_REPLICA_BATCH=, INPUT_DELAY_MS=, ...,
 #    see `python -m trainer --help`). make exports command-line variables to every recipe, so they pass
-#    untouched to compose.generate, which reads them from its environment (compose/knobs.py derives
+#    untouched to the Compose target (python -m compose.emit --target compose), which reads them from its environment (compose/knobs.py derives
 #    the names from trainer/config.py). Nothing lists them here.
 
 WORKERS ?= 2
@@ -90,7 +90,7 @@ prune: ## Reclaim disk: Docker build cache and dangling images
 	docker image prune -f
 
 .PHONY: golden
-golden: $(VENV)/.stamp ## Regenerate tests/golden/ (compose files for WORKERS=1 and 3, CPU and GPU; the swarm stack bundle) after an intended change
+golden: $(VENV)/.stamp ## Regenerate tests/golden/ (every target's files: compose for WORKERS=1 and 3, CPU and GPU; the swarm bundle; Kubernetes) after an intended change
 	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_compose_golden.py tests/unit/test_compose_stack.py
 
 .PHONY: lock

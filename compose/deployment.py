@@ -1,14 +1,13 @@
 """The one description of a deployment, which every target's emitter translates.
 
-    Deployment (frozen)  ->  compose/generate.py   Compose files (one host)
-                         ->  compose/k8s.py        Kubernetes TFJob v1 and JobSet
-                         ->  (a Swarm stack emitter builds on it the same way)
+    Deployment (frozen) + compose/services.py  ->  compose/targets/<name>.py  ->  files + a report
+                                                   (compose, swarm, tfjob, jobset, trainjob)
 
 It holds what the cluster needs (a chief plus `workers` workers, addressed by each target's template
 in trainer/cluster.py) and what running it needs: the image, GPUs per task, ports (contract/__init__.py),
 checkpoint storage, the metrics endpoint, the trainer's knobs and the restart budget. Emitters never
 add knobs of their own: whatever a target cannot express, its emitter reports as a `Change`.
-Standard library only: `make up` runs the Compose emitter with a bare python3.
+Standard library only: `make up` runs the Compose emitter with a bare python3 (python -m compose.emit).
 """
 
 from __future__ import annotations
@@ -34,8 +33,6 @@ final step and the `done` state before a finished task's container exits."""
 CHECKPOINT_DIR = "/checkpoints"
 LOG_DIR = "/logs"
 """TensorBoard's log volume in every task (TRAINER_LOGDIR) and in the TensorBoard service."""
-PROFILER_PORT = contract.PROFILER_PORT
-TENSORBOARD_PORT = contract.TENSORBOARD_PORT
 SCRIPT_DIR = "/script"
 DATA_DIR = "/data"
 UID = GID = 1000
@@ -141,7 +138,7 @@ def trainer_env(d: Deployment) -> dict[str, str]:
         "TRAINER_METRICS_LINGER": str(METRICS_LINGER_SECONDS),
         "TRAINER_CHECKPOINT_DIR": CHECKPOINT_DIR,
         "TRAINER_LOGDIR": LOG_DIR,
-        "TRAINER_PROFILER_PORT": str(PROFILER_PORT),
+        "TRAINER_PROFILER_PORT": str(contract.PROFILER_PORT),
     }
     env.update({ENV_PREFIX + name.upper(): value for name, value in d.knobs})
     if d.data:
@@ -185,6 +182,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="host folder mounted read-only at /data")
     p.add_argument("--args", default="", help="extra arguments for every task's command (shell-quoted)")
     p.add_argument("--max-restarts", type=int, default=Deployment.max_restarts)
+    p.add_argument(
+        "--image",
+        default="",
+        help="pinned image reference nodes pull (what `make push` prints); targets that pull",
+    )
 
 
 def from_args(
@@ -205,5 +207,6 @@ def from_args(
         script=ns.script,
         data=ns.data,
         extra_args=tuple(shlex.split(ns.args)),
+        image_ref=ns.image,
         **more,
     )

@@ -1,7 +1,8 @@
-# Kubernetes manifests (TFJob v1 and JobSet) from the same Deployment description as `make up`.
+# Kubernetes manifests (TFJob v1, JobSet, Kubeflow Trainer v2 TrainJob) from the same Deployment
+# description as `make up`: one `python -m compose.emit --target T` per target in K8S_TARGETS.
 # Included by the top Makefile; WORKERS, IMAGE_REPO, MAX_RESTARTS and RUN_DIR are compose/compose.mk's.
-# Trainer knobs (STEPS=, TASK=, any trainer flag upper-cased) reach compose.k8s through the environment
-# (compose/knobs.py), as they reach compose.generate.
+# Trainer knobs (STEPS=, TASK=, any trainer flag upper-cased) reach every target through the environment
+# (compose/knobs.py).
 
 K8S_DIR ?= $(RUN_DIR)/k8s
 K8S_NAME ?= mwms
@@ -11,14 +12,18 @@ K8S_STORAGE ?= 1Gi
 K8S_STORAGE_CLASS ?=
 # A pinned reference (what `make push REGISTRY=...` prints); empty uses IMAGE_REPO:<version>-<cpu|gpu>.
 K8S_IMAGE ?=
+K8S_TARGETS ?= tfjob jobset
 
 ##@ Kubernetes
 
 .PHONY: k8s
-k8s: ## Write .run/k8s/tfjob.yaml and jobset.yaml for a chief + WORKERS (K8S_NAME, K8S_NAMESPACE, K8S_GPUS per task, K8S_IMAGE=the pushed image) and print the translation reports
-	$(PYTHON) -m compose.k8s --workers $(WORKERS) --out $(K8S_DIR) --name $(K8S_NAME) --namespace $(K8S_NAMESPACE) \
-	  --gpus-per-worker $(K8S_GPUS) --image-repo $(IMAGE_REPO) --max-restarts $(MAX_RESTARTS) \
-	  --checkpoint-storage $(K8S_STORAGE) --storage-class '$(K8S_STORAGE_CLASS)' --image '$(K8S_IMAGE)' --args '$(ARGS)'
+k8s: ## Write .run/k8s/<target>.yaml for each of K8S_TARGETS (tfjob jobset) for a chief + WORKERS (K8S_NAME, K8S_NAMESPACE, K8S_GPUS per task, K8S_IMAGE=the pushed image) and print the translation reports
+	@set -e; for target in $(K8S_TARGETS); do \
+	  $(PYTHON) -m compose.emit --target $$target --workers $(WORKERS) --out $(K8S_DIR) --name $(K8S_NAME) \
+	    --namespace $(K8S_NAMESPACE) --gpus-per-worker $(K8S_GPUS) --image-repo $(IMAGE_REPO) \
+	    --max-restarts $(MAX_RESTARTS) --checkpoint-storage $(K8S_STORAGE) --storage-class '$(K8S_STORAGE_CLASS)' \
+	    --image '$(K8S_IMAGE)' --args '$(ARGS)'; \
+	done
 
 .PHONY: test-k8s
 test-k8s: $(VENV)/.stamp ## Validate the manifests offline (operator SDK round trip, kubernetes-validate --strict, golden) and run a cluster under the operator's TF_CONFIG
@@ -27,5 +32,5 @@ test-k8s: $(VENV)/.stamp ## Validate the manifests offline (operator SDK round t
 
 golden: golden-k8s
 .PHONY: golden-k8s
-golden-k8s: $(VENV)/.stamp ## Regenerate the Kubernetes golden files (tests/golden/*.tfjob.yaml, *.jobset.yaml) after an intended change
+golden-k8s: $(VENV)/.stamp ## Regenerate the Kubernetes golden files (tests/golden/*.tfjob.yaml, *.jobset.yaml, ...) after an intended change
 	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_k8s_manifests.py -k golden

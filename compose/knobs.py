@@ -3,8 +3,8 @@
     make up STEPS=500 INPUT_DELAY_MS=20 LEARNING_RATE=0.05
 
 The one path a knob takes: make exports its command-line variables (and the shell's) to the recipe
-(compose/up.sh, compose/swarm/stack-up.sh, `make k8s`); the emitter (compose.generate, compose.stack,
-compose.k8s) reads them here from its environment into the Deployment's `knobs` (compose/deployment.py);
+(compose/up.sh, compose/swarm/stack-up.sh, `make k8s`); the emitter (python -m compose.emit, every
+target) reads them here from its environment into the Deployment's `knobs` (compose/deployment.py);
 every task gets `TRAINER_<NAME>`, which trainer/config.py reads. The names are trainer.config.Config's
 fields, so a new trainer flag is a new knob with no edit here, in the Makefile or in the scripts. Values
 are checked by trainer.config before any container starts.

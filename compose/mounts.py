@@ -1,6 +1,6 @@
 """Can the container's user read what SCRIPT= and DATA= bind-mount? Asked before any container starts.
 
-Every task runs as uid:gid 1000:1000 (compose.generate's `user:`). A script in a folder only its
+Every task runs as uid:gid 1000:1000 (compose/services.py's trainer `user`). A script in a folder only its
 owner can read (what `mktemp -d` makes) is otherwise mounted fine and then "does not exist" inside
 every container, which exits 2 after its restarts. Permissions are read from the mode bits as the
 kernel applies them to that uid and gid (owner, else group, else other), not with os.access: the

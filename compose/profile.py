@@ -17,7 +17,7 @@ from pathlib import Path
 
 import contract
 from compose.deployment import LOG_DIR
-from compose.generate import TENSORBOARD
+from compose.services import TENSORBOARD
 
 
 def task_names(run_dir: Path) -> list[str]:
@@ -27,7 +27,7 @@ def task_names(run_dir: Path) -> list[str]:
 
 def exec_args(tasks: Sequence[str], seconds: float, keep: int) -> list[str]:
     return [
-        TENSORBOARD,
+        TENSORBOARD.name,
         "python",
         "-m",
         "trainer.profile_capture",

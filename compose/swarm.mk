@@ -1,6 +1,6 @@
 # Docker Swarm: the same run as a stack across hosts, tried on a swarm of Docker-in-Docker nodes here.
 # Included by the top Makefile after compose/compose.mk (WORKERS, IMAGE_REPO, ... come from there; trainer
-# knobs such as STEPS= reach compose.stack through the environment, compose/knobs.py).
+# knobs such as STEPS= reach the swarm target (python -m compose.emit) through the environment, compose/knobs.py).
 
 SWARM_NAME ?= mwms-swarm
 # The nodes' /24 on this host (node-N is .1N, the registry .10): another swarm on the same host needs its own.

@@ -2,7 +2,7 @@
 # `make up`: engine -> images -> generated compose files -> build once -> start -> print URLs.
 # Stack settings arrive through the environment from compose/compose.mk's STACK_VARS (WORKERS, GPUS, ...);
 # trainer knobs (STEPS=, TASK=, any trainer flag upper-cased) pass through it untouched to
-# compose.generate, which reads them (compose/knobs.py).
+# the Compose target (python -m compose.emit --target compose), which reads them (compose/knobs.py).
 # Run from the repository root. `up.sh --build-only` stops after building (make images).
 set -euo pipefail
 
@@ -27,7 +27,7 @@ args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE"
       --image-repo "${IMAGE_REPO:-mwms/trainer}" --args "${ARGS:-}")
 [ -n "${SCRIPT:-}" ] && args+=(--script "$SCRIPT")
 [ -n "${DATA:-}" ] && args+=(--data "$DATA")
-"${PYTHON:-python3}" -m compose.generate "${args[@]}"
+"${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}"
 variant=cpu; [ -f "$RUN_DIR/compose.gpu.yaml" ] && variant=gpu
 
 # 3. Wheels on the host (containers cannot reach PyPI), checked against the hash lock.

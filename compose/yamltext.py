@@ -4,12 +4,17 @@ The generator must run on a bare `python3` (no PyYAML) because `make up` runs be
 exists. Every string is written as a JSON string, which is a valid YAML double-quoted scalar, so
 nothing is ever mis-typed (`"on"`, `"0"`, `"2222"` stay strings). For Compose `$` is doubled because
 compose interpolates every string: generated values are literal. Kubernetes expands only `$(VAR)` in
-commands and env values, so its emitter escapes those itself and dumps with `dollars=False`.
+commands and env values, so its emitter escapes those itself and dumps with `dollars=False`. A value
+Compose must interpolate itself (a `${VAR:-default}` set by `make up`'s stack.env) is an `Interpolated`.
 """
 
 from __future__ import annotations
 
 import json
+
+
+class Interpolated(str):
+    """A value Compose must interpolate (`${BIND_ADDR:-127.0.0.1}:9090:9090`): written without doubling `$`."""
 
 
 def dump(doc: dict, header: str = "", *, dollars: bool = True) -> str:
@@ -24,6 +29,8 @@ def _scalar(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, Interpolated):
+        return json.dumps(str(value))
     if isinstance(value, str):
         return json.dumps(value.replace("$", "$$"))
     raise TypeError(f"cannot write {type(value).__name__} to compose YAML")

@@ -102,7 +102,9 @@ class Config:
         _check(self.cluster_timeout > 0, "cluster_timeout", "must be positive (seconds)")
         _check(self.heartbeat_timeout >= 1, "heartbeat_timeout", "must be 1 or more (seconds)")
         _check(0 <= self.metrics_port < 65536, "metrics_port", "must be a port (0 disables metrics)")
-        _check(0 <= self.profiler_port < 65536, "profiler_port", "must be a port (0 starts no profiler server)")
+        _check(
+            0 <= self.profiler_port < 65536, "profiler_port", "must be a port (0 starts no profiler server)"
+        )
         _check(self.strategy in STRATEGIES, "strategy", f"must be one of {', '.join(STRATEGIES)}")
         _check(
             self.allreduce_mode in ALLREDUCE_MODES,

@@ -78,7 +78,9 @@ class Scalars:
 
         with self.writer.as_default():
             for name, value in values.items():
-                tf.summary.write(TAGS[name], tf.constant(value, tf.float32), step=step, metadata=self.metadata)
+                tf.summary.write(
+                    TAGS[name], tf.constant(value, tf.float32), step=step, metadata=self.metadata
+                )
         self.writer.flush()
 
 

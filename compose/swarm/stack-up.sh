@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make stack-up`: nodes -> images -> into the nodes (registry by digest, or save|load) -> the stack
-# bundle (python -m compose.stack, which prints its translation report) -> deploy from the manager.
+# bundle (python -m compose.emit --target swarm, which prints its translation report) -> deploy from the manager.
 # Every input arrives through the environment from compose/swarm.mk. Run from the repository root.
 set -euo pipefail
 
@@ -39,11 +39,11 @@ say "images on the nodes by ${TRANSPORT:-registry} in $(($(date +%s) - start)) s
 
 args=(--workers "${WORKERS:-2}" --nodes "${NODES:-3}" --out "$SWARM_DIR" --image "$trainer_ref"
       --prometheus-image "$prometheus_ref" --max-restarts "${MAX_RESTARTS:-3}")
-# Trainer knobs (STEPS=, SAVE_EVERY=, any trainer flag) reach compose.stack through the environment.
+# Trainer knobs (STEPS=, SAVE_EVERY=, any trainer flag) reach the swarm target through the environment.
 for var in ARGS GRAFANA_IMAGE; do
   [ -n "${!var:-}" ] && args+=("--$(tr 'A-Z_' 'a-z-' <<<"$var")" "${!var}")
 done
-"${PYTHON:-python3}" -m compose.stack "${args[@]}"
+"${PYTHON:-python3}" -m compose.emit --target swarm "${args[@]}"
 
 # The bundle is self-contained: copy it to the manager and deploy there (the host is no swarm member).
 manager=$SWARM_NAME-node-1

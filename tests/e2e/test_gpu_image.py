@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from compose import generate
+from compose import emit
+from compose.deployment import Deployment
 from tests.e2e.conftest import ROOT, engine_ready
 
 pytestmark = [pytest.mark.docker, pytest.mark.gpu_image]
@@ -55,9 +56,7 @@ def image() -> str:
     assert built.returncode == 0, (
         f"make images VARIANT=gpu failed:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}"
     )
-    tag = generate.StackConfig(workers=1, image_repo=os.environ.get("IMAGE_REPO", "mwms/trainer")).image(
-        "gpu"
-    )
+    tag = Deployment(workers=1, image_repo=os.environ.get("IMAGE_REPO", "mwms/trainer")).image("gpu")
     size = subprocess.run(
         ["docker", "image", "inspect", "-f", "{{.Size}}", tag], capture_output=True, text=True
     )
@@ -97,13 +96,13 @@ def probe(image: str) -> dict:
 def rendered(image: str, tmp_path_factory) -> dict:
     """`docker compose config` of a chief + 1 worker on GPUs 0 and 1, as `make up GPUS=0,1 WORKERS=1` renders it."""
     out = tmp_path_factory.mktemp("gpu-run")
-    cfg = generate.StackConfig(
+    cfg = Deployment(
         workers=1,
         image_repo=image.rsplit(":", 1)[0],
         knobs=(("steps", str(STEPS)),),
         gpu_ids={"chief": ("0",), "worker-0": ("1",)},
     )
-    files = generate.write(cfg, out)
+    files = emit.emit_deployment("compose", cfg, out).emitted.extra["compose_files"]
     assert files[-1].name == "compose.gpu.yaml"
     args = [a for f in files for a in ("-f", str(f))]
     config = subprocess.run(

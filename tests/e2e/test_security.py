@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from compose.generate import METRICS_PORT, TF_PORT, StackConfig, write
+from compose import emit
+from compose import services as described
+from compose.deployment import LOG_DIR, METRICS_PORT, TF_PORT, Deployment
+from contract import PROFILER_PORT
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,19 +34,21 @@ VARIANTS = {
 }
 
 
-def stack_config(tmp_path: Path, variant: str) -> StackConfig:
+def stack_config(tmp_path: Path, variant: str) -> Deployment:
     settings = dict(VARIANTS.get(variant, {"workers": 2}))
     user = tmp_path / "user"
     user.mkdir(exist_ok=True)
     (user / "train.py").write_text("pass\n")
     if "script" in settings:
         settings.update(script=str(user / "train.py"), data=str(user))
-    return StackConfig(**settings)
+    return Deployment(**settings)
 
 
 def render(tmp_path: Path, variant: str, bind_addr: str = "127.0.0.1") -> dict:
     out = tmp_path / variant
-    files = write(stack_config(tmp_path, variant), out)
+    files = emit.emit_deployment("compose", stack_config(tmp_path, variant), out).emitted.extra[
+        "compose_files"
+    ]
     secrets = tmp_path / "secrets"
     secrets.mkdir(exist_ok=True)
     (secrets / "grafana_admin_password").write_text("not-a-default")
@@ -87,14 +92,18 @@ def services(config: dict) -> dict[str, dict]:
     return found
 
 
+UIS = {s.name: s.publish for s in described.SERVICES}
+"""Prometheus, Grafana, TensorBoard: the only services that publish, each its own UI port."""
+
+
 def test_published_ports_bind_to_loopback_and_only_the_uis(config) -> None:
     for name, service in services(config).items():
         published = [(p.get("host_ip"), p["target"]) for p in service.get("ports", [])]
-        if name in ("prometheus", "grafana"):
-            assert published == [("127.0.0.1", 9090 if name == "prometheus" else 3000)], (name, published)
+        if name in UIS:
+            assert published == [("127.0.0.1", port) for port in UIS[name]], (name, published)
         else:
             assert not published, f"{name} publishes {published}"
-            assert set(service["expose"]) == {str(TF_PORT), str(METRICS_PORT)}, name
+            assert set(service["expose"]) == {str(TF_PORT), str(METRICS_PORT), str(PROFILER_PORT)}, name
 
 
 def test_bind_addr_moves_every_published_port(tmp_path, compose_cli) -> None:
@@ -122,8 +131,8 @@ def test_every_root_filesystem_is_read_only_with_a_scratch_tmpfs(config) -> None
         assert service.get("read_only") is True, name
         assert "/tmp" in service.get("tmpfs", []), name
         writable = [v["target"] for v in service.get("volumes", []) if not v.get("read_only")]
-        if name not in ("prometheus", "grafana"):
-            assert writable == (["/checkpoints"] if name == "chief" else []), (name, writable)
+        if name not in UIS:
+            assert writable == (["/checkpoints", LOG_DIR] if name == "chief" else [LOG_DIR]), (name, writable)
 
 
 def test_no_docker_socket_anywhere(config) -> None:
@@ -153,7 +162,7 @@ def test_no_secret_in_environment_only_file_secrets(config) -> None:
 def test_trainer_network_is_internal(config) -> None:
     assert config["networks"]["cluster"].get("internal") is True
     for name, service in services(config).items():
-        if name not in ("prometheus", "grafana"):
+        if name not in UIS:
             assert set(service["networks"]) == {"cluster"}, name
 
 

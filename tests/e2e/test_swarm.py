@@ -26,7 +26,7 @@ from datetime import datetime
 import pytest
 import yaml
 
-from compose import stack
+from compose.targets import swarm as stack
 from monitoring.prom_client import PrometheusError
 from tests.e2e.conftest import ROOT, engine_ready, trainer_targets
 

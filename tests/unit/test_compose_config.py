@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from compose import generate
+from compose import emit
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +39,9 @@ def render(tmp_path: Path, args: list[str], *extra: str) -> subprocess.Completed
         for a in args
     ]
     run_dir = tmp_path / "run"
-    ns = generate.parse_args(["--out", str(run_dir), *args])
-    files = generate.write(generate.config_from_args(ns, runner=lambda _cmd: ""), run_dir)
+    r = emit.run(["--target", "compose", "--out", str(run_dir), *args])
+    emit.write(r)
+    files = r.emitted.extra["compose_files"]
     env = {
         **os.environ,
         "RUN_DIR": str(run_dir),

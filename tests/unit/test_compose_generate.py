@@ -1,4 +1,4 @@
-"""The compose generator and GPU assignment, without Docker: contracts other parts rely on."""
+"""The Compose target and GPU assignment, without Docker: contracts other parts rely on."""
 
 from __future__ import annotations
 
@@ -8,17 +8,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compose import generate, gpus
+from compose import emit, gpus
+from compose.deployment import Deployment
 from trainer.cluster import parse_tf_config
 
 
-def build(
-    tmp_path: Path, *args: str, runner: gpus.Runner = lambda _cmd: "", knobs: dict[str, str] | None = None
-) -> generate.StackConfig:
-    ns = generate.parse_args(["--out", str(tmp_path), *args])
-    cfg = generate.config_from_args(ns, runner=runner, environ=knobs or {})
-    generate.write(cfg, tmp_path)
-    return cfg
+def build(tmp_path: Path, *args: str, knobs: dict[str, str] | None = None) -> Deployment:
+    r = emit.run(["--target", "compose", "--out", str(tmp_path), *args], environ=knobs or {})
+    emit.write(r)
+    return r.deployment
+
+
+def main(*args: str) -> int:
+    return emit.main(["--target", "compose", *args])
 
 
 def services(tmp_path: Path, name: str = "compose.tasks.yaml") -> dict:
@@ -127,9 +129,7 @@ def test_script_and_data_are_read_only_binds(tmp_path: Path) -> None:
 
 
 def test_missing_script_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert (
-        generate.main(["--workers", "1", "--gpus", "0", "--script", "nope.py", "--out", str(tmp_path)]) == 2
-    )
+    assert main("--workers", "1", "--gpus", "0", "--script", "nope.py", "--out", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert "nope.py does not exist" in err and err.count("\n") == 1
 
@@ -173,7 +173,7 @@ def test_fewer_gpus_than_tasks_need_is_an_error(tasks: int, ids: int, per_task: 
 
 
 def test_generator_reports_gpu_shortage_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert generate.main(["--workers", "3", "--gpus", "2", "--out", str(tmp_path)]) == 2
+    assert main("--workers", "3", "--gpus", "2", "--out", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert "4 tasks x GPUS_PER_WORKER=1 need 4 GPUs but only 2" in err and err.count("\n") == 1
 

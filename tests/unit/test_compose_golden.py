@@ -1,4 +1,4 @@
-"""Golden files: the generated compose output for WORKERS=1 and 3, CPU and GPU, frozen byte for byte.
+"""Golden files: the Compose target's output for WORKERS=1 and 3, CPU and GPU, frozen byte for byte.
 
 A diff here means `make up` now starts something different. If that is intended, run `make golden`
 and review the diff of tests/golden/ like code.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compose import generate
+from compose import emit
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 FIXED = ["--base-image", "mwms/python:3.11-bookworm"]
@@ -20,12 +20,14 @@ KNOBS = {"STEPS": "200"}
 
 def render(workers: int, variant: str, out: Path) -> dict[str, str]:
     gpu_flag = ["--gpus", "0"] if variant == "cpu" else ["--gpus", "0,1,2,3", "--gpus-per-worker", "1"]
-    ns = generate.parse_args(["--workers", str(workers), "--out", str(out), *gpu_flag, *FIXED])
-    generate.write(generate.config_from_args(ns, runner=lambda _cmd: "", environ=KNOBS), out)
+    argv = ["--target", "compose", "--workers", str(workers), "--out", str(out), *gpu_flag, *FIXED]
+    emit.write(emit.run(argv, environ=KNOBS))
     files = {
         "compose.tasks.yaml": out / "compose.tasks.yaml",
         "targets.json": out / "targets" / "trainers.json",
     }
+    if workers == 1:  # the services beside the trainers do not depend on the number of workers
+        files["compose.base.yaml"] = out / "compose.base.yaml"
     if variant == "gpu":
         files = {"compose.gpu.yaml": out / "compose.gpu.yaml"}
     return {f"{variant}-workers-{workers}.{name}": path.read_text() for name, path in files.items()}

@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compose import generate, knobs
+from compose import emit, knobs
 from trainer.config import Config
 
 
 def task_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **environ: str) -> dict[str, str]:
-    """What `make up NAME=VALUE ...` gives the chief: generate.main reading its environment, as up.sh does."""
+    """What `make up NAME=VALUE ...` gives the chief: the Compose target reading its environment, as up.sh does."""
     for name in knobs.names():
         monkeypatch.delenv(name, raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    assert generate.main(["--workers", "1", "--gpus", "0", "--out", str(tmp_path)]) == 0
+    assert emit.main(["--target", "compose", "--workers", "1", "--gpus", "0", "--out", str(tmp_path)]) == 0
     services = yaml.safe_load((tmp_path / "compose.tasks.yaml").read_text())["services"]
     return services["chief"]["environment"]
 
@@ -79,7 +79,10 @@ def test_bad_knob_is_one_line_before_any_file(
     says: str,
 ) -> None:
     monkeypatch.setenv(name, value)
-    assert generate.main(["--workers", "1", "--gpus", "0", "--out", str(tmp_path / "run")]) == 2
+    assert (
+        emit.main(["--target", "compose", "--workers", "1", "--gpus", "0", "--out", str(tmp_path / "run")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1, err
     assert not (tmp_path / "run").exists()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compose import generate, mounts
+from compose import emit, mounts
 
 
 def script_in(folder: Path, *, folder_mode: int, file_mode: int = 0o644, owner: int | None = None) -> Path:
@@ -23,7 +23,9 @@ def script_in(folder: Path, *, folder_mode: int, file_mode: int = 0o644, owner: 
 
 
 def up(tmp_path: Path, *args: str) -> int:
-    return generate.main(["--workers", "1", "--gpus", "0", "--out", str(tmp_path / "run"), *args])
+    return emit.main(
+        ["--target", "compose", "--workers", "1", "--gpus", "0", "--out", str(tmp_path / "run"), *args]
+    )
 
 
 def test_script_in_an_owner_only_folder_says_which_chmod(

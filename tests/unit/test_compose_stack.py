@@ -1,4 +1,4 @@
-"""The Swarm stack emitter: golden bundle, the facts it is built around, and offline validation.
+"""The Swarm target: golden bundle, the facts it is built around, and offline validation.
 
 A golden diff means `make stack-up` now deploys something different: `make golden` and review it.
 """
@@ -12,26 +12,28 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compose import generate, stack
+from compose import emit, services
+from compose.targets import compose as compose_target
+from compose.targets import swarm as stack
 from tests.conftest import DOCKER_CLI, need
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 IMAGE = "10.210.0.10:5000/mwms/trainer@sha256:" + "0" * 64
 
 
-def emit(out: Path, *extra: str, workers: int = 2) -> tuple[dict, str]:
-    ns = stack.parse_args(["--workers", str(workers), "--image", IMAGE, "--out", str(out), *extra])
-    text = stack.write(*stack.configs_from_args(ns, environ={"STEPS": "200"}), out)
-    return yaml.safe_load((out / "stack.yaml").read_text()), text
+def bundle(out: Path, *extra: str, workers: int = 2) -> tuple[dict, str]:
+    argv = ["--target", "swarm", "--workers", str(workers), "--image", IMAGE, "--out", str(out), *extra]
+    emit.write(emit.run(argv, environ={"STEPS": "200"}))
+    return yaml.safe_load((out / "stack.yaml").read_text()), (out / "translation.txt").read_text()
 
 
 def trainers(doc: dict) -> dict:
-    return {k: v for k, v in doc["services"].items() if k not in ("prometheus", "grafana")}
+    return {k: v for k, v in doc["services"].items() if k not in {s.name for s in services.SERVICES}}
 
 
 @pytest.mark.parametrize("name", ["stack.yaml", "translation.txt"])
 def test_bundle_matches_golden(tmp_path: Path, name: str) -> None:
-    emit(tmp_path)
+    bundle(tmp_path)
     golden = GOLDEN / f"swarm-workers-2.{name}"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         golden.write_text((tmp_path / name).read_text())
@@ -42,13 +44,13 @@ def test_bundle_matches_golden(tmp_path: Path, name: str) -> None:
 
 
 def test_version_39_and_no_top_level_name(tmp_path: Path) -> None:
-    doc, _ = emit(tmp_path)
+    doc, _ = bundle(tmp_path)
     assert doc["version"] == "3.9"  # the 20.10 CLI reads a file without it as version 1.0
     assert "name" not in doc
 
 
 def test_every_trainer_is_one_dnsrr_replica_pinned_to_its_own_node(tmp_path: Path) -> None:
-    doc, _ = emit(tmp_path)
+    doc, _ = bundle(tmp_path)
     services = trainers(doc)
     assert list(services) == ["chief", "worker-0", "worker-1"]
     constraints = [s["deploy"]["placement"]["constraints"] for s in services.values()]
@@ -63,7 +65,7 @@ def test_every_trainer_is_one_dnsrr_replica_pinned_to_its_own_node(tmp_path: Pat
 
 
 def test_keys_a_stack_drops_are_translated_not_passed_through(tmp_path: Path) -> None:
-    doc, report = emit(tmp_path, "--gpus-per-worker", "1")
+    doc, report = bundle(tmp_path, "--gpus-per-worker", "1")
     for name, service in trainers(doc).items():
         for key in (
             "restart",
@@ -86,14 +88,14 @@ def test_keys_a_stack_drops_are_translated_not_passed_through(tmp_path: Path) ->
 
 
 def test_workers_never_mount_the_checkpoint_volume(tmp_path: Path) -> None:
-    doc, _ = emit(tmp_path)
+    doc, _ = bundle(tmp_path)
     for name, service in trainers(doc).items():
         mounted = "checkpoints:/checkpoints" in service["volumes"]
         assert mounted == (name == "chief")
 
 
 def test_monitoring_is_published_in_host_mode_from_versioned_configs(tmp_path: Path) -> None:
-    doc, _ = emit(tmp_path)
+    doc, _ = bundle(tmp_path)
     prometheus = doc["services"]["prometheus"]
     assert [p["mode"] for p in prometheus["ports"]] == ["host"]
     targets = {c["target"] for c in prometheus["configs"]}
@@ -109,21 +111,9 @@ def test_grafana_secret_gets_a_new_name_with_a_new_password(tmp_path: Path) -> N
         secrets = tmp_path / "secrets"
         secrets.mkdir(exist_ok=True)
         (secrets / "grafana_admin_password").write_text(password)
-        cfg, swarm = stack.configs_from_args(
-            stack.parse_args(
-                [
-                    "--workers",
-                    "1",
-                    "--image",
-                    IMAGE,
-                    "--grafana-image",
-                    "grafana/grafana:11.6.0",
-                    "--secrets-dir",
-                    str(secrets),
-                ]
-            )
-        )
-        stack.write(cfg, swarm, tmp_path / "out")
+        argv = ["--target", "swarm", "--workers", "1", "--image", IMAGE, "--out", str(tmp_path / "out")]
+        argv += ["--grafana-image", "grafana/grafana:11.6.0", "--secrets-dir", str(secrets)]
+        emit.write(emit.run(argv))
         names.append(
             yaml.safe_load((tmp_path / "out/stack.yaml").read_text())["secrets"]["grafana_admin_password"][
                 "name"
@@ -135,14 +125,14 @@ def test_grafana_secret_gets_a_new_name_with_a_new_password(tmp_path: Path) -> N
 def test_an_unknown_compose_key_fails_the_translation(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    real = generate.tasks_file
+    real = compose_target.tasks_file
     monkeypatch.setattr(
-        generate,
+        compose_target,
         "tasks_file",
         lambda cfg: {"services": {n: {**s, "privileged": True} for n, s in real(cfg)["services"].items()}},
     )
     with pytest.raises(ValueError, match="no Swarm translation for the Compose key 'privileged'"):
-        emit(tmp_path)
+        bundle(tmp_path)
 
 
 def test_compose_without_docker_restarts_still_gets_a_bounded_swarm_restart(
@@ -150,13 +140,13 @@ def test_compose_without_docker_restarts_still_gets_a_bounded_swarm_restart(
 ) -> None:
     # With an in-container supervisor Compose says restart "no"; a task lost with its node still
     # needs the orchestrator, within the restart budget.
-    real = generate.tasks_file
+    real = compose_target.tasks_file
     monkeypatch.setattr(
-        generate,
+        compose_target,
         "tasks_file",
         lambda cfg: {"services": {n: {**s, "restart": "no"} for n, s in real(cfg)["services"].items()}},
     )
-    doc, _ = emit(tmp_path, "--max-restarts", "5")
+    doc, _ = bundle(tmp_path, "--max-restarts", "5")
     for service in trainers(doc).values():
         assert service["deploy"]["restart_policy"] == {
             "condition": "on-failure",
@@ -165,8 +155,18 @@ def test_compose_without_docker_restarts_still_gets_a_bounded_swarm_restart(
         }
 
 
+def test_tensorboard_runs_the_trainers_pushed_image_beside_the_chief(tmp_path: Path) -> None:
+    doc, report = bundle(tmp_path)
+    tensorboard = doc["services"]["tensorboard"]
+    assert tensorboard["image"] == IMAGE == doc["services"]["chief"]["image"]
+    assert tensorboard["deploy"]["placement"] == doc["services"]["chief"]["deploy"]["placement"]
+    assert "tensorboard-logs:/logs" in tensorboard["volumes"]
+    assert "volume tensorboard-logs -> node-local" in report
+
+
 def test_bad_node_count_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert stack.main(["--workers", "2", "--image", IMAGE, "--out", str(tmp_path), "--nodes", "0"]) == 2
+    argv = ["--target", "swarm", "--workers", "2", "--image", IMAGE, "--out", str(tmp_path), "--nodes", "0"]
+    assert emit.main(argv) == 2
     assert capsys.readouterr().err.strip().endswith("NODES=0: a swarm needs at least one node")
 
 
@@ -179,7 +179,7 @@ def test_docker_stack_config_accepts_the_bundle(tmp_path: Path, extra: tuple[str
         (tmp_path / "secrets").mkdir()
         (tmp_path / "secrets/grafana_admin_password").write_text("x")
         extra = (*extra, "--secrets-dir", str(tmp_path / "secrets"))
-    emit(tmp_path / "bundle", *extra)
+    bundle(tmp_path / "bundle", *extra)
     done = subprocess.run(
         [DOCKER_CLI, "stack", "config", "-c", "stack.yaml"],
         cwd=tmp_path / "bundle",

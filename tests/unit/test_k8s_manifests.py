@@ -21,8 +21,9 @@ import pytest
 import yaml
 from kubeflow.training.api_client import ApiClient
 
-from compose import deployment, k8s
+from compose import deployment, emit
 from compose.deployment import Deployment
+from compose.targets import _kube
 from trainer import errors
 from trainer.cluster import TFJOB_ADDRESS
 
@@ -31,7 +32,8 @@ K8S_VERSIONS = ("1.31.0", "1.37.0")
 """Oldest supported (podFailurePolicy is GA from 1.31) and the newest kubernetes-validate knows."""
 CPU = Deployment(workers=1, knobs=(("steps", "200"),))
 GPU = Deployment(workers=3, knobs=(("steps", "200"),), gpu_ids=deployment.fake_gpu_ids(3, 1))
-NAMES = k8s.Names()
+NAMES = _kube.Names()
+TARGETS = ("tfjob", "jobset")
 JOBSET_FIELDS = {
     "spec": {
         "replicatedJobs",
@@ -61,9 +63,17 @@ PODMONITOR_ENDPOINT_FIELDS = {
 }
 
 
+def write(d: Deployment, tmp_path: Path) -> dict[str, Path]:
+    """Every Kubernetes target's files for `d`, written by the one writer: file name -> path."""
+    paths = {}
+    for name in TARGETS:
+        r = emit.emit_deployment(name, d, tmp_path)
+        paths.update({rel: tmp_path / rel for rel in r.emitted.files})
+    return paths
+
+
 def manifests(d: Deployment, tmp_path: Path) -> dict[str, list[dict]]:
-    paths = k8s.write(d, NAMES, tmp_path)
-    return {name: list(yaml.safe_load_all(path.read_text())) for name, path in paths.items()}
+    return {name: list(yaml.safe_load_all(path.read_text())) for name, path in write(d, tmp_path).items()}
 
 
 def by_kind(docs: list[dict], kind: str) -> dict:
@@ -72,7 +82,7 @@ def by_kind(docs: list[dict], kind: str) -> dict:
 
 @pytest.mark.parametrize(("label", "d"), [("cpu-workers-1", CPU), ("gpu-workers-3", GPU)])
 def test_manifests_match_golden(tmp_path: Path, label: str, d: Deployment) -> None:
-    for name, path in k8s.write(d, NAMES, tmp_path).items():
+    for name, path in write(d, tmp_path).items():
         golden = GOLDEN / f"{label}.{name}"
         if os.environ.get("UPDATE_GOLDEN") == "1":
             golden.write_text(path.read_text())
@@ -197,7 +207,7 @@ def test_our_exit_codes_match_the_operators_retry_rule() -> None:
     codes = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
     for code in range(256):
         assert errors.is_retryable(code) == (code >= 128), code
-    assert {c for c in codes if c and not errors.is_retryable(c)} == set(k8s.PERMANENT_EXIT_CODES)
+    assert {c for c in codes if c and not errors.is_retryable(c)} == set(_kube.PERMANENT_EXIT_CODES)
     assert {errors.EXIT_PEER_LOST, errors.EXIT_PREEMPTED} <= {c for c in codes if errors.is_retryable(c)}
 
 
@@ -212,7 +222,7 @@ def test_jobset_restarts_the_gang_and_succeeds_on_the_chief(tmp_path: Path) -> N
         assert rjob["replicas"] == 1 and job["backoffLimit"] == 0 and job["completionMode"] == "Indexed"
         assert job["template"]["spec"]["restartPolicy"] == "Never"
         (fail,) = job["podFailurePolicy"]["rules"]
-        assert fail["onExitCodes"]["values"] == list(k8s.PERMANENT_EXIT_CODES)
+        assert fail["onExitCodes"]["values"] == list(_kube.PERMANENT_EXIT_CODES)
         (container,) = job["template"]["spec"]["containers"]
         assert container["command"][:3] == ["python", "-m", "trainer.jobset_entry"]
 
@@ -237,7 +247,10 @@ def test_dollar_in_args_stays_literal(tmp_path: Path) -> None:
 
 
 def test_cli_prints_a_translation_report_per_target(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert k8s.main(["--workers", "1", "--out", str(tmp_path), "--script", "x.py"]) == 0
+    for target in TARGETS:
+        assert (
+            emit.main(["--target", target, "--workers", "1", "--out", str(tmp_path), "--script", "x.py"]) == 0
+        )
     err = capsys.readouterr().err
     assert "k8s TFJob:" in err and "k8s JobSet:" in err and TFJOB_ADDRESS in err
     assert "dropped script bind x.py" in err and "only the supervisor's budget bounds retries" in err
@@ -250,7 +263,7 @@ def test_cli_prints_a_translation_report_per_target(tmp_path: Path, capsys: pyte
 def test_cli_bad_input_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str], message: str
 ) -> None:
-    assert k8s.main(["--workers", "1", "--out", str(tmp_path), *args]) == 2
+    assert emit.main(["--target", "jobset", "--workers", "1", "--out", str(tmp_path), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
 

@@ -30,7 +30,7 @@ def project_stack() -> Iterator[Path]:
     run_dir = ROOT / ".run" / PROJECT
     run_dir.mkdir(parents=True)
     (run_dir / "stack.env").write_text(f"COMPOSE_PROJECT_NAME={PROJECT}\nBIND_ADDR=127.0.0.9\n")
-    (run_dir / "compose.args").write_text("-f compose/base.yaml\n")
+    (run_dir / "compose.args").write_text(f"-f {run_dir}/compose.base.yaml\n")
     yield run_dir
     shutil.rmtree(run_dir)
 
@@ -49,7 +49,7 @@ def test_the_projects_prometheus_is_asked(project_stack: Path, command: str) -> 
 
 
 def test_stack_settings_pass_through_one_list_and_no_trainer_knob() -> None:
-    """Trainer knobs reach compose.generate through the environment (compose/knobs.py), not as make's list."""
+    """Trainer knobs reach the emitters through the environment (compose/knobs.py), not as make's list."""
     up = dry_run("up", "STEPS=5", "WORKERS=3")
     assert "WORKERS='3'" in up and "compose/up.sh" in up
     assert not [name for name in knobs.names() if f" {name}='" in f" {up}"], up

@@ -46,7 +46,8 @@ def runs(tmp_path: Path) -> int:
 def supervisor(tmp_path: Path, command: tuple[str, ...], max_restarts: int = 2) -> supervise.Supervisor:
     def progress(_url: str) -> int | None:
         step = tmp_path / "step"
-        return int(step.read_text()) if step.exists() else None
+        text = step.read_text() if step.exists() else ""
+        return int(text) if text else None  # write_text truncates first: a poll can read it empty
 
     settings = supervise.Settings(command=command, max_restarts=max_restarts, restart_delay=0.01, poll=0.05)
     return supervise.Supervisor(settings, log=lambda _m: None, progress=progress)

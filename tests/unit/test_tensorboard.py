@@ -7,14 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 import contract
-from compose import profile
+from compose import profile, services
+from compose.deployment import LOG_DIR, Deployment
+from compose.targets import compose as compose_target
 from trainer import profile_capture, tensorboard
 from trainer.timing import CallOutput, StepTiming
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _call(step: int, n: int, loss: float, ms: float | None = 20.0) -> CallOutput:
@@ -118,8 +117,21 @@ def test_make_profile_without_a_stack_says_so(tmp_path: Path, capsys: pytest.Cap
     assert "run make up first" in capsys.readouterr().err
 
 
-def test_the_tensorboard_service_publishes_the_contract_port_on_bind_addr_only() -> None:
-    service = yaml.safe_load((ROOT / "compose" / "base.yaml").read_text())["services"]["tensorboard"]
+@pytest.mark.parametrize("gpu_ids", [None, {"chief": ("0",), "worker-0": ("1",)}])
+def test_the_tensorboard_service_runs_this_runs_trainer_image_on_bind_addr_only(gpu_ids) -> None:
+    d = Deployment(workers=1, image_repo="me/trainer", gpu_ids=gpu_ids)
+    service = compose_target.base_file(d)["services"]["tensorboard"]
     port = contract.TENSORBOARD_PORT
+    assert service["image"] == d.image() and service["pull_policy"] == "never"
     assert service["ports"] == [f"${{BIND_ADDR:-127.0.0.1}}:{port}:{port}"]
-    assert f"--port={port}" in service["command"] and "--logdir=/logs" in service["command"]
+    assert f"--port={port}" in service["command"] and f"--logdir={LOG_DIR}" in service["command"]
+    assert service["volumes"] == [f"tensorboard-logs:{LOG_DIR}"]
+    assert set(service["networks"]) == {"cluster", "monitoring"}  # make profile reaches every task
+
+
+def test_every_task_mounts_the_log_volume_and_exposes_its_profiler() -> None:
+    for task in services.trainers(Deployment(workers=2)):
+        assert ("tensorboard-logs", LOG_DIR) in task.volumes, task.name
+        assert contract.PROFILER_PORT in task.expose, task.name
+        assert task.environment["TRAINER_LOGDIR"] == LOG_DIR
+        assert task.environment["TRAINER_PROFILER_PORT"] == str(contract.PROFILER_PORT)

@@ -1,0 +1,117 @@
+"""Kubernetes with JobSet: `make k8s` writes .run/k8s/jobset.yaml (no training operator needed).
+
+jobset.yaml: the chief's checkpoint PVC, the JobSet (replicated jobs `chief` and `worker`, whole-gang
+restarts, permanent exit codes fail it at once), a PodMonitor. TF_CONFIG is built at start by
+trainer.jobset_entry from the pod's JobSet annotations and JOB_COMPLETION_INDEX.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import contract
+from compose import deployment
+from compose.deployment import Change, Deployment
+from compose.targets import Emitted, Yaml, _kube
+from trainer import jobset_entry, supervise
+
+TITLE = "k8s JobSet"
+REMAKE = _kube.REMAKE
+OUT = _kube.OUT
+add_arguments = _kube.add_arguments
+describe = _kube.describe
+
+
+def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
+    names = _kube.names(ns)
+    docs = (_kube.pvc(d, names), jobset(d, names), _kube.pod_monitor(names))
+    return Emitted(
+        files={"jobset.yaml": Yaml(docs, dollars=False)},
+        changes=jobset_changes(d),
+        summary=f"chief + {d.workers} workers",
+    )
+
+
+def _jobset_env(d: Deployment) -> list[dict]:
+    def annotation(var: str, key: str) -> dict:
+        return {"name": var, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}}
+
+    return [
+        annotation(jobset_entry.ENV_JOBSET, jobset_entry.JOBSET_NAME_KEY),
+        annotation(jobset_entry.ENV_REPLICATED_JOB, jobset_entry.REPLICATED_JOB_KEY),
+        {"name": jobset_entry.ENV_WORKERS, "value": str(d.workers)},
+        *_kube.env(d),
+    ]
+
+
+def _replicated_job(d: Deployment, names: _kube.Names, rjob: str, pods: int) -> dict:
+    cmd = ["python", "-m", "trainer.jobset_entry", *deployment.command(d)]
+    template = _kube.pod_template(d, names, chief=rjob == contract.CHIEF, cmd=cmd, env=_jobset_env(d))
+    template["spec"]["restartPolicy"] = "Never"  # podFailurePolicy requires it; JobSet restarts the gang
+    job = {
+        "parallelism": pods,
+        "completions": pods,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": _kube.CONTAINER,
+                        "operator": "In",
+                        "values": list(_kube.PERMANENT_EXIT_CODES),
+                    },
+                }
+            ]
+        },
+        "template": template,
+    }
+    return {"name": rjob, "replicas": 1, "template": {"spec": job}}
+
+
+def jobset(d: Deployment, names: _kube.Names) -> dict:
+    rjobs = [_replicated_job(d, names, contract.CHIEF, 1)]
+    if d.workers:
+        rjobs.append(_replicated_job(d, names, contract.WORKER, d.workers))
+    spec = {
+        "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+        "successPolicy": {"operator": "All", "targetReplicatedJobs": [contract.CHIEF]},
+        # Any failed pod fails its Job (backoffLimit 0), which restarts every Job: MWMS cannot go on
+        # without a peer. A permanent exit code fails the Job by PodFailurePolicy: then stop for good.
+        "failurePolicy": {
+            "maxRestarts": d.max_restarts,
+            "rules": [
+                {
+                    "name": "permanentExitCode",
+                    "action": "FailJobSet",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                }
+            ],
+        },
+        "replicatedJobs": rjobs,
+    }
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _kube.meta(names, names.name),
+        "spec": spec,
+    }
+
+
+def jobset_changes(d: Deployment) -> list[Change]:
+    codes = ",".join(map(str, _kube.PERMANENT_EXIT_CODES))
+    return [
+        *_kube.common_changes(d),
+        Change(
+            "TF_CONFIG",
+            "built at start by trainer.jobset_entry",
+            "from the JobSet annotations and JOB_COMPLETION_INDEX",
+        ),
+        Change(
+            f"trainer.supervise, {supervise.MAX_RESTARTS_ENV}={d.max_restarts}",
+            f"the same in-pod supervisor, plus failurePolicy.maxRestarts {d.max_restarts}",
+            f"the supervisor restarts the trainer inside the pod; a failed pod (killed, node lost) "
+            f"restarts the whole gang; exit codes {codes} fail the JobSet at once",
+        ),
+    ]

@@ -1,0 +1,378 @@
+"""Docker Swarm across hosts (`make stack-up`): a stack bundle, and what changed on the way.
+
+Writes a self-contained bundle under --out (copy it to any manager and `docker stack deploy -c
+stack.yaml NAME`; never edit it, rerun the command):
+  stack.yaml        version "3.9": one service per task, then every service of compose/services.py
+                    (an optional one, such as Grafana, only with --<name>-image)
+  configs/...       every config folder's files and the run files as swarm configs (no bind mounts
+                    across hosts); names carry a content hash because configs are immutable
+  translation.txt   the translation report, also printed
+The trainer services are the Compose target's own, translated key by key, so the two cannot drift
+apart silently: a Compose key this module has no translation for fails it. The other services are
+translated from their one description.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from compose import deployment, services
+from compose.deployment import SHM_GIB, Change, Deployment
+from compose.services import Service
+from compose.targets import Emitted, Yaml
+from compose.targets import compose as compose_target
+from trainer.cluster import CHIEF
+
+TITLE = "swarm stack"
+REMAKE = "make stack-up"
+OUT = ".run/swarm"
+REPO = Path(__file__).resolve().parents[2]
+NODE_LABEL = "org.mwms.node"
+"""The node label every placement constraint uses; `compose/swarm/nodes.sh` sets node-1, node-2, ..."""
+SHM_SIZE_BYTES = SHM_GIB * 1024**3
+RESTART_DELAY = "5s"
+IMAGES = {"prometheus": "mwms/prometheus:2.42.0-bookworm"}
+"""Swarm's default image of a service where it differs from the description's: nodes cannot pull from
+outside, so Prometheus is the Debian-built image that `make stack-up` loads or pushes."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", type=int, default=3, help="nodes labelled org.mwms.node=node-1..N")
+    for s in services.SERVICES:
+        default = None if s.optional or s.trainer_image else IMAGES.get(s.name, s.image)
+        what = "; none: no such service (the report says what to do instead)" if s.optional else ""
+        what = "; default: the trainers' image (--image)" if s.trainer_image else what
+        p.add_argument(
+            f"--{s.name}-image", default=default, help=f"{s.title} image as the nodes pull it{what}"
+        )
+    p.add_argument(
+        "--gpus-per-worker", type=int, default=0, help="GPUs per task (0: CPU); the node picks them"
+    )
+    p.add_argument("--secrets-dir", type=Path, default=Path("secrets"))
+
+
+def describe(ns: argparse.Namespace, environ: Mapping[str, str]) -> Deployment:
+    if ns.nodes < 1:
+        raise ValueError(f"NODES={ns.nodes}: a swarm needs at least one node")
+    return deployment.from_args(ns, deployment.fake_gpu_ids(ns.workers, ns.gpus_per_worker), environ=environ)
+
+
+class Report:
+    """The changes met while translating, each once, in the order met."""
+
+    def __init__(self) -> None:
+        self.changes: list[Change] = []
+
+    def add(self, change: Change) -> None:
+        if change not in self.changes:
+            self.changes.append(change)
+
+
+def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
+    report = Report()
+    chosen = [(s, image) for s in services.SERVICES if (image := _image(s, ns, d)) or not s.optional]
+    stack = trainer_services(d, ns.nodes, report)
+    sources = {}
+    for s, image in chosen:
+        stack[s.name], files = _service(s, image, ns.nodes, d, report)
+        if clash := set(files) & set(sources):
+            raise ValueError(
+                f"swarm: {s.name}'s config files {sorted(clash)} clash with another service's: rename one"
+            )
+        sources.update(files)
+    for s in services.SERVICES:
+        if s not in [c for c, _ in chosen]:
+            report.add(Change(s.title, "", f"no {s.title} image ({_flag(s).upper()}=): {s.elsewhere}"))
+    doc: dict = {
+        "version": "3.9",
+        "services": stack,
+        "networks": {name: {"driver": "overlay", **net} for name, net in services.NETWORKS.items()},
+        "volumes": {
+            name: {} for name in services.volumes(services.trainers(d) + tuple(s for s, _ in chosen))
+        },
+        "configs": {
+            key: {"file": f"./configs/{key}", "name": f"{key}_{_digest(text)}"}
+            for key, text in sorted(sources.items())
+        },
+    }
+    if names := services.secrets(tuple(s for s, _ in chosen)):
+        doc["secrets"] = {name: _secret(name, ns.secrets_dir / name) for name in names}
+    files: dict[str, Yaml | str] = {"stack.yaml": Yaml((doc,))}
+    files.update({f"configs/{key}": text for key, text in sorted(sources.items())})
+    files["translation.txt"] = deployment.report(TITLE, report.changes) + "\n"
+    return Emitted(
+        files=files,
+        changes=report.changes,
+        summary=f"chief + {d.workers} workers on {ns.nodes} nodes",
+        remove=("configs",),
+    )
+
+
+def _image(s: Service, ns: argparse.Namespace, d: Deployment) -> str | None:
+    return getattr(ns, _flag(s)) or (d.pulled_image if s.trainer_image else None)
+
+
+def _flag(s: Service) -> str:
+    return f"{s.name}_image"
+
+
+def placement(task_position: int, nodes: int) -> dict:
+    """Pin a task to one node by label: volumes are per node, so the chief must come back where its checkpoints are."""
+    return {"constraints": [f"node.labels.{NODE_LABEL} == node-{task_position % nodes + 1}"]}
+
+
+def gpu_resources(count: int) -> dict:
+    """`deploy.resources` asking for `count` GPUs as swarm generic resources (the node advertises them)."""
+    return {
+        "reservations": {"generic_resources": [{"discrete_resource_spec": {"kind": "GPU", "value": count}}]}
+    }
+
+
+def tmpfs_volume(target: str, size: int | None = None) -> dict:
+    volume: dict = {"type": "tmpfs", "target": target}
+    if size:
+        volume["tmpfs"] = {"size": size}
+    return volume
+
+
+def trainer_services(d: Deployment, nodes: int, report: Report) -> dict:
+    tasks = compose_target.tasks_file(d)["services"]
+    overlay = compose_target.gpu_overlay(d)["services"]
+    return {
+        name: _translate(name, pos, {**service, **overlay.get(name, {})}, d, nodes, report)
+        for pos, (name, service) in enumerate(tasks.items())
+    }
+
+
+def _translate(name: str, position: int, compose: dict, d: Deployment, nodes: int, report: Report) -> dict:
+    service: dict = {"image": d.pulled_image}
+    deploy: dict = {"replicas": 1, "endpoint_mode": "dnsrr", "placement": placement(position, nodes)}
+    volumes: list = []
+    for key, value in compose.items():
+        if key in KEPT:
+            service[key] = value
+        elif key in TRANSLATIONS:
+            TRANSLATIONS[key](value, service, deploy, volumes)
+        else:
+            raise ValueError(f"swarm: no Swarm translation for the Compose key {key!r} of {name}")
+        if key in CHANGES:
+            report.add(Change(key, *CHANGES[key]))
+    report.add(
+        Change(
+            "one container per task",
+            "one service per task, replicas 1, endpoint_mode dnsrr, "
+            f"placed by node label {NODE_LABEL} (chief on node-1)",
+            "a VIP needs IPVS and its idle timeout drops long gRPC connections (moby/moby#37466); "
+            "volumes are per node, so the chief must come back where its checkpoints are",
+        )
+    )
+    if name == CHIEF:
+        report.add(
+            Change(
+                "volume checkpoints",
+                "a node-local volume on the chief's node",
+                "workers never read it: they resume from the state the chief broadcasts at start",
+            )
+        )
+    if volumes:
+        service["volumes"] = volumes
+    # Bounded whatever Compose said: a permanent failure must not restart forever.
+    deploy.setdefault("restart_policy", {"condition": "on-failure", "delay": RESTART_DELAY})
+    deploy["restart_policy"].setdefault("max_attempts", d.max_restarts)
+    service["deploy"] = deploy
+    return service
+
+
+def _restart(value: str, service: dict, deploy: dict, volumes: list) -> None:
+    deploy["restart_policy"] = {"condition": _condition(value), "delay": RESTART_DELAY}
+
+
+def _condition(restart: str) -> str:
+    # "no" (a supervisor inside the container restarts the trainer by exit code) still needs swarm
+    # to restart on failure: a task lost with its node comes back only through the orchestrator.
+    return {"no": "on-failure", "unless-stopped": "any", "always": "any"}.get(restart, restart)
+
+
+def _tmpfs(value: list[str], service: dict, deploy: dict, volumes: list) -> None:
+    volumes.extend(tmpfs_volume(target) for target in value)
+
+
+def _volumes(value: list, service: dict, deploy: dict, volumes: list) -> None:
+    volumes.extend(value)
+
+
+def _shm(value: str, service: dict, deploy: dict, volumes: list) -> None:
+    volumes.append(tmpfs_volume("/dev/shm", SHM_SIZE_BYTES))
+
+
+def _devices(value: dict, service: dict, deploy: dict, volumes: list) -> None:
+    devices = value["resources"]["reservations"]["devices"]
+    deploy["resources"] = gpu_resources(sum(len(d["device_ids"]) for d in devices))
+
+
+def _drop(value: object, service: dict, deploy: dict, volumes: list) -> None:
+    return None
+
+
+KEPT = {"command", "environment", "init", "user", "read_only", "cap_drop", "stop_grace_period", "networks"}
+TRANSLATIONS = {
+    "restart": _restart,
+    "tmpfs": _tmpfs,
+    "volumes": _volumes,
+    "shm_size": _shm,
+    "deploy": _devices,
+    "build": _drop,
+    "pull_policy": _drop,
+    "expose": _drop,
+    "dns_opt": _drop,
+    "security_opt": _drop,
+    "image": _drop,
+}
+CHANGES = {
+    "image": ("the pushed image by digest", "every node runs the same bytes"),
+    "build": ("", "stacks never build: `make push` puts the image in a registry"),
+    "pull_policy": ("", "nodes pull the pinned digest"),
+    "expose": ("", "an overlay network reaches every port of a task"),
+    "dns_opt": (
+        "",
+        "not in the stack schema (an error); an outside name (TensorFlow's GCE metadata probe) "
+        "can take the resolver's full timeout",
+    ),
+    "restart": ("deploy.restart_policy (condition, max_attempts, delay 5s)", "stacks ignore `restart`"),
+    "tmpfs": ("long-syntax tmpfs volumes", "a stack silently drops service-level `tmpfs`"),
+    "shm_size": (f"tmpfs volume at /dev/shm ({SHM_GIB} GiB)", "stacks drop shm_size (moby/moby#26714)"),
+    "deploy": (
+        "generic_resources kind GPU",
+        "GPU devices are a schema error in stacks (docker/cli#3051); "
+        "the node advertises its GPUs (README: GPU nodes)",
+    ),
+    "security_opt": (
+        "",
+        "stacks ignore it (no no-new-privileges); the image has no setuid/setgid binaries "
+        "and every capability is dropped, so nothing can gain privileges",
+    ),
+}
+
+
+def _service(
+    s: Service, image: str, nodes: int, d: Deployment, report: Report
+) -> tuple[dict, dict[str, str]]:
+    """A service of compose/services.py as a stack service, and the config files it ships (key -> text)."""
+    configs = _configs(s, d)
+    out: dict = {"image": image, "user": s.user, "read_only": True, "cap_drop": ["ALL"]}
+    if s.command:
+        out["command"] = list(s.command)
+    if s.environment:
+        out["environment"] = dict(s.environment)
+    if s.secrets:
+        out["secrets"] = [{"source": name, "target": name} for name in s.secrets]
+    if configs:
+        out["configs"] = [{"source": key, "target": target} for key, (target, _) in configs.items()]
+    out["volumes"] = [
+        *(f"{name}:{target}" for name, target in s.volumes),
+        *(tmpfs_volume(t) for t in s.tmpfs),
+    ]
+    out["networks"] = list(s.networks)
+    if s.publish:
+        out["ports"] = [{"target": p, "published": p, "protocol": "tcp", "mode": "host"} for p in s.publish]
+    if s.healthcheck:
+        h = s.healthcheck
+        out["healthcheck"] = {
+            "test": ["CMD", *h.test],
+            "interval": f"{h.interval_s}s",
+            "timeout": f"{h.timeout_s}s",
+            "retries": h.retries,
+        }
+    out["deploy"] = {
+        "replicas": 1,
+        # No IPVS on these kernels: a VIP answers "No route to host" (docs/multi-host.md).
+        "endpoint_mode": "dnsrr",
+        "placement": placement(0, nodes),
+        "restart_policy": {"condition": _condition(s.restart), "delay": RESTART_DELAY},
+    }
+    _report(s, report)
+    return out, {key: text for key, (_, text) in configs.items()}
+
+
+def _report(s: Service, report: Report) -> None:
+    if s.configs or s.run_dirs:
+        report.add(
+            Change(
+                f"{s.title} bind mounts",
+                "swarm configs named <key>_<content hash>",
+                "bind mounts do not cross hosts; configs are immutable, so new content gets a new name",
+            )
+        )
+    for port in s.publish:
+        report.add(
+            Change(
+                f"ports BIND_ADDR:{port}",
+                "mode host on node-1, every address of the node",
+                "the ingress mesh needs IPVS; the long syntax has no host IP: firewall the node",
+            )
+        )
+    if s.trainer_image:
+        report.add(
+            Change(
+                f"volume {s.volumes[0][0]}" if s.volumes else s.title,
+                f"node-local: {s.title} on node-1 reads what the tasks placed there write (the chief's)",
+                "volumes are per node; `make profile` is Compose-only (each task writes its own trace)",
+            )
+        )
+    for name in s.secrets:
+        report.add(
+            Change(
+                f"{s.title} secret",
+                f"secret {name}_<content hash>",
+                "secrets are immutable: new content is a new name",
+            )
+        )
+    if s.depends_on:
+        report.add(
+            Change(
+                "depends_on",
+                "",
+                f"stacks ignore it: {s.title} retries {', '.join(s.depends_on)} until it answers",
+            )
+        )
+    for key in ("pull_policy", "security_opt", "restart"):
+        report.add(Change(key, *CHANGES[key]))
+
+
+def _configs(s: Service, d: Deployment) -> dict[str, tuple[str, str]]:
+    """Config key -> (path in the container, content) for every file of the service's config folders
+    and run folders. Keys are the file's path (folder separators and dots as `_`, suffix dropped)."""
+    found: dict[str, tuple[str, str]] = {}
+    for c in s.configs:
+        for rel in services.config_files(c, REPO):
+            _add(found, _key(rel), f"{c.target}/{rel.as_posix()}", (REPO / c.source / rel).read_text())
+    run = services.run_files(d)
+    for r in s.run_dirs:
+        for path, text in run.items():
+            rel = Path(path)
+            if rel.parts[0] == r.name:
+                _add(found, _key(rel), f"{r.target}/{rel.relative_to(r.name).as_posix()}", text)
+    return found
+
+
+def _key(rel: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", rel.with_suffix("").as_posix())
+
+
+def _add(found: dict, key: str, target: str, text: str) -> None:
+    if key in found:
+        raise ValueError(f"swarm: two config files map to the key {key!r}: rename one")
+    found[key] = (target, text)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _secret(name: str, path: Path) -> dict:
+    # Secrets are immutable: a new password is a new name, and the deploy swaps the service over to it.
+    return {"file": str(path.resolve()), "name": f"{name}_{_digest(path.read_text())}"}
