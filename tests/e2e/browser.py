@@ -32,10 +32,6 @@ ARGS = [
 ]
 
 
-def available() -> bool:
-    return bool(shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER))
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -91,8 +87,16 @@ class Browser:
         """Poll a script until it returns something truthy (the page is a single-page app)."""
         return self._wait(lambda: self.script(source, *args), timeout)
 
+    def frame(self, index: int | None) -> None:
+        """Switch into the page's iframe number `index` (TensorBoard's plugins live in one); None: back out."""
+        self._s("post", "/frame", {"id": index})
+
+    def png(self) -> bytes:
+        """The viewport as drawn, PNG."""
+        return base64.b64decode(self._s("get", "/screenshot"))
+
     def screenshot(self, path: Path) -> None:
-        path.write_bytes(base64.b64decode(self._s("get", "/screenshot")))
+        path.write_bytes(self.png())
 
     def close(self) -> None:
         try:

@@ -1,0 +1,215 @@
+"""TensorBoard of a running stack, in a real browser (headless Chromium, `make browser`).
+
+Its own project (PROJECT, default `mwms-tensorboard`; BIND_ADDR, default 127.0.0.6; IMAGE_REPO if
+set), so the session `stack` is never touched, with a job long enough to be running throughout:
+  - the chief's scalars reach TensorBoard (its HTTP API) and the Time Series page draws them: the
+    loss card's chart has its line and its data table shows the run with a value at a step;
+  - `make profile` traces every task at once, twice with PROFILE_KEEP=1: one capture per task is left;
+  - the PROFILE tab lists every task's run, and each opens on its own host with its trace.
+Screenshots of both pages go to docs/ (docs/tensorboard.md shows them). With CI=true a missing
+Docker engine or Chromium fails the test (tests/conftest.py `need`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import pytest
+import requests
+
+import contract
+from tests.conftest import ROOT, need
+from tests.e2e.browser import Browser
+
+PROJECT = os.environ.get("PROJECT", "mwms-tensorboard")
+BIND = os.environ.get("BIND_ADDR", "127.0.0.6")
+WORKERS = 1
+TASKS = ["chief"] + [f"worker-{i}" for i in range(WORKERS)]
+STACK = [f"PROJECT={PROJECT}", f"BIND_ADDR={BIND}", "OFFLINE=1", "GPUS=0"] + (
+    [f"IMAGE_REPO={os.environ['IMAGE_REPO']}"] if os.environ.get("IMAGE_REPO") else []
+)
+# Running for the whole test (it ends with `make clean`); scalars every 20 steps.
+JOB = [f"WORKERS={WORKERS}", "STEPS=10000000", "LOG_EVERY=20"]
+UP_TIMEOUT_S = 1800  # a cold machine builds the image first
+# TensorBoard up and a few intervals of scalars: seconds idle, minutes on 2 shared cores.
+READY_TIMEOUT_S = 600
+PAGE_TIMEOUT_S = 180
+DOCS = ROOT / "docs"
+
+
+@dataclass(frozen=True)
+class Board:
+    url: str
+
+    def api(self, path: str):
+        reply = requests.get(f"{self.url}/data/{path}", timeout=30)
+        reply.raise_for_status()
+        return reply.json()
+
+    def profile_runs(self) -> list[str]:
+        return self.api("plugin/profile/runs")
+
+
+def make(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "--no-print-directory", *args, *STACK],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def wait_for(probe, timeout: float, what: str):
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            if found := probe():
+                return found
+        except (requests.RequestException, ValueError, KeyError) as err:
+            last = err
+        time.sleep(2)
+    raise AssertionError(f"{what}: not within {timeout:g}s (last error: {last})")
+
+
+@pytest.fixture(scope="module")
+def board(docker_engine) -> Iterator[Board]:
+    need("chromium")
+    make("clean", timeout=300)
+    try:
+        up = make("up", *JOB, timeout=UP_TIMEOUT_S)
+        assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
+        assert f"http://{BIND}:{contract.TENSORBOARD_PORT}" in up.stdout, up.stdout[-2000:]
+        b = Board(f"http://{BIND}:{contract.TENSORBOARD_PORT}")
+        wait_for(
+            lambda: len(b.api("plugin/scalars/scalars?run=train&tag=loss")) >= 3, READY_TIMEOUT_S, "scalars"
+        )
+        yield b
+    finally:
+        make("clean", timeout=300)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    b = Browser(timeout=PAGE_TIMEOUT_S)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def test_the_chiefs_scalars_reach_tensorboard(board: Board) -> None:
+    tags = board.api("plugin/scalars/tags")["train"]
+    assert {"loss", "learning_rate", "step_time/step_ms", "step_time/allreduce_ms"} <= set(tags), tags
+    loss = board.api("plugin/scalars/scalars?run=train&tag=loss")
+    steps = [step for _, step, _ in loss]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps), steps
+    assert all(0 <= value < 10 for _, _, value in loss), loss
+
+
+def test_time_series_page_draws_the_loss_with_its_data_table(board: Board, browser: Browser) -> None:
+    browser.open(f"{board.url}/?tagFilter=loss%7Cstep_time#timeseries")
+    card = browser.wait_for(LOSS_CARD, PAGE_TIMEOUT_S)
+    assert card["run"] == "train", card
+    written = {step for _, step, _ in board.api("plugin/scalars/scalars?run=train&tag=loss")}
+    assert int(card["step"].replace(",", "")) in written, (card, sorted(written)[-5:])
+    float(card["value"])  # a number, as TensorBoard formats it
+    time.sleep(3)  # the line is drawn on a canvas after the table fills
+    # Drawn: the chart's canvas, cropped from the page as rendered, is mostly grid without the line
+    # (the step marker alone darkens ~0.3 % of it; the loss line measured ~30 %).
+    assert dark_fraction(browser.png(), browser.script(LOSS_CANVAS)) > 0.02
+    browser.script(CLOSE_SETTINGS)
+    time.sleep(2)
+    browser.screenshot(DOCS / "tensorboard-scalars.png")
+
+
+def dark_fraction(png: bytes, rect: list[float]) -> float:
+    """Share of pixels darker than mid-grey inside `rect` (left, top, width, height, pixel ratio)."""
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(io.BytesIO(png))[..., :3]
+    x, y, w, h, ratio = rect
+    crop = pixels[int(y * ratio) : int((y + h) * ratio), int(x * ratio) : int((x + w) * ratio)]
+    return float((crop.mean(axis=2) < 0.5).mean())
+
+
+def test_make_profile_captures_every_task_and_keeps_the_last(board: Board) -> None:
+    for _ in range(2):
+        run = make("profile", "PROFILE_SECONDS=2", "PROFILE_KEEP=1", timeout=600)
+        assert run.returncode == 0, f"make profile failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+        for task in TASKS:
+            assert re.search(rf"profile: {task}: /logs/profile/{task}/plugins/profile/\S+", run.stderr), (
+                run.stderr
+            )
+    runs = wait_for(lambda: _one_per_task(board.profile_runs()), 60, f"one capture per task of {TASKS}")
+    captures = {r.rsplit("/", 1)[1] for r in runs}
+    assert len(captures) == 1, runs  # every task traced in the same capture: at once
+
+
+def _one_per_task(runs: list[str]) -> list[str] | None:
+    per_task = {task: [r for r in runs if r.startswith(f"profile/{task}/")] for task in TASKS}
+    return runs if all(len(found) == 1 for found in per_task.values()) and len(runs) == len(TASKS) else None
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_profile_tab_lists_every_task_and_opens_each_trace(board: Board, browser: Browser, task: str) -> None:
+    run = next(r for r in board.profile_runs() if r.startswith(f"profile/{task}/"))
+    browser.open(f"{board.url}/?run={quote(run, safe='')}&tag=trace_viewer%40&host={task}#profile")
+    browser.wait_for("return document.querySelector('iframe') !== null", PAGE_TIMEOUT_S)
+    browser.frame(0)
+    try:
+        page = browser.wait_for(
+            "const t = document.body.innerText; return t.includes(arguments[0]) && t",
+            PAGE_TIMEOUT_S,
+            f"{task} /host:CPU",
+        )
+        assert run in page and f"Hosts (1)\n{task}" in page, page[:500]
+        listed = browser.wait_for(SESSIONS, PAGE_TIMEOUT_S)
+        assert {r.split("/")[1] for r in listed} == set(TASKS), listed
+        if task == "chief":
+            browser.script(EXPAND_ALL)
+            time.sleep(3)
+            browser.screenshot(DOCS / "tensorboard-profile.png")
+    finally:
+        browser.frame(None)
+
+
+LOSS_CARD = """
+const card = [...document.querySelectorAll('card-view')].find(c => c.innerText.startsWith('loss'));
+if (!card) return null;
+const lines = card.innerText.split('\\n').map(l => l.trim()).filter(Boolean);
+const at = lines.indexOf('train', lines.indexOf('Relative'));
+if (at < 0) return null;
+const [smoothed, value, step] = lines.slice(at + 1, at + 4);
+return {run: 'train', smoothed, value, step};
+"""
+"""The loss card: its data table's row of run `train` (smoothed, value, step) and what draws its line."""
+LOSS_CANVAS = """
+const card = [...document.querySelectorAll('card-view')].find(c => c.innerText.startsWith('loss'));
+const r = card.querySelector('line-chart canvas').getBoundingClientRect();
+return [r.left, r.top, r.width, r.height, window.devicePixelRatio];
+"""
+CLOSE_SETTINGS = """
+const close = [...document.querySelectorAll('button')].find(b => b.getAttribute('aria-label') === 'Close side pane');
+if (close) close.click();
+"""
+SESSIONS = """
+const select = document.querySelector('mat-select');
+if (!select) return null;
+select.click();
+const options = [...document.querySelectorAll('mat-option')].map(o => o.innerText.trim());
+document.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape'}));
+return options.length ? options : null;
+"""
+"""The PROFILE tab's Sessions list (its first drop-down), opened and read."""
+EXPAND_ALL = """
+const button = [...document.querySelectorAll('button, div, span')].find(e => e.innerText === 'Expand All');
+if (button) button.click();
+"""
