@@ -16,6 +16,9 @@ OFFLINE ?= auto
 # (PROMETHEUS_URL) find that project's Prometheus.
 BIND_ADDR ?= $(or $(shell sed -n 's/^BIND_ADDR=//p' $(RUN_DIR)/stack.env 2>/dev/null),127.0.0.1)
 MAX_RESTARTS ?= 3
+# The run status, diagnose and report show: unless given, the id the project's last `make up` created
+# (every series carries it, contract.TARGET_LABELS); empty: the project's latest run in Prometheus.
+RUN ?= $(shell sed -n 's/^RUN=//p' $(RUN_DIR)/stack.env 2>/dev/null)
 SECRETS_DIR ?= secrets
 # Compose project: a second stack on the same engine (the fault tests) needs its own name and BIND_ADDR.
 PROJECT ?= mwms
@@ -28,9 +31,14 @@ SCRIPT ?=
 DATA ?=
 # Extra arguments for every task: trainer flags (ARGS="--input-delay-ms 20") or your SCRIPT's own.
 ARGS ?=
+# Prometheus' history: empty keeps compose/services.py's defaults (15d, 2GB; docs/security.md).
+PROMETHEUS_RETENTION_TIME ?=
+PROMETHEUS_RETENTION_SIZE ?=
+# 1: enable Prometheus' unauthenticated lifecycle API (POST /-/reload, /-/quit); off by default.
+PROMETHEUS_LIFECYCLE ?= 0
 
 STACK_VARS = PROJECT IMAGE_REPO WORKERS GPUS GPUS_PER_WORKER OFFLINE BIND_ADDR MAX_RESTARTS SECRETS_DIR RUN_DIR PYTHON \
-             SCRIPT DATA ARGS
+             SCRIPT DATA ARGS PROMETHEUS_RETENTION_TIME PROMETHEUS_RETENTION_SIZE PROMETHEUS_LIFECYCLE
 STACK_ENV = $(foreach v,$(STACK_VARS),$(v)='$($(v))')
 # Every docker compose call sees the files and settings the project's last `make up` generated, and
 # names the project itself: a RUN_DIR of another project's stack must not redirect down or clean.
@@ -63,8 +71,8 @@ logs: ## Follow the logs of every service (SERVICE=worker-1 for one)
 	$(DC) logs --follow --tail=50 $(SERVICE)
 
 .PHONY: status
-status: ## Table per task: state, step, steps/s, step time, all-reduce and input-wait share, last checkpoint
-	@$(PYTHON) -m monitoring.status --project $(PROJECT) --prometheus $(PROMETHEUS_URL)
+status: ## Table per task of the last run (RUN=<id> for an earlier one): state, step, steps/s, step time, all-reduce and input-wait share, checkpoint
+	@$(PYTHON) -m monitoring.status --project $(PROJECT) --run '$(RUN)' --prometheus $(PROMETHEUS_URL)
 
 .PHONY: wait
 wait: ## Block until the job is over (done, or failed for good across restarts); exit with the chief's code

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,16 @@ class Deployment:
     """Host path mounted read-only at /data (DATA=)."""
     extra_args: tuple[str, ...] = ()
     """Appended to every task's command: trainer flags, or the user script's own arguments (ARGS=)."""
+    cpu: str = "2"
+    """CPU each task asks for and may use, where a target schedules by it (Kubernetes requests = limits:
+    Guaranteed pods, evicted last; a synchronous job stops whole if one task is evicted)."""
+    memory: str = "4Gi"
+    """Memory each task asks for and may use, where a target schedules by it (as `cpu`)."""
+    project: str = contract.DEFAULT_PROJECT
+    """The stack's name (Compose project, Swarm stack, PROJECT=): a label on every series."""
+    run: str = ""
+    """This run's id (`make up` creates one, run_id()): a label on every series, so a later run's
+    status, verdicts and reports never read this one's data."""
 
     def __post_init__(self) -> None:
         if self.max_restarts < 0:
@@ -162,6 +173,16 @@ def command(d: Deployment) -> list[str]:
     return [*supervise.ENTRY, "python", "-m", "trainer", *d.extra_args]
 
 
+def run_id(now: float | None = None) -> str:
+    """A new run's id: its UTC start time, so ids sort in the order the runs started."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+
+
+def target_labels(d: Deployment) -> dict[str, str]:
+    """What Prometheus attaches to every series of a task from its scrape target (contract.TARGET_LABELS)."""
+    return {contract.PROJECT_LABEL: d.project, contract.RUN_LABEL: d.run}
+
+
 def fake_gpu_ids(workers: int, per_task: int) -> dict[str, tuple[str, ...]] | None:
     """GPU ids for a target that only needs the count per task (its scheduler picks the devices)."""
     if per_task < 0:
@@ -182,6 +203,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="host folder mounted read-only at /data")
     p.add_argument("--args", default="", help="extra arguments for every task's command (shell-quoted)")
     p.add_argument("--max-restarts", type=int, default=Deployment.max_restarts)
+    p.add_argument("--project", default=Deployment.project, help="stack name, a label on every series")
+    p.add_argument("--run", default="", help="run id, a label on every series (empty: a new one)")
     p.add_argument(
         "--image",
         default="",
@@ -207,6 +230,8 @@ def from_args(
         script=ns.script,
         data=ns.data,
         extra_args=tuple(shlex.split(ns.args)),
+        project=ns.project,
+        run=ns.run or run_id(),
         image_ref=ns.image,
         **more,
     )

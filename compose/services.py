@@ -33,6 +33,7 @@ from compose.deployment import (
     UID,
     Deployment,
 )
+from compose.yamltext import Interpolated
 
 CLUSTER, MONITORING = "cluster", "monitoring"
 NETWORKS = {CLUSTER: {"internal": True}, MONITORING: {}}
@@ -40,6 +41,13 @@ NETWORKS = {CLUSTER: {"internal": True}, MONITORING: {}}
 out, nothing published). Prometheus and TensorBoard are on both networks."""
 PROJECT = contract.DEFAULT_PROJECT
 TRAINER_BUILD = {"context": ".", "dockerfile": "images/trainer.Dockerfile"}
+LOGGING = {"driver": "json-file", "options": {"max-size": "10m", "max-file": "3"}}
+"""Every container's log, rotated: at most 3 files of 10 MB per container (Docker's json-file default
+never rotates, and the logs share the disk with checkpoints and images). `docker logs` still reads it."""
+RETENTION_TIME = "15d"
+RETENTION_SIZE = "2GB"
+"""Prometheus drops the oldest blocks past either limit, whichever comes first (PROMETHEUS_RETENTION_TIME=,
+PROMETHEUS_RETENTION_SIZE= at deploy time; docs/security.md)."""
 """How the service with `build` builds the trainer image (the repository is the context)."""
 
 
@@ -89,12 +97,12 @@ class Service:
     title: str = ""
     """Display name in reports and URLs ("Prometheus"); empty for a trainer task."""
     image: str
+    """The image where none is given: `<NAME>_IMAGE` replaces it (image_variable(); Compose writes
+    `${PROMETHEUS_IMAGE:-...}`, so `make up` can pick the online or the Debian-built image; Swarm
+    takes --<name>-image)."""
     trainer_image: bool = False
     """Runs this deployment's trainer image, as the tasks do (`image` is then only the default tag):
     every target substitutes the one its tasks run (`for_deployment`)."""
-    image_variable: str = ""
-    """An environment variable that replaces the image where the target lets one (Compose's
-    `${PROMETHEUS_IMAGE:-...}`: `make up` picks the online or the Debian-built image)."""
     build: bool = False
     """This service builds the image (the chief); other services with the same image never pull it."""
     command: tuple[str, ...] = ()
@@ -135,11 +143,14 @@ PROMETHEUS = Service(
     title="Prometheus",
     # Online: the upstream image; offline: Debian's prometheus package (images/images.sh prometheus).
     image="prom/prometheus:v2.55.1",
-    image_variable="PROMETHEUS_IMAGE",
     command=(
         "--config.file=/etc/prometheus/prometheus.yml",
         "--storage.tsdb.path=/prometheus",
-        "--web.enable-lifecycle",
+        Interpolated(f"--storage.tsdb.retention.time=${{PROMETHEUS_RETENTION_TIME:-{RETENTION_TIME}}}"),
+        Interpolated(f"--storage.tsdb.retention.size=${{PROMETHEUS_RETENTION_SIZE:-{RETENTION_SIZE}}}"),
+        # The lifecycle API (POST /-/quit, /-/reload) has no authentication: off unless asked
+        # (`make up PROMETHEUS_LIFECYCLE=1` sets --web.enable-lifecycle here).
+        Interpolated("${PROMETHEUS_LIFECYCLE_FLAG:---no-web.enable-lifecycle}"),
     ),
     publish=(contract.PROMETHEUS_PORT,),
     networks=(CLUSTER, MONITORING),
@@ -156,6 +167,38 @@ PROMETHEUS = Service(
         ("promtool", "query", "instant", f"http://127.0.0.1:{contract.PROMETHEUS_PORT}", "vector(1)")
     ),
     elsewhere="use the cluster's Prometheus: the PodMonitor selects the trainer pods",
+)
+
+ALERTMANAGER = Service(
+    name="alertmanager",
+    title="Alertmanager",
+    # Online: the upstream image; offline: Debian's prometheus-alertmanager (images/images.sh alertmanager).
+    image="prom/alertmanager:v0.25.0",
+    command=(
+        "--config.file=/etc/alertmanager/alertmanager.yml",
+        "--storage.path=/alertmanager",
+        f"--web.listen-address=:{contract.ALERTMANAGER_PORT}",
+        # One instance: no gossip port (HA clustering listens on 9094 on every address by default).
+        "--cluster.listen-address=",
+    ),
+    publish=(contract.ALERTMANAGER_PORT,),
+    user="65534:65534",
+    volumes=(("alertmanager-data", "/alertmanager"),),  # silences and the notification log
+    # The one file users edit: receivers and routes of the training alerts (docs/alerts.md).
+    # Credentials (a Slack URL, an SMTP password) go in files under its git-ignored secrets/ folder.
+    configs=(
+        ConfigDir("monitoring/config/alertmanager", "/etc/alertmanager", ("alertmanager.yml", "secrets/*")),
+    ),
+    # amtool is in both images; it asks the running Alertmanager's API.
+    healthcheck=Healthcheck(
+        (
+            "amtool",
+            f"--alertmanager.url=http://127.0.0.1:{contract.ALERTMANAGER_PORT}",
+            "config",
+            "show",
+        )
+    ),
+    elsewhere="use the cluster's Alertmanager: load the generated alert rules as a PrometheusRule",
 )
 
 GRAFANA = Service(
@@ -224,7 +267,7 @@ TENSORBOARD = Service(
     elsewhere=f"run `tensorboard --logdir` on a volume mounted at {LOG_DIR} (TRAINER_LOGDIR) in every pod",
 )
 
-SERVICES: tuple[Service, ...] = (PROMETHEUS, GRAFANA, TENSORBOARD)
+SERVICES: tuple[Service, ...] = (PROMETHEUS, ALERTMANAGER, GRAFANA, TENSORBOARD)
 """Every service beside the trainers, in start order (a service after those it depends on)."""
 
 
@@ -277,11 +320,13 @@ def _binds(d: Deployment) -> tuple[Bind, ...]:
 
 def run_files(d: Deployment) -> dict[str, str]:
     """The generated files the services' RunDirs hold, by path under --out: Prometheus file_sd, one
-    `<task>:8000` target per task; the trainer labels its series the same way (kept by honor_labels)."""
+    `<task>:8000` target per task; the trainer labels its series with the task the same way (kept by
+    honor_labels); the project and run labels come from here only (contract.TARGET_LABELS)."""
+    run = deployment.target_labels(d)
     targets = [
         {
             "targets": [f"{t.name}:{contract.METRICS_PORT}"],
-            "labels": {contract.TASK_TYPE: t.type, contract.TASK_INDEX: str(t.index)},
+            "labels": {**run, contract.TASK_TYPE: t.type, contract.TASK_INDEX: str(t.index)},
         }
         for t in d.tasks
     ]
@@ -302,3 +347,25 @@ def config_files(config: ConfigDir, root: Path) -> list[Path]:
     base = root / config.source
     found = [p for pattern in config.files for p in sorted(base.glob(pattern)) if p.is_file()]
     return [p.relative_to(base) for p in dict.fromkeys(found)]
+
+
+def shell_lines(listed: tuple[Service, ...] | None = None) -> list[str]:
+    """What `make up` (compose/up.sh) reads of the description, as shell assignments: the optional
+    services (each started only when its image is present or pullable) and their images, unless the
+    environment names one (`make up GRAFANA_IMAGE=...`)."""
+    listed = SERVICES if listed is None else listed
+    optional = [s for s in listed if s.optional]
+    lines = [f"OPTIONAL_SERVICES='{' '.join(s.name for s in optional)}'"]
+    lines += [
+        f'{image_variable(s)}="${{{image_variable(s)}:-{s.image}}}"' for s in optional
+    ]  # a given one wins
+    return lines
+
+
+def image_variable(s: Service) -> str:
+    """The variable that names a service's image in make and the shell: GRAFANA_IMAGE, ..."""
+    return s.name.upper().replace("-", "_") + "_IMAGE"
+
+
+if __name__ == "__main__":  # python3 -m compose.services: eval'd by compose/up.sh
+    print("\n".join(shell_lines()))

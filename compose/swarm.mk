@@ -19,6 +19,9 @@ NODES_SH = $(SWARM_ENV) compose/swarm/nodes.sh
 MANAGER = docker exec $(SWARM_NAME)-node-1 docker
 TRAINER_IMAGE = $(IMAGE_REPO):$$($(PYTHON) -c 'import trainer; print(trainer.__version__)')-cpu
 PROMETHEUS_IMAGE ?= mwms/prometheus:2.42.0-bookworm
+ALERTMANAGER_IMAGE ?= mwms/alertmanager:0.25.0-bookworm
+# 1: IPsec-encrypted overlays; off by default: kernels without ESP drop every packet (docs/security.md).
+SWARM_ENCRYPT ?= 0
 
 ##@ Swarm (multi-host)
 
@@ -36,7 +39,7 @@ push: ## Push the trainer image to REGISTRY=host:port; prints the digest referen
 
 .PHONY: stack-up
 stack-up: ## Deploy the run as swarm stack STACK on the nodes (nodes-up, images, push or load, deploy; TRANSPORT=registry|load)
-	@$(foreach v,$(STACK_VARS) SWARM_NAME SWARM_SUBNET NODES STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE,$(v)='$($(v))') \
+	@$(foreach v,$(STACK_VARS) SWARM_NAME SWARM_SUBNET NODES STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE ALERTMANAGER_IMAGE SWARM_ENCRYPT,$(v)='$($(v))') \
 	  SWARM_DIR='$(SWARM_DIR)' compose/swarm/stack-up.sh
 
 .PHONY: stack-down
@@ -46,4 +49,4 @@ stack-down: ## Remove stack STACK from the swarm (the chief's checkpoint volume 
 .PHONY: stack-status
 stack-status: ## Where every task of STACK runs and its state, then the per-task training table from its Prometheus
 	@$(MANAGER) stack ps $(STACK) --format 'table {{.Name}}\t{{.Node}}\t{{.CurrentState}}\t{{.Error}}'
-	@$(PYTHON) -m monitoring.status --no-docker --prometheus http://$$($(NODES_SH) ip 1):9090
+	@$(PYTHON) -m monitoring.status --no-docker --project $(STACK) --prometheus http://$$($(NODES_SH) ip 1):9090

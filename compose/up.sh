@@ -8,8 +8,24 @@ set -euo pipefail
 
 RUN_DIR=${RUN_DIR:-.run}
 SECRETS_DIR=${SECRETS_DIR:-secrets}
-GRAFANA_IMAGE=grafana/grafana:11.6.0
+# The optional services of compose/services.py and their images (OPTIONAL_SERVICES, GRAFANA_IMAGE, ...).
+eval "$("${PYTHON:-python3}" -m compose.services)"
 say() { echo "up: $*" >&2; }
+starting=1; [ "${1:-}" = --build-only ] && starting=0
+
+# 0. Refusals, each one line, before any download, build or container (compose/preflight.py). One
+#    `make up` of a project at a time: a second one while the first starts would race it for the
+#    same containers and volumes. The lock is released when this script exits, however it exits.
+mkdir -p "$RUN_DIR"
+exec 9>"$RUN_DIR/.up.lock"
+if ! flock -n 9; then
+  say "PROJECT=${PROJECT:-mwms} is already starting (another make up holds $RUN_DIR/.up.lock): wait for it to finish, or make down PROJECT=${PROJECT:-mwms}"
+  exit 2
+fi
+# The GPU image builds on any host (make images-gpu): only a start needs the GPUs asked for.
+check=(--project "${PROJECT:-mwms}" --bind-addr "${BIND_ADDR:-127.0.0.1}" --gpus "$([ $starting = 1 ] && echo "${GPUS:-auto}" || echo 0)")
+[ $starting = 1 ] && check+=(--starting)
+"${PYTHON:-python3}" -m compose.preflight "${check[@]}"
 
 compose/engine.sh ensure
 
@@ -18,11 +34,15 @@ eval "$(images/images.sh select "${OFFLINE:-auto}")"
 if [[ $BASE_IMAGE == mwms/* ]]; then
   images/images.sh base "$BASE_IMAGE"
   images/images.sh prometheus "$PROMETHEUS_IMAGE"
+  images/images.sh alertmanager "$ALERTMANAGER_IMAGE"
 fi
 
 # 2. Compose files and Prometheus targets for a chief plus $WORKERS workers; checks the trainer knobs
 #    and that the containers' user can read SCRIPT and DATA, before anything starts.
-args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE"
+# A new run id at every `make up`: a label on every series (with the project), so status, diagnose,
+# report, alerts and dashboards never mix this run with an earlier one still in Prometheus.
+RUN=$("${PYTHON:-python3}" -c 'from compose.deployment import run_id; print(run_id())')
+args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE" --project "${PROJECT:-mwms}" --run "$RUN"
       --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-3}"
       --image-repo "${IMAGE_REPO:-mwms/trainer}" --args "${ARGS:-}")
 [ -n "${SCRIPT:-}" ] && args+=(--script "$SCRIPT")
@@ -33,10 +53,14 @@ variant=cpu; [ -f "$RUN_DIR/compose.gpu.yaml" ] && variant=gpu
 # 3. Wheels on the host (containers cannot reach PyPI), checked against the hash lock.
 images/images.sh wheelhouse "images/requirements-$variant.lock" "build/wheelhouse-$variant"
 
-# 4. Grafana only when its image is here or pullable, with a random admin password (never admin/admin).
+# 4. Each optional service (Grafana) only when its image is here or pullable (its Compose profile);
+#    Grafana with a random admin password (never admin/admin).
 profiles=""
-if images/images.sh grafana "$GRAFANA_IMAGE"; then
-  profiles=grafana
+for service in $OPTIONAL_SERVICES; do
+  image_var="$(tr 'a-z-' 'A-Z_' <<<"$service")_IMAGE"
+  if images/images.sh pullable "${!image_var}"; then profiles="${profiles:+$profiles,}$service"; fi
+done
+if [[ ,$profiles, == *,grafana,* ]]; then
   if [ ! -s "$SECRETS_DIR/grafana_admin_password" ]; then
     mkdir -p "$SECRETS_DIR" && chmod 700 "$SECRETS_DIR"
     # 0644 inside a 0700 directory: readable by Grafana's uid 472 in the container, by no other host user.
@@ -49,11 +73,20 @@ fi
 cat >"$RUN_DIR/stack.env" <<EOF
 COMPOSE_PROJECT_NAME=${PROJECT:-mwms}
 COMPOSE_PROFILES=$profiles
+RUN=$RUN
 PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE
+ALERTMANAGER_IMAGE=$ALERTMANAGER_IMAGE
+PROMETHEUS_RETENTION_TIME=${PROMETHEUS_RETENTION_TIME:-}
+PROMETHEUS_RETENTION_SIZE=${PROMETHEUS_RETENTION_SIZE:-}
+PROMETHEUS_LIFECYCLE_FLAG=$([ "${PROMETHEUS_LIFECYCLE:-0}" != 1 ] || echo --web.enable-lifecycle)
 BIND_ADDR=${BIND_ADDR:-127.0.0.1}
 RUN_DIR=$(realpath "$RUN_DIR")
 SECRETS_DIR=$(realpath -m "$SECRETS_DIR")
 EOF
+for service in $OPTIONAL_SERVICES; do
+  image_var="$(tr 'a-z-' 'A-Z_' <<<"$service")_IMAGE"
+  echo "$image_var=${!image_var}" >>"$RUN_DIR/stack.env"
+done
 # shellcheck disable=SC2046  # compose.args is a list of -f options
 dc() { docker compose --project-directory . --env-file "$RUN_DIR/stack.env" $(cat "$RUN_DIR/compose.args") "$@"; }
 
@@ -83,8 +116,9 @@ addr=${BIND_ADDR:-127.0.0.1}
 p=""; [ "${PROJECT:-mwms}" = mwms ] || p=" PROJECT=$PROJECT"
 echo
 echo "Prometheus: http://$addr:9090   (targets: http://$addr:9090/targets)"
+echo "Alerts:     http://$addr:9093   (Alertmanager; receivers: monitoring/config/alertmanager/alertmanager.yml, docs/alerts.md)"
 echo "TensorBoard: http://$addr:$("${PYTHON:-python3}" -c 'import contract; print(contract.TENSORBOARD_PORT)')   (make profile$p fills its PROFILE tab)"
-if [ -n "$profiles" ]; then
+if [[ ,$profiles, == *,grafana,* ]]; then
   echo "Grafana:    http://$addr:3000   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
 else
   cat <<EOF

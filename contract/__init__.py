@@ -18,6 +18,12 @@ LABELS = ("task_type", "task_index")
 TASK_TYPE, TASK_INDEX = LABELS
 JOB = "trainer"
 """Prometheus scrape job of the trainers (monitoring/config/prometheus/prometheus.yml)."""
+PROJECT_LABEL, RUN_LABEL = "project", "run"
+TARGET_LABELS = (PROJECT_LABEL, RUN_LABEL)
+"""Labels Prometheus attaches to every trainer series from its scrape target (the emitters write them
+into the targets, so the exporter knows nothing of them): which stack (Compose project, Swarm stack)
+and which run of it (a new id at every `make up`). Queries of one run select both; another run stays
+queryable by its id."""
 
 METRICS_PORT = 8000
 """Every task's /metrics port inside the cluster network (never published)."""
@@ -27,6 +33,7 @@ DEFAULT_PROJECT = "mwms"
 """Compose project name when PROJECT is not given."""
 PROMETHEUS_PORT = 9090
 GRAFANA_PORT = 3000
+ALERTMANAGER_PORT = 9093
 TENSORBOARD_PORT = 6006
 """TensorBoard's web UI, published on BIND_ADDR like Prometheus and Grafana."""
 PROFILER_PORT = 6009
@@ -155,7 +162,9 @@ ALL = (
 )
 BUILD_LABELS = ("tf_version", "trainer_version", "strategy", "communication", "task")
 """The labels of BUILD_INFO: tasks whose values differ cannot train together."""
-TASK_BY = ("job", "instance", *LABELS)
+RUN_BY = ("job", *TARGET_LABELS)
+"""Labels of one run's series in PromQL `by (...)` clauses: what cluster-level figures keep."""
+TASK_BY = (*RUN_BY, "instance", *LABELS)
 """Labels of one task's series in PromQL `by (...)` clauses (Prometheus adds job and instance)."""
 
 

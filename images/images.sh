@@ -4,16 +4,19 @@
 #                                     pulled when OFFLINE=0/auto and a registry answers, else built here
 #   images.sh base TAG                Debian bookworm + Python 3.11 rootfs (mmdebstrap) -> docker import
 #   images.sh prometheus TAG          Debian's prometheus package (2.42) the same way
+#   images.sh alertmanager TAG        Debian's prometheus-alertmanager package (0.25) the same way
 #   images.sh wheelhouse LOCK DIR     the hash-locked wheels for cp311 manylinux, downloaded on the host
 #                                     into DIR, then staged (hard links) in build/wheelhouse for the build
-#   images.sh grafana IMAGE           exit 0 when the Grafana image is present or can be pulled
+#   images.sh pullable IMAGE          exit 0 when the image (Grafana's, any optional service's) is present or can be pulled
 # Containers here cannot reach PyPI and no registry answers, so nothing in a build downloads.
 set -euo pipefail
 
 ONLINE_BASE=python:3.11.14-slim-bookworm
 ONLINE_PROMETHEUS=prom/prometheus:v2.55.1
+ONLINE_ALERTMANAGER=prom/alertmanager:v0.25.0
 OFFLINE_BASE=mwms/python:3.11-bookworm
 OFFLINE_PROMETHEUS=mwms/prometheus:2.42.0-bookworm
+OFFLINE_ALERTMANAGER=mwms/alertmanager:0.25.0-bookworm
 SUITE=bookworm
 # The locks are compiled for x86_64-manylinux_2_28 (`make lock`): no wheel needs a newer glibc.
 MANYLINUX_MAX=28
@@ -34,11 +37,14 @@ select_images() {
   local offline=${1:-auto}
   # auto: whatever is already here wins (no pull attempt, no registry timeout on air-gapped hosts).
   if [ "$offline" = auto ] && present "$OFFLINE_BASE" && ! present "$ONLINE_BASE"; then offline=1; fi
-  if [ "$offline" != 1 ] && pullable "$ONLINE_BASE" && pullable "$ONLINE_PROMETHEUS"; then
+  if [ "$offline" != 1 ] && pullable "$ONLINE_BASE" && pullable "$ONLINE_PROMETHEUS" \
+     && pullable "$ONLINE_ALERTMANAGER"; then
     echo "BASE_IMAGE=$ONLINE_BASE"; echo "PROMETHEUS_IMAGE=$ONLINE_PROMETHEUS"
+    echo "ALERTMANAGER_IMAGE=$ONLINE_ALERTMANAGER"
   else
     [ "$offline" = 1 ] || say "no registry answers: building base images from Debian packages (OFFLINE=1)"
     echo "BASE_IMAGE=$OFFLINE_BASE"; echo "PROMETHEUS_IMAGE=$OFFLINE_PROMETHEUS"
+    echo "ALERTMANAGER_IMAGE=$OFFLINE_ALERTMANAGER"
   fi
 }
 
@@ -59,6 +65,19 @@ build_prometheus() {
     | docker import -c 'USER 65534:65534' -c 'WORKDIR /prometheus' -c 'EXPOSE 9090' \
         -c 'ENTRYPOINT ["/usr/bin/prometheus"]' \
         -c 'CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]' \
+        - "$1" >/dev/null
+}
+
+build_alertmanager() {
+  present "$1" && return 0
+  say "building $1 from Debian's prometheus-alertmanager package"
+  # As prom/alertmanager: uid 65534 owns the data directory (silences, notification log), the binary
+  # is the entrypoint; Debian names it prometheus-alertmanager and ships amtool beside it.
+  mmdebstrap -q "${SLIM[@]}" --include=prometheus-alertmanager \
+    --customize-hook='mkdir -p "$1/alertmanager" && chown 65534:65534 "$1/alertmanager"' "$SUITE" - "${MIRRORS[@]}" \
+    | docker import -c 'USER 65534:65534' -c 'WORKDIR /alertmanager' -c 'EXPOSE 9093' \
+        -c 'ENTRYPOINT ["/usr/bin/prometheus-alertmanager"]' \
+        -c 'CMD ["--config.file=/etc/alertmanager/alertmanager.yml", "--storage.path=/alertmanager"]' \
         - "$1" >/dev/null
 }
 
@@ -93,7 +112,8 @@ case "${1:-}" in
   select) select_images "${2:-auto}" ;;
   base) build_base "$2" ;;
   prometheus) build_prometheus "$2" ;;
+  alertmanager) build_alertmanager "$2" ;;
   wheelhouse) wheelhouse "$2" "$3" ;;
-  grafana) pullable "$2" ;;
-  *) echo "usage: $0 select|base|prometheus|wheelhouse|grafana ..." >&2; exit 2 ;;
+  pullable | grafana) pullable "$2" ;;
+  *) echo "usage: $0 select|base|prometheus|alertmanager|wheelhouse|pullable ..." >&2; exit 2 ;;
 esac

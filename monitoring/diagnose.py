@@ -1,9 +1,10 @@
 """`make diagnose`: the cluster's bottleneck from Prometheus, with evidence and advice.
 
-    python -m monitoring.diagnose [--prometheus URL] [--bench .run/bench-comm.json] [--json]
+    python -m monitoring.diagnose [--prometheus URL] [--project P] [--run ID] [--bench FILE] [--json]
 
 Reads the task-level recording rules (1 minute windows) and the targets, states and build info of
-the last few minutes, then judges with monitoring/verdict.py (which the dashboard's generated rules
+the last few minutes, of one run only (--run, by default the project's latest: monitoring/runs.py;
+an earlier run's tasks in the same Prometheus are not this run's), then judges with monitoring/verdict.py (which the dashboard's generated rules
 implement in PromQL). Exit 0 healthy (or finished), 1 a problem, 2 no data.
 """
 
@@ -18,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import contract as c
-from monitoring import rules, verdict
+from monitoring import rules, runs, verdict
 from monitoring.benchcomm_result import Result, ResultError
 from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 
@@ -26,24 +27,30 @@ LOOKBACK = "5m"
 """How far back a target, state or build counts: a task that vanished minutes ago is still named."""
 
 
-def _recent(series: str, lookback: str = LOOKBACK) -> str:
-    return f"last_over_time({series}{rules.JOB_SELECTOR}[{lookback}])"
+def queries(sel: str = rules.JOB_SELECTOR) -> dict[str, str]:
+    """Name -> PromQL over the series `sel` selects (rules.selector: one project's run)."""
+
+    def recent(series: str, lookback: str = LOOKBACK) -> str:
+        return f"last_over_time({series}{sel}[{lookback}])"
+
+    return {
+        "up": recent("up"),
+        "state": f"{recent(c.STATE.name, rules.RUN_LOOKBACK)} == 1",
+        "last_step_age": rules.LAST_STEP_AGE + sel,
+        "step": rules.MEAN[c.STEP] + sel,
+        "compute": rules.MEAN[c.COMPUTE] + sel,
+        "compute_share": rules.SHARE[c.COMPUTE] + sel,
+        "allreduce_share": rules.SHARE[c.ALLREDUCE] + sel,
+        "input_share": rules.SHARE[c.INPUT_WAIT] + sel,
+        "busbw": rules.BUSBW + sel,
+        "build": recent(rules.BUILD_INFO),
+        "world_size": recent(c.WORLD_SIZE.name),
+        "allreduce_bytes": rules.BYTES_PER_STEP + sel,
+    }
 
 
-QUERIES = {
-    "up": _recent("up"),
-    "state": f"{_recent(c.STATE.name, rules.RUN_LOOKBACK)} == 1",
-    "last_step_age": rules.LAST_STEP_AGE,
-    "step": rules.MEAN[c.STEP],
-    "compute": rules.MEAN[c.COMPUTE],
-    "compute_share": rules.SHARE[c.COMPUTE],
-    "allreduce_share": rules.SHARE[c.ALLREDUCE],
-    "input_share": rules.SHARE[c.INPUT_WAIT],
-    "busbw": rules.BUSBW,
-    "build": _recent(rules.BUILD_INFO),
-    "world_size": _recent(c.WORLD_SIZE.name),
-    "allreduce_bytes": rules.BYTES_PER_STEP,
-}
+QUERIES = queries()
+"""Over every run (what the run's selector narrows)."""
 NUMBERS = ("last_step_age", "step", "compute", "compute_share", "allreduce_share", "input_share", "busbw")
 
 
@@ -116,6 +123,8 @@ def to_json(d: verdict.Diagnosis) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m monitoring.diagnose", description=__doc__.splitlines()[0])
     p.add_argument("--prometheus", default=os.environ.get("PROMETHEUS_URL", DEFAULT_URL))
+    p.add_argument("--project", default=c.DEFAULT_PROJECT, help="compose project or stack (make's PROJECT)")
+    p.add_argument("--run", default="", help="run id (make's RUN); empty: the project's latest run")
     p.add_argument(
         "--bench",
         type=Path,
@@ -128,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     prom = Prometheus(url=args.prometheus, timeout=5.0)
     try:
-        results = {name: prom.query(expr) for name, expr in QUERIES.items()}
+        sel = rules.selector(args.project, runs.resolve(prom, args.project, args.run) or "")
+        results = {name: prom.query(expr) for name, expr in queries(sel).items()}
     except PrometheusError as err:
         print(f"diagnose: cannot query Prometheus at {args.prometheus}: {err}", file=sys.stderr)
         return verdict.EXIT_NO_DATA

@@ -65,7 +65,12 @@ def load_dashboards(directory: Path = DASHBOARD_DIR) -> dict[str, dict]:
 
 # --- The current or last run, found from the data itself ---
 
-PRESENCE = f"count({contract.GLOBAL_STEP.name}{rules.JOB_SELECTOR})"
+
+def presence(sel: str = rules.JOB_SELECTOR) -> str:
+    return f"count({contract.GLOBAL_STEP.name}{sel})"
+
+
+PRESENCE = presence()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,9 +93,12 @@ def last_run(timestamps: list[float], *, gap: float) -> tuple[float, float] | No
     return start, ts[-1]
 
 
-def find_window(prom: Prometheus, *, lookback: float, now: float, points: int = 400) -> Window | None:
+def find_window(
+    prom: Prometheus, *, lookback: float, now: float, points: int = 400, sel: str = rules.JOB_SELECTOR
+) -> Window | None:
+    """The last run's stretch of time among the series `sel` selects (rules.selector: one run's)."""
     scan_step = max(5.0, lookback / 10_000)  # Prometheus answers at most 11,000 points per series
-    matrix = prom.query_range(PRESENCE, now - lookback, now, scan_step)
+    matrix = prom.query_range(presence(sel), now - lookback, now, scan_step)
     run = last_run([float(t) for s in matrix for t, _ in s["values"]], gap=max(60.0, 3 * scan_step))
     if run is None:
         return None

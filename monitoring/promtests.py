@@ -2,7 +2,7 @@
 
 verdict_tests: every case of monitoring/verdict_cases.py as series scraped every 5 s for 4 minutes,
 with the task and cluster verdict codes the case table expects and the alerts (labels and rendered
-prose) that its figures must fire. rate_tests: steps per second of a short finished run and a long
+prose) that its figures must fire; and two stacks in one Prometheus, each judged on its own series. rate_tests: steps per second of a short finished run and a long
 one, through the recording rules and through the very queries `make status` sends.
 """
 
@@ -14,24 +14,26 @@ import contract as c
 from monitoring import alerts
 from monitoring import rules as r
 from monitoring import verdict as v
-from monitoring.verdict_cases import CASES, Case, Task, sample
+from monitoring.verdict_cases import BUILD, CASES, COMM, THREE, Case, Task, cluster, sample
 
 INTERVAL = 5
 END = 240
 """Seconds: the cases are evaluated at 4m, when every `for:` of the alerts has elapsed."""
 POINTS = END // INTERVAL
+PROJECT, RUN = c.DEFAULT_PROJECT, "20261201T090000Z"
+"""The target labels (contract.TARGET_LABELS) of the cases' series, as the emitters write them."""
 
 
-def labels(task: str, /, **extra: str) -> str:
-    task_type, index = c.task_labels(task)
-    pairs = {
-        "job": c.JOB,
-        "instance": f"{task}:{c.METRICS_PORT}",
-        c.TASK_TYPE: task_type,
-        c.TASK_INDEX: index,
-        **extra,
-    }
+def run_labels(project: str = PROJECT, run: str = RUN) -> dict[str, str]:
+    return {"job": c.JOB, c.PROJECT_LABEL: project, c.RUN_LABEL: run}
+
+
+def _braces(pairs: dict[str, str]) -> str:
     return "{" + ", ".join(f'{k}="{val}"' for k, val in pairs.items()) + "}"
+
+
+def labels(task: str, /, project: str = PROJECT, run: str = RUN, **extra: str) -> str:
+    return _braces({**_label_dict(task, project, run), **extra})
 
 
 def _num(x: float) -> str:
@@ -69,37 +71,49 @@ def _last_step(t: Task) -> str:
     return _flat(END - t.last_step_age)
 
 
-def task_series(t: Task) -> list[dict]:
+def task_series(t: Task, project: str = PROJECT, run: str = RUN) -> list[dict]:
     """What Prometheus scrapes from this task; a task that is down left only its earlier state."""
-    up = [{"series": f"up{labels(t.name)}", "values": _flat(1 if t.up else 0)}]
-    state = f"{c.STATE.name}{labels(t.name, **{c.STATE.client_name: t.state})}"
+
+    def labels_(**extra: str) -> str:
+        return labels(t.name, project, run, **extra)
+
+    up = [{"series": f"up{labels_()}", "values": _flat(1 if t.up else 0)}]
+    state = f"{c.STATE.name}{labels_(**{c.STATE.client_name: t.state})}"
     if not t.up:
         return up + [{"series": state, "values": f"1x{POINTS // 4} stale"}]
     build = dict(zip(c.BUILD_LABELS, t.build, strict=True))
     series = {
         state: _flat(1),
-        f"{c.LAST_STEP_TIME.name}{labels(t.name)}": _last_step(t),
-        f"{c.WORLD_SIZE.name}{labels(t.name)}": _flat(t.world_size),
-        f"{c.LOSS.name}{labels(t.name)}": _flat(t.loss) if math.isfinite(t.loss) else _repeat(t.loss),
-        f"{r.BUILD_INFO}{labels(t.name, **build)}": _flat(1),
+        f"{c.LAST_STEP_TIME.name}{labels_()}": _last_step(t),
+        f"{c.WORLD_SIZE.name}{labels_()}": _flat(t.world_size),
+        f"{c.LOSS.name}{labels_()}": _flat(t.loss) if math.isfinite(t.loss) else _repeat(t.loss),
+        f"{r.BUILD_INFO}{labels_(**build)}": _flat(1),
     }
-    series |= {f"{name}{labels(t.name)}": values for name, values in _timed(t).items()}
+    series |= {f"{name}{labels_()}": values for name, values in _timed(t).items()}
     return up + [{"series": k, "values": val} for k, val in series.items()]
 
 
-def _codes(case: Case) -> list[dict]:
-    code = {name: k for k, name in v.NAMES.items()}
-    task_samples = [
-        {"labels": f"{r.VERDICT_CODE}{labels(t)}", "value": code[name]} for t, name in case.per_task.items()
+CODE = {name: k for k, name in v.NAMES.items()}
+
+
+def _task_codes(case: Case, project: str = PROJECT, run: str = RUN) -> list[dict]:
+    return [
+        {"labels": f"{r.VERDICT_CODE}{labels(t, project, run)}", "value": CODE[name]}
+        for t, name in case.per_task.items()
     ]
-    cluster = code[case.verdict]
-    cluster_samples = (
-        [{"labels": f'{r.CLUSTER_VERDICT_CODE}{{job="{c.JOB}"}}', "value": cluster}] if cluster >= 0 else []
-    )
+
+
+def _cluster_codes(case: Case, project: str = PROJECT, run: str = RUN) -> list[dict]:
+    code = CODE[case.verdict]
+    where = _braces(run_labels(project, run))
+    return [{"labels": f"{r.CLUSTER_VERDICT_CODE}{where}", "value": code}] if code >= 0 else []
+
+
+def _codes(case: Case) -> list[dict]:
     at = f"{END}s"
     return [
-        {"expr": r.VERDICT_CODE, "eval_time": at, "exp_samples": task_samples},
-        {"expr": r.CLUSTER_VERDICT_CODE, "eval_time": at, "exp_samples": cluster_samples},
+        {"expr": r.VERDICT_CODE, "eval_time": at, "exp_samples": _task_codes(case)},
+        {"expr": r.CLUSTER_VERDICT_CODE, "eval_time": at, "exp_samples": _cluster_codes(case)},
     ]
 
 
@@ -137,9 +151,59 @@ def _alert_tests(case: Case) -> list[dict]:
     return tests
 
 
-def _label_dict(task: str) -> dict[str, str]:
+def _label_dict(task: str, project: str = PROJECT, run: str = RUN) -> dict[str, str]:
     task_type, index = c.task_labels(task)
-    return {"job": c.JOB, "instance": f"{task}:{c.METRICS_PORT}", c.TASK_TYPE: task_type, c.TASK_INDEX: index}
+    return {
+        **run_labels(project, run),
+        "instance": f"{task}:{c.METRICS_PORT}",
+        c.TASK_TYPE: task_type,
+        c.TASK_INDEX: index,
+    }
+
+
+SCRIPT_BUILD = (*BUILD[:2], "script", "script", "train.py")
+TWO_STACKS = (
+    (
+        "alerts-a",
+        "20261201T080000Z",
+        Case(name="a", tasks=cluster(), verdict="healthy", per_task=dict.fromkeys(THREE, "healthy")),
+    ),
+    (
+        "alerts-b",
+        "20261201T081000Z",
+        Case(
+            name="b",
+            tasks=cluster(**dict.fromkeys(THREE, {**COMM, "build": SCRIPT_BUILD})),
+            verdict="communication-bound",
+            per_task=dict.fromkeys(THREE, "communication-bound"),
+        ),
+    ),
+)
+"""Two stacks whose tasks have the same names but different builds, scraped by one Prometheus: each
+has its own verdict (judged over every series together they would be a mismatch)."""
+
+
+def two_stacks_test() -> dict:
+    at = f"{END}s"
+    return {
+        "name": "two stacks in one Prometheus",
+        "interval": f"{INTERVAL}s",
+        "input_series": [
+            s for p, run, case in TWO_STACKS for t in case.tasks for s in task_series(t, p, run)
+        ],
+        "promql_expr_test": [
+            {
+                "expr": r.VERDICT_CODE,
+                "eval_time": at,
+                "exp_samples": [s for p, run, case in TWO_STACKS for s in _task_codes(case, p, run)],
+            },
+            {
+                "expr": r.CLUSTER_VERDICT_CODE,
+                "eval_time": at,
+                "exp_samples": [s for p, run, case in TWO_STACKS for s in _cluster_codes(case, p, run)],
+            },
+        ],
+    }
 
 
 def verdict_tests() -> dict:
@@ -153,6 +217,7 @@ def verdict_tests() -> dict:
         }
         for case in CASES
     ]
+    groups.append(two_stacks_test())
     return {
         "rule_files": ["../rules/trainer.rules.yml", "../rules/verdict.yml", "../rules/trainer.alerts.yml"],
         "evaluation_interval": f"{INTERVAL}s",
@@ -222,7 +287,7 @@ def expect_cluster(expr: str, at: str, value: float) -> dict:
     return {
         "expr": rounded(expr),
         "eval_time": at,
-        "exp_samples": [{"labels": f'{{job="{c.JOB}"}}', "value": round(value / PRECISION) * PRECISION}],
+        "exp_samples": [{"labels": _braces(run_labels()), "value": round(value / PRECISION) * PRECISION}],
     }
 
 
@@ -249,6 +314,7 @@ def rate_tests() -> dict:
         expect_cluster(r.CLUSTER_BUSBW, "100s", algbw * 2 * (world - 1) / world),
         expect_cluster(r.CLUSTER_EXAMPLES, "100s", long * LONG["examples_per_step"]),
         *steps_expectations(status.QUERIES["steps/s"]),
+        *steps_expectations(status.queries(r.selector(PROJECT, RUN))["steps/s"]),
     ]
     group = {
         "name": "steps per second",

@@ -1,5 +1,6 @@
 """`make report`: a PNG of the current or last training run from Prometheus, for places without
-Grafana (offline stacks, CI artifacts, bug reports). Reads the same recording rules as the dashboards."""
+Grafana (offline stacks, CI artifacts, bug reports). Reads the same recording rules as the dashboards,
+of one run only (--run, by default the project's latest: monitoring/runs.py)."""
 
 import argparse
 import logging
@@ -14,6 +15,7 @@ import matplotlib.pyplot as plt
 
 import contract as c
 from monitoring import rules as r
+from monitoring import runs
 from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 from monitoring.promql import Window, find_window
 
@@ -72,26 +74,26 @@ def plot(
     plt.close(fig)
 
 
-def report(prom: Prometheus, out: Path, *, lookback: float, now: float) -> bool:
-    """Write the PNG; False when Prometheus holds no trainer data in the lookback."""
-    w = find_window(prom, lookback=lookback, now=now)
+def report(prom: Prometheus, out: Path, *, lookback: float, now: float, sel: str = r.JOB_SELECTOR) -> bool:
+    """Write the PNG of the run `sel` selects; False when Prometheus holds no data of it in the lookback."""
+    w = find_window(prom, lookback=lookback, now=now, sel=sel)
     if w is None:
         return False
     breakdown: dict[str, dict[str, tuple]] = {}
     for expr, label in PARTS:
-        for name, xy in series(prom, expr, w).items():
+        for name, xy in series(prom, expr + sel, w).items():
             breakdown.setdefault(name, {})[label] = xy
     # Throughput over a short window, as Grafana's $__rate_interval would: a 1 min rate averages in the
     # idle start-up of a short run. (The breakdown is a ratio, which idle time does not skew.)
-    examples = f"rate({c.EXAMPLES.name}{r.JOB_SELECTOR}[{max(20, 2 * round(w.step))}s])"
+    examples = f"rate({c.EXAMPLES.name}{sel}[{max(20, 2 * round(w.step))}s])"
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(w.start))
     plot(
         breakdown=breakdown,
         throughput=(
-            series(prom, f"sum by (job) ({examples})", w)
+            series(prom, f"sum by ({r.BY_RUN}) ({examples})", w)
             | series(prom, f"sum by ({r.BY_TASK}) ({examples})", w)
         ),
-        loss=series(prom, r.loss_after_first_step(), w),
+        loss=series(prom, r.loss_after_first_step(sel), w),
         title=f"Training run from {started}, {w.end - w.start:.0f} s (step breakdown: 1 min means)",
         out=out,
     )
@@ -101,12 +103,18 @@ def report(prom: Prometheus, out: Path, *, lookback: float, now: float) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m monitoring.report", description=__doc__)
     parser.add_argument("--prometheus", default=DEFAULT_URL, help="Prometheus base URL")
+    parser.add_argument(
+        "--project", default=c.DEFAULT_PROJECT, help="compose project or stack (make's PROJECT)"
+    )
+    parser.add_argument("--run", default="", help="run id (make's RUN); empty: the project's latest run")
     parser.add_argument("--out", type=Path, default=Path(".run/report.png"), help="PNG to write")
     parser.add_argument("--lookback", type=float, default=6 * 3600, help="seconds to search back for a run")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    prom = Prometheus(url=args.prometheus)
     try:
-        written = report(Prometheus(url=args.prometheus), args.out, lookback=args.lookback, now=time.time())
+        sel = r.selector(args.project, runs.resolve(prom, args.project, args.run) or "")
+        written = report(prom, args.out, lookback=args.lookback, now=time.time(), sel=sel)
     except PrometheusError as e:
         log.error("report: cannot query %s: %s", args.prometheus, e)
         return 2

@@ -3,8 +3,9 @@ contract/__init__.py (metric names) and monitoring/verdict.py (thresholds, codes
 alerts, `make status`, `make diagnose` and `make report` take rule names and raw queries from here;
 monitoring/rulegen.py (`make rules`) writes the rule files.
 
-Rule names are level:metric:operation; `task:` rules are by (job, instance, task_type, task_index),
-`cluster:` rules by (job). Ratios aggregate numerator and denominator separately, then divide
+Rule names are level:metric:operation; `task:` rules are by contract.TASK_BY (job, project, run,
+instance, task_type, task_index), `cluster:` rules by contract.RUN_BY (job, project, run): runs never
+mix, even when the same Prometheus still holds an earlier run's series. Ratios aggregate numerator and denominator separately, then divide
 (averaging per-scrape ratios would weight idle and busy intervals alike).
 """
 
@@ -18,6 +19,7 @@ from monitoring import verdict as v
 PROM_DIR = Path(__file__).resolve().parent / "config" / "prometheus"
 JOB_SELECTOR = f'{{job="{c.JOB}"}}'
 BY_TASK = ", ".join(c.TASK_BY)
+BY_RUN = ", ".join(c.RUN_BY)
 WINDOW = "1m"
 RUN_LOOKBACK = "1h"
 """How long after a task stops its whole-run figures stay queryable (`make status` after a run)."""
@@ -74,41 +76,48 @@ BUILD_BY = ", ".join(c.BUILD_LABELS)
 # --- Raw queries: what the rules record, written so they also run without the rules ---
 
 
-def rate(series: str, window: str = WINDOW) -> str:
+def selector(project: str | None = None, run: str | None = None) -> str:
+    """`{job="trainer", project="P", run="R"}`: the series of one stack's run (None: any). Recording
+    rules keep both labels, so `rule + selector(...)` selects their values the same way."""
+    pairs = {"job": c.JOB, c.PROJECT_LABEL: project, c.RUN_LABEL: run}
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in pairs.items() if v is not None) + "}"
+
+
+def rate(series: str, window: str = WINDOW, sel: str = JOB_SELECTOR) -> str:
     """Per-task rate of a counter (or histogram _sum/_count) series."""
-    return f"sum by ({BY_TASK}) (rate({series}{JOB_SELECTOR}[{window}]))"
+    return f"sum by ({BY_TASK}) (rate({series}{sel}[{window}]))"
 
 
-def steps_per_second(window: str = WINDOW) -> str:
+def steps_per_second(window: str = WINDOW, sel: str = JOB_SELECTOR) -> str:
     """Steps per second of step time while training: the step histogram's count rate over its sum
     rate. Dividing the steps seen in a window by the window's length would count the idle start-up
     and the time after the last step (a 1.5 s run would show 100 steps / 60 s)."""
-    return f"{rate(c.STEP.count, window)} / ({rate(c.STEP.sum, window)} > 0)"
+    return f"{rate(c.STEP.count, window, sel)} / ({rate(c.STEP.sum, window, sel)} > 0)"
 
 
-def steps_per_second_run(lookback: str = RUN_LOOKBACK) -> str:
+def steps_per_second_run(lookback: str = RUN_LOOKBACK, sel: str = JOB_SELECTOR) -> str:
     """Steps per second of step time over this process's whole run, also after it finished: the
     step histogram's count over its sum (cumulative). Not steps / (last - first step's end): every
     step of a call shares the call's end time, so a run of two calls would count double."""
 
     def last(series: str) -> str:
-        return f"max by ({BY_TASK}) (last_over_time({series}{JOB_SELECTOR}[{lookback}]))"
+        return f"max by ({BY_TASK}) (last_over_time({series}{sel}[{lookback}]))"
 
     return f"{last(c.STEP.count)} / ({last(c.STEP.sum)} > 0)"
 
 
-def last_value(m: c.Metric, lookback: str = RUN_LOOKBACK) -> str:
+def last_value(m: c.Metric, lookback: str = RUN_LOOKBACK, sel: str = JOB_SELECTOR) -> str:
     """A task's last value of a gauge in the lookback: figures of tasks that have exited."""
-    return f"max by ({BY_TASK}) (last_over_time({m.name}{JOB_SELECTOR}[{lookback}]))"
+    return f"max by ({BY_TASK}) (last_over_time({m.name}{sel}[{lookback}]))"
 
 
 def loss_after_first_step(selector: str = JOB_SELECTOR) -> str:
     """The loss gauge reads 0 until a process's first step: only after that."""
-    return f"{c.LOSS.name}{selector} and on (job, instance) ({c.STEPS.name}{selector} > 0)"
+    return f"{c.LOSS.name}{selector} and on ({BY_RUN}, instance) ({c.STEPS.name}{selector} > 0)"
 
 
 def by_job(op: str, expr: str) -> str:
-    return f"{op} by (job) ({expr})"
+    return f"{op} by ({BY_RUN}) ({expr})"
 
 
 # --- Recording rules ---
@@ -146,13 +155,13 @@ def _straggler_rules() -> list[tuple[str, str]]:
     """verdict.compute_reference in PromQL: the median of the tasks once the slowest is set aside,
     i.e. the quantile (n-2)/(2(n-1)) of all n (one task: itself). In synchronous training a
     straggler's step time looks like everyone's (the others wait for it inside all-reduce), so
-    compute time names it. quantile takes one scalar: this assumes one trainer job per Prometheus."""
+    compute time names it. quantile takes one scalar: this assumes one live run per Prometheus (each stack has its own; an earlier run has gone stale)."""
     timed = f"({MEAN[c.COMPUTE]}{JOB_SELECTOR} >= 0)"  # drops NaN: tasks with no step in the window
     n = f"count({timed})"
-    others_median = f"quantile by (job) (scalar(({n} - 2) / (2 * ({n} - 1))), {timed})"
+    others_median = f"quantile by ({BY_RUN}) (scalar(({n} - 2) / (2 * ({n} - 1))), {timed})"
     return [
         (COMPUTE_REFERENCE, f"({others_median} > 0) or {by_job('max', timed)}"),
-        (COMPUTE_RATIO, f"{timed} / on (job) group_left {COMPUTE_REFERENCE}"),
+        (COMPUTE_RATIO, f"{timed} / on ({BY_RUN}) group_left {COMPUTE_REFERENCE}"),
         (STRAGGLER_RATIO, f"{by_job('max', timed)} / {COMPUTE_REFERENCE}"),
     ]
 
@@ -173,7 +182,7 @@ def _cluster_rules() -> list[tuple[str, str]]:
         *[(CLUSTER_NET_RATE[m], by_job("sum", NET_RATE[m])) for m in CLUSTER_NET_RATE],
         (TARGETS, by_job("count", UP)),
         (TARGETS_UP, by_job("sum", UP)),
-        (BUILDS, f"count by (job) (count by (job, {BUILD_BY}) ({BUILD_INFO}))"),
+        (BUILDS, f"count by ({BY_RUN}) (count by ({BY_RUN}, {BUILD_BY}) ({BUILD_INFO}))"),
     ]
 
 
@@ -193,7 +202,7 @@ def _task_code(condition: str, code: int) -> str:
 def down_condition() -> str:
     """Not answering, and not because it finished (its last scraped state was done)."""
     done = f'last_over_time({c.STATE.name}{{{c.STATE.client_name}="done"}}[{RUN_LOOKBACK}]) == 1'
-    return f"{UP} == 0 unless on (job, instance) ({done})"
+    return f"{UP} == 0 unless on ({BY_RUN}, instance) ({done})"
 
 
 def stall_condition(age: str) -> str:
@@ -203,11 +212,11 @@ def stall_condition(age: str) -> str:
 
 def _mismatch_condition() -> str:
     per_task = f"count by ({BY_TASK}, {BUILD_BY}) ({BUILD_INFO})"
-    per_build = f"count by (job, {BUILD_BY}) ({BUILD_INFO})"
+    per_build = f"count by ({BY_RUN}, {BUILD_BY}) ({BUILD_INFO})"
     return (
-        f"({per_task} * on (job, {BUILD_BY}) group_left {per_build})"
-        f" < on (job) group_left max by (job) ({per_build})"
-        f" or {c.WORLD_SIZE.name} < on (job) group_left max by (job) ({c.WORLD_SIZE.name})"
+        f"({per_task} * on ({BY_RUN}, {BUILD_BY}) group_left {per_build})"
+        f" < on ({BY_RUN}) group_left max by ({BY_RUN}) ({per_build})"
+        f" or {c.WORLD_SIZE.name} < on ({BY_RUN}) group_left max by ({BY_RUN}) ({c.WORLD_SIZE.name})"
     )
 
 
@@ -232,7 +241,7 @@ def verdict_rules() -> dict:
         ]
     )
     worst = by_job("max", VERDICT_CODE)
-    worlds = f'count by (job) (count_values by (job) ("world_size", {c.WORLD_SIZE.name}))'
+    worlds = f'count by ({BY_RUN}) (count_values by ({BY_RUN}) ("world_size", {c.WORLD_SIZE.name}))'
     # The worst task, except that communication-bound needs every task (if only some wait in
     # all-reduce, nobody is clearly to blame), and a mismatch is also two equal halves.
     cluster = " or ".join(

@@ -1,11 +1,13 @@
 """`make status`: one row per task — container state, step, steps/s, step time, where the time goes.
 
-    python -m monitoring.status [--project NAME] [--prometheus URL] [--no-docker]
+    python -m monitoring.status [--project NAME] [--run ID] [--prometheus URL] [--no-docker]
 
 Container state comes from Docker (with --no-docker, e.g. for a swarm whose containers run on other
 engines: the tasks and their last state as Prometheus saw them); everything else from Prometheus: raw trainer series through the
 queries of monitoring/rules.py (so it works without the recording rules and after the tasks have
-exited, within the lookback window). The generated promtool tests evaluate these very queries.
+exited, within the lookback window), of the project's run only: the one --run names (make passes the
+last `make up`'s), else its latest (monitoring/runs.py). The generated promtool tests evaluate these
+very queries.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from collections.abc import Callable, Mapping
 
 import contract as c
-from monitoring import rules
+from monitoring import rules, runs
 from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 
 Query = Callable[[str], dict[str, float]]
@@ -25,19 +27,25 @@ Query = Callable[[str], dict[str, float]]
 COLUMNS = ("task", "state", "step", "steps/s", "step time", "all-reduce", "input wait", "checkpoint")
 
 
-def _share(m: c.Metric) -> str:
-    return f"{rules.rate(m.sum)} / {rules.rate(c.STEP.sum)}"
+def queries(sel: str = rules.JOB_SELECTOR) -> dict[str, str]:
+    """Column -> PromQL over the series `sel` selects (rules.selector: one project's run)."""
+
+    def share(m: c.Metric) -> str:
+        return f"{rules.rate(m.sum, sel=sel)} / {rules.rate(c.STEP.sum, sel=sel)}"
+
+    return {
+        "step": rules.last_value(c.GLOBAL_STEP, sel=sel),
+        # While training, steps per second of step time; after the run, over the whole run.
+        "steps/s": f"{rules.steps_per_second(sel=sel)} or {rules.steps_per_second_run(sel=sel)}",
+        "step time": f"{rules.rate(c.STEP.sum, sel=sel)} / {rules.rate(c.STEP.count, sel=sel)}",
+        "all-reduce": share(c.ALLREDUCE),
+        "input wait": share(c.INPUT_WAIT),
+        "checkpoint": rules.last_value(c.LAST_CHECKPOINT, sel=sel),
+    }
 
 
-QUERIES = {
-    "step": rules.last_value(c.GLOBAL_STEP),
-    # While training, steps per second of step time; after the run, over the whole run.
-    "steps/s": f"{rules.steps_per_second()} or {rules.steps_per_second_run()}",
-    "step time": f"{rules.rate(c.STEP.sum)} / {rules.rate(c.STEP.count)}",
-    "all-reduce": _share(c.ALLREDUCE),
-    "input wait": _share(c.INPUT_WAIT),
-    "checkpoint": rules.last_value(c.LAST_CHECKPOINT),
-}
+QUERIES = queries()
+"""Over every run: what the promtool tests evaluate (their series carry no run)."""
 FORMATS = {
     "step": "{:.0f}",
     "steps/s": "{:.1f}",
@@ -73,9 +81,9 @@ def containers(project: str) -> dict[str, str]:
     return states
 
 
-def scraped_states(prom: Prometheus) -> dict[str, str]:
+def scraped_states(prom: Prometheus, sel: str = rules.JOB_SELECTOR) -> dict[str, str]:
     """task -> its last trainer state in Prometheus (for tasks whose containers Docker here cannot see)."""
-    expr = f"last_over_time({c.STATE.name}{rules.JOB_SELECTOR}[{rules.RUN_LOOKBACK}]) == 1"
+    expr = f"last_over_time({c.STATE.name}{sel}[{rules.RUN_LOOKBACK}]) == 1"
     return {c.task_of(s["metric"]): s["metric"].get(c.STATE.client_name, "?") for s in prom.query(expr)}
 
 
@@ -85,14 +93,14 @@ def is_task(service: str) -> bool:
     return index.isdigit() and c.task_name(task_type, index) == service and task_type in (c.CHIEF, c.WORKER)
 
 
-def table(states: Mapping[str, str], query: Query) -> list[tuple[str, ...]]:
-    values = {col: query(expr) for col, expr in QUERIES.items()}
+def table(states: Mapping[str, str], query: Query, sel: str = rules.JOB_SELECTOR) -> list[tuple[str, ...]]:
+    values = {col: query(expr) for col, expr in queries(sel).items()}
     rows = [COLUMNS]
     for service in sorted(filter(is_task, states), key=c.task_order):
         # Absent and non-finite values (no step in the window) show as missing.
         cells = [
             FORMATS[col].format(x) if math.isfinite(x := values[col].get(service, math.nan)) else "-"
-            for col in QUERIES
+            for col in values
         ]
         rows.append((service, states[service], *cells))
     return rows
@@ -106,6 +114,7 @@ def render(rows: list[tuple[str, ...]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m monitoring.status", description=__doc__.splitlines()[0])
     parser.add_argument("--project", default=c.DEFAULT_PROJECT, help="compose project (make's PROJECT)")
+    parser.add_argument("--run", default="", help="run id (make's RUN); empty: the project's latest run")
     parser.add_argument("--prometheus", default=DEFAULT_URL, help="Prometheus base URL")
     parser.add_argument(
         "--no-docker",
@@ -114,8 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     prom = Prometheus(url=args.prometheus, timeout=5.0)
+
+    def selector() -> str:  # Prometheus is asked only when needed: Docker's states show without it
+        return rules.selector(args.project, runs.resolve(prom, args.project, args.run) or "")
+
     try:
-        states = scraped_states(prom) if args.no_docker else containers(args.project)
+        states = scraped_states(prom, selector()) if args.no_docker else containers(args.project)
     except PrometheusError as err:
         print(f"status: Prometheus at {args.prometheus} does not answer ({err})", file=sys.stderr)
         return 1
@@ -127,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     try:
-        rows = table(states, prom.by_task)
+        rows = table(states, prom.by_task, selector())
     except PrometheusError as err:
         print(
             f"status: Prometheus at {args.prometheus} does not answer ({err}); showing container states only",

@@ -54,6 +54,10 @@ SERVICES = {
         lambda: bool(shutil.which("promtool")),
         "promtool not on PATH: `make engine` installs it (apt-get install prometheus)",
     ),
+    "amtool": (
+        lambda: bool(shutil.which("amtool")),
+        "amtool not on PATH: `make engine` installs it (apt-get install prometheus-alertmanager)",
+    ),
     "prometheus": (
         lambda: bool(shutil.which("prometheus")),
         "prometheus not on PATH: `make engine` installs it (apt-get install prometheus)",
@@ -90,3 +94,9 @@ def compose_cli() -> None:
 def promtool() -> str:
     need("promtool")
     return shutil.which("promtool") or "promtool"
+
+
+@pytest.fixture(scope="session")
+def amtool() -> str:
+    need("amtool")
+    return shutil.which("amtool") or "amtool"

@@ -17,6 +17,7 @@ compose/up.sh --build-only
 version=$("${PYTHON:-python3}" -c 'import trainer; print(trainer.__version__)')
 trainer=${IMAGE_REPO:-mwms/trainer}:$version-cpu
 prometheus=${PROMETHEUS_IMAGE:-mwms/prometheus:2.42.0-bookworm}
+alertmanager=${ALERTMANAGER_IMAGE:-mwms/alertmanager:0.25.0-bookworm}
 
 start=$(date +%s)
 if [ "${TRANSPORT:-registry}" = registry ]; then
@@ -28,18 +29,22 @@ if [ "${TRANSPORT:-registry}" = registry ]; then
   fi
   trainer_ref=$("$NODES_SH" push "$trainer" "$registry")
   prometheus_ref=$("$NODES_SH" push "$prometheus" "$registry")
+  alertmanager_ref=$("$NODES_SH" push "$alertmanager" "$registry")
   # The same bytes by digest, under the name the nodes reach the registry by.
   trainer_ref=${NODE_REGISTRY:-$registry}/${trainer_ref#*/}
   prometheus_ref=${NODE_REGISTRY:-$registry}/${prometheus_ref#*/}
+  alertmanager_ref=${NODE_REGISTRY:-$registry}/${alertmanager_ref#*/}
 else
-  "$NODES_SH" load "$trainer" "$prometheus"
-  trainer_ref=$trainer prometheus_ref=$prometheus
+  "$NODES_SH" load "$trainer" "$prometheus" "$alertmanager"
+  trainer_ref=$trainer prometheus_ref=$prometheus alertmanager_ref=$alertmanager
 fi
 say "images on the nodes by ${TRANSPORT:-registry} in $(($(date +%s) - start)) s: $trainer_ref"
 
 args=(--workers "${WORKERS:-2}" --nodes "${NODES:-3}" --out "$SWARM_DIR" --image "$trainer_ref"
-      --prometheus-image "$prometheus_ref" --max-restarts "${MAX_RESTARTS:-3}")
+      --prometheus-image "$prometheus_ref" --alertmanager-image "$alertmanager_ref" --max-restarts "${MAX_RESTARTS:-3}" --project "$STACK")
 # Trainer knobs (STEPS=, SAVE_EVERY=, any trainer flag) reach the swarm target through the environment.
+# SWARM_ENCRYPT=1: IPsec on the overlays, only where every node's kernel has ESP (docs/security.md).
+[ "${SWARM_ENCRYPT:-0}" = 1 ] && args+=(--encrypt-overlay)
 for var in ARGS GRAFANA_IMAGE; do
   [ -n "${!var:-}" ] && args+=("--$(tr 'A-Z_' 'a-z-' <<<"$var")" "${!var}")
 done

@@ -17,6 +17,8 @@ from pathlib import Path
 import contract
 from compose import deployment, services
 from compose.deployment import Change, Deployment
+from compose.targets import Emitted, Yaml
+from trainer.config import ENV_PREFIX
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_GAVE_UP, EXIT_MISSING_PEERS
 
 OUT = ".run/k8s"
@@ -28,6 +30,10 @@ METRICS_PORT_NAME = "metrics"
 PERMANENT_EXIT_CODES = (EXIT_FAILED, EXIT_CONFIG, EXIT_MISSING_PEERS, EXIT_GAVE_UP)
 """trainer/errors.py: restarting cannot fix these; 128-255 are retryable, as the operator's rule says."""
 SHM_SIZE = f"{deployment.SHM_GIB}Gi"
+STARTUP_TIMEOUT_S = 1800
+"""How long a task waits for its peers to answer (the trainer's --cluster-timeout, 300 s elsewhere):
+on a cluster a peer may still be pulling a multi-GB image or waiting for the autoscaler's node, and
+missing peers after the wait is a permanent exit (3) that fails the TFJob or JobSet for good."""
 PROMETHEUS_CONFIG = (
     Path(__file__).resolve().parents[2] / "monitoring" / "config" / "prometheus" / "prometheus.yml"
 )
@@ -81,9 +87,9 @@ def pvc(d: Deployment, names: Names) -> dict:
     }
 
 
-def _container(d: Deployment, cmd: list[str], env: list[dict]) -> dict:
+def _container(d: Deployment, cmd: list[str], env: list[dict], name: str) -> dict:
     container = {
-        "name": CONTAINER,
+        "name": name,
         "image": d.pulled_image,
         "imagePullPolicy": "IfNotPresent",
         "command": [_literal(c) for c in cmd],
@@ -106,21 +112,35 @@ def _container(d: Deployment, cmd: list[str], env: list[dict]) -> dict:
             {"name": "logs", "mountPath": deployment.LOG_DIR},
         ],
     }
-    if d.gpus_per_task:
-        container["resources"] = {"limits": {"nvidia.com/gpu": str(d.gpus_per_task)}}
+    container["resources"] = resources(d)
     return container
 
 
+def resources(d: Deployment) -> dict:
+    """Requests equal to limits (Guaranteed QoS: evicted last), from the deployment description."""
+    amounts = {"cpu": d.cpu, "memory": d.memory}
+    if d.gpus_per_task:
+        amounts["nvidia.com/gpu"] = str(d.gpus_per_task)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
 def env(d: Deployment) -> list[dict]:
-    return [{"name": k, "value": _literal(v)} for k, v in deployment.trainer_env(d).items()]
+    values = deployment.trainer_env(d)
+    # A longer wait for peers than elsewhere (STARTUP_TIMEOUT_S), unless CLUSTER_TIMEOUT= was given.
+    values.setdefault(ENV_PREFIX + "CLUSTER_TIMEOUT", str(STARTUP_TIMEOUT_S))
+    return [{"name": k, "value": _literal(v)} for k, v in values.items()]
 
 
-def pod_template(d: Deployment, names: Names, *, chief: bool, cmd: list[str], env: list[dict]) -> dict:
+def pod_template(
+    d: Deployment, names: Names, *, chief: bool, cmd: list[str], env: list[dict], container: str = CONTAINER
+) -> dict:
     """One task's pod: the Compose hardening, the metrics port annotated for Prometheus, the chief's PVC."""
     checkpoints = {"persistentVolumeClaim": {"claimName": names.claim}} if chief else {"emptyDir": {}}
     spec = {
         # The pause container is PID 1, as tini is in Compose: SIGTERM reaches Python's handler.
         "shareProcessNamespace": True,
+        # The trainer never talks to the API server: no token to steal from a compromised pod.
+        "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": deployment.STOP_GRACE_SECONDS,
         "securityContext": {
             "runAsUser": deployment.UID,
@@ -130,7 +150,7 @@ def pod_template(d: Deployment, names: Names, *, chief: bool, cmd: list[str], en
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "dnsConfig": {"options": [{"name": "timeout", "value": "1"}, {"name": "attempts", "value": "1"}]},
-        "containers": [_container(d, cmd, env)],
+        "containers": [_container(d, cmd, env, container)],
         "volumes": [
             {"name": "tmp", "emptyDir": {}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
@@ -152,12 +172,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage-class", default=Names.storage_class)
     p.add_argument("--checkpoint-storage", default=Deployment.checkpoint_storage)
     p.add_argument("--gpus-per-worker", type=int, default=0, help="nvidia.com/gpu per task (0: CPU)")
+    p.add_argument("--cpu-per-task", default=Deployment.cpu, help="CPU request = limit per task")
+    p.add_argument("--memory-per-task", default=Deployment.memory, help="memory request = limit per task")
 
 
 def describe(ns: argparse.Namespace, environ: Mapping[str, str]) -> Deployment:
     names(ns)  # a bad name is bad input before anything is built
     gpu_ids = deployment.fake_gpu_ids(ns.workers, ns.gpus_per_worker)
-    return deployment.from_args(ns, gpu_ids, environ=environ, checkpoint_storage=ns.checkpoint_storage)
+    return deployment.from_args(
+        ns,
+        gpu_ids,
+        environ=environ,
+        checkpoint_storage=ns.checkpoint_storage,
+        cpu=ns.cpu_per_task,
+        memory=ns.memory_per_task,
+    )
+
+
+def emitted(
+    d: Deployment, names: Names, file: str, objects: tuple[dict, ...], changes: list[Change]
+) -> Emitted:
+    """One Kubernetes target's file: the chief's PVC, the target's objects, the PodMonitor, the
+    NetworkPolicy that admits only the job's own pods to the gRPC port."""
+    docs = (pvc(d, names), *objects, pod_monitor(d, names), network_policy(names))
+    return Emitted(
+        files={file: Yaml(docs, dollars=False)}, changes=changes, summary=f"chief + {d.workers} workers"
+    )
 
 
 def names(ns: argparse.Namespace) -> Names:
@@ -172,20 +212,43 @@ def scrape_interval(config: Path = PROMETHEUS_CONFIG) -> str:
     return found.group(1)
 
 
-def pod_monitor(names: Names) -> dict:
+def pod_monitor(d: Deployment, names: Names) -> dict:
+    # The recording rules, alerts and dashboards select job="trainer" and one project's run
+    # (contract/__init__.py): the labels Compose and Swarm write into their file_sd targets.
+    labels = {"job": contract.JOB, **deployment.target_labels(d)}
     endpoint = {
         "port": METRICS_PORT_NAME,
         "path": "/metrics",
         "interval": scrape_interval(),
         "honorLabels": True,
-        # The recording rules, alerts and dashboards select job="trainer" (contract/__init__.py).
-        "relabelings": [{"action": "replace", "targetLabel": "job", "replacement": contract.JOB}],
+        "relabelings": [{"action": "replace", "targetLabel": k, "replacement": v} for k, v in labels.items()],
     }
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
         "metadata": meta(names, f"{names.name}-trainer"),
         "spec": {"selector": {"matchLabels": names.labels}, "podMetricsEndpoints": [endpoint]},
+    }
+
+
+def network_policy(names: Names) -> dict:
+    """TensorFlow's gRPC port has no authentication: only the job's own pods reach it. The metrics
+    port stays open to the cluster's Prometheus, wherever it runs."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": meta(names, f"{names.name}-trainer"),
+        "spec": {
+            "podSelector": {"matchLabels": names.labels},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": names.labels}}],
+                    "ports": [{"protocol": "TCP", "port": deployment.TF_PORT}],
+                },
+                {"ports": [{"protocol": "TCP", "port": deployment.METRICS_PORT}]},
+            ],
+        },
     }
 
 
@@ -204,7 +267,11 @@ COMMON_CHANGES = (
         f"emptyDir {deployment.LOG_DIR} per pod",
         "no TensorBoard in the cluster: mount a shared volume there to keep the summaries",
     ),
-    ("networks: cluster (internal)", "", "pods share the cluster network; add a NetworkPolicy if needed"),
+    (
+        "networks: cluster (internal)",
+        "NetworkPolicy",
+        "only the job's pods reach the gRPC port; the metrics port is open to the cluster's Prometheus",
+    ),
     ("dns_opt", "dnsConfig.options timeout:1 attempts:1", "outside names fail fast"),
     (
         "Prometheus file_sd targets",
@@ -223,7 +290,23 @@ def common_changes(d: Deployment) -> list[Change]:
             f"PVC {d.checkpoint_storage}",
             "mounted by the chief; workers get an emptyDir",
         ),
+        Change(
+            "no resource limits",
+            f"requests = limits: cpu {d.cpu}, memory {d.memory} per task",
+            "Guaranteed QoS, evicted last (CPU_PER_TASK=, MEMORY_PER_TASK=)",
+        ),
+        Change(
+            "service-account token", "automountServiceAccountToken: false", "the trainer never calls the API"
+        ),
     ]
+    if "cluster_timeout" not in dict(d.knobs):
+        changes.append(
+            Change(
+                "cluster_timeout 300 s",
+                f"{ENV_PREFIX}CLUSTER_TIMEOUT={STARTUP_TIMEOUT_S}",
+                "peers may wait for scheduling (an image pull, the autoscaler); CLUSTER_TIMEOUT= overrides",
+            )
+        )
     if d.gpu_ids:
         changes.append(
             Change(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from compose import deployment, gpus, knobs, mounts, services
 from compose.deployment import SHM_GIB, Deployment
-from compose.services import Service
+from compose.services import Healthcheck, Service
 from compose.targets import Emitted, Yaml
 from compose.yamltext import Interpolated
 
@@ -92,13 +92,13 @@ def base_file(d: Deployment) -> dict:
 
 def service(s: Service, every: tuple[Service, ...], base_image: str) -> dict:
     """One service as Compose writes it; `every`: the deployment's services (who builds which image)."""
-    out: dict = {
-        "image": Interpolated(f"${{{s.image_variable}:-{s.image}}}") if s.image_variable else s.image
-    }
+    built = s.build or s.trainer_image or any(o.build and o.image == s.image for o in every)
+    # An image this deployment builds is what it is; any other can be replaced (`make up` sets them).
+    variable = Interpolated(f"${{{services.image_variable(s)}:-{s.image}}}")
+    out: dict = {"image": s.image if built else variable}
     if s.build:
         out["build"] = {**services.TRAINER_BUILD, "args": {"BASE_IMAGE": base_image, "VARIANT": "cpu"}}
     else:
-        built = s.trainer_image or any(o.build and o.image == s.image for o in every)
         out["pull_policy"] = "never" if built else "missing"
     if s.optional:
         out["profiles"] = [s.name]  # `make up` enables it when the image is present or pullable
@@ -115,19 +115,24 @@ def service(s: Service, every: tuple[Service, ...], base_image: str) -> dict:
     if s.stop_grace_s is not None:
         out["stop_grace_period"] = f"{s.stop_grace_s}s"
     out.update(user=s.user, read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges:true"])
+    out["logging"] = services.LOGGING
     _put(out, "secrets", list(s.secrets))
     _put(out, "tmpfs", list(s.tmpfs))
     _put(out, "volumes", _volumes(s))
     if s.healthcheck:
-        h = s.healthcheck
-        out["healthcheck"] = {
-            "test": ["CMD", *h.test],
-            "interval": f"{h.interval_s}s",
-            "timeout": f"{h.timeout_s}s",
-            "retries": h.retries,
-        }
+        out["healthcheck"] = healthcheck(s.healthcheck)
     _put(out, "depends_on", {n: {"condition": _condition(n, every)} for n in s.depends_on})
     return out
+
+
+def healthcheck(h: Healthcheck) -> dict:
+    """A healthcheck as Compose files and Swarm stacks both write it."""
+    return {
+        "test": ["CMD", *h.test],
+        "interval": f"{h.interval_s}s",
+        "timeout": f"{h.timeout_s}s",
+        "retries": h.retries,
+    }
 
 
 def _put(out: dict, key: str, value: list | dict) -> None:

@@ -12,24 +12,16 @@ import argparse
 import contract
 from compose import deployment
 from compose.deployment import Change, Deployment
-from compose.targets import Emitted, Yaml, _kube
+from compose.targets import Emitted, _kube
+from compose.targets._kube import OUT, REMAKE, add_arguments, describe  # noqa: F401 (the Target protocol)
 from trainer import jobset_entry, supervise
 
 TITLE = "k8s JobSet"
-REMAKE = _kube.REMAKE
-OUT = _kube.OUT
-add_arguments = _kube.add_arguments
-describe = _kube.describe
 
 
 def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
     names = _kube.names(ns)
-    docs = (_kube.pvc(d, names), jobset(d, names), _kube.pod_monitor(names))
-    return Emitted(
-        files={"jobset.yaml": Yaml(docs, dollars=False)},
-        changes=jobset_changes(d),
-        summary=f"chief + {d.workers} workers",
-    )
+    return _kube.emitted(d, names, "jobset.yaml", (jobset(d, names),), jobset_changes(d))
 
 
 def _jobset_env(d: Deployment) -> list[dict]:
@@ -44,9 +36,10 @@ def _jobset_env(d: Deployment) -> list[dict]:
     ]
 
 
-def _replicated_job(d: Deployment, names: _kube.Names, rjob: str, pods: int) -> dict:
+def _replicated_job(d: Deployment, names: _kube.Names, rjob: str, pods: int, container: str) -> dict:
     cmd = ["python", "-m", "trainer.jobset_entry", *deployment.command(d)]
-    template = _kube.pod_template(d, names, chief=rjob == contract.CHIEF, cmd=cmd, env=_jobset_env(d))
+    chief = rjob == contract.CHIEF
+    template = _kube.pod_template(d, names, chief=chief, cmd=cmd, env=_jobset_env(d), container=container)
     template["spec"]["restartPolicy"] = "Never"  # podFailurePolicy requires it; JobSet restarts the gang
     job = {
         "parallelism": pods,
@@ -58,7 +51,7 @@ def _replicated_job(d: Deployment, names: _kube.Names, rjob: str, pods: int) -> 
                 {
                     "action": "FailJob",
                     "onExitCodes": {
-                        "containerName": _kube.CONTAINER,
+                        "containerName": container,
                         "operator": "In",
                         "values": list(_kube.PERMANENT_EXIT_CODES),
                     },
@@ -71,10 +64,21 @@ def _replicated_job(d: Deployment, names: _kube.Names, rjob: str, pods: int) -> 
 
 
 def jobset(d: Deployment, names: _kube.Names) -> dict:
-    rjobs = [_replicated_job(d, names, contract.CHIEF, 1)]
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _kube.meta(names, names.name),
+        "spec": spec(d, names),
+    }
+
+
+def spec(d: Deployment, names: _kube.Names, container: str = _kube.CONTAINER) -> dict:
+    """The JobSet spec: replicated jobs `chief` (1 pod) and `worker` (one pod per worker), the pods'
+    container named `container` (a Kubeflow Trainer runtime wants `node`)."""
+    rjobs = [_replicated_job(d, names, contract.CHIEF, 1, container)]
     if d.workers:
-        rjobs.append(_replicated_job(d, names, contract.WORKER, d.workers))
-    spec = {
+        rjobs.append(_replicated_job(d, names, contract.WORKER, d.workers, container))
+    return {
         "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
         "successPolicy": {"operator": "All", "targetReplicatedJobs": [contract.CHIEF]},
         # Any failed pod fails its Job (backoffLimit 0), which restarts every Job: MWMS cannot go on
@@ -90,12 +94,6 @@ def jobset(d: Deployment, names: _kube.Names) -> dict:
             ],
         },
         "replicatedJobs": rjobs,
-    }
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": _kube.meta(names, names.name),
-        "spec": spec,
     }
 
 

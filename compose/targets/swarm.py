@@ -35,7 +35,10 @@ NODE_LABEL = "org.mwms.node"
 """The node label every placement constraint uses; `compose/swarm/nodes.sh` sets node-1, node-2, ..."""
 SHM_SIZE_BYTES = SHM_GIB * 1024**3
 RESTART_DELAY = "5s"
-IMAGES = {"prometheus": "mwms/prometheus:2.42.0-bookworm"}
+IMAGES = {
+    "prometheus": "mwms/prometheus:2.42.0-bookworm",
+    "alertmanager": "mwms/alertmanager:0.25.0-bookworm",
+}
 """Swarm's default image of a service where it differs from the description's: nodes cannot pull from
 outside, so Prometheus is the Debian-built image that `make stack-up` loads or pushes."""
 
@@ -53,6 +56,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--gpus-per-worker", type=int, default=0, help="GPUs per task (0: CPU); the node picks them"
     )
     p.add_argument("--secrets-dir", type=Path, default=Path("secrets"))
+    p.add_argument(
+        "--encrypt-overlay",
+        action="store_true",
+        help="IPsec-encrypt the overlay networks (needs ESP in every node's kernel: docs/security.md)",
+    )
 
 
 def describe(ns: argparse.Namespace, environ: Mapping[str, str]) -> Deployment:
@@ -90,7 +98,7 @@ def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
     doc: dict = {
         "version": "3.9",
         "services": stack,
-        "networks": {name: {"driver": "overlay", **net} for name, net in services.NETWORKS.items()},
+        "networks": {name: overlay(net, ns.encrypt_overlay) for name, net in services.NETWORKS.items()},
         "volumes": {
             name: {} for name in services.volumes(services.trainers(d) + tuple(s for s, _ in chosen))
         },
@@ -103,6 +111,8 @@ def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
         doc["secrets"] = {name: _secret(name, ns.secrets_dir / name) for name in names}
     files: dict[str, Yaml | str] = {"stack.yaml": Yaml((doc,))}
     files.update({f"configs/{key}": text for key, text in sorted(sources.items())})
+    if not ns.encrypt_overlay:
+        report.add(ENCRYPTION)
     files["translation.txt"] = deployment.report(TITLE, report.changes) + "\n"
     return Emitted(
         files=files,
@@ -116,8 +126,21 @@ def _image(s: Service, ns: argparse.Namespace, d: Deployment) -> str | None:
     return getattr(ns, _flag(s)) or (d.pulled_image if s.trainer_image else None)
 
 
+def overlay(net: dict, encrypted: bool) -> dict:
+    return {"driver": "overlay", **net, **({"driver_opts": {"encrypted": ""}} if encrypted else {})}
+
+
+ENCRYPTION = Change(
+    "overlay networks",
+    "unencrypted (SWARM_ENCRYPT=1: IPsec)",
+    "the trainers' gRPC crosses hosts in clear; encryption needs ESP in every node's kernel, and without "
+    "it swarm drops every packet silently (docs/security.md)",
+)
+
+
 def _flag(s: Service) -> str:
-    return f"{s.name}_image"
+    """The argparse destination of --<name>-image."""
+    return services.image_variable(s).lower()
 
 
 def placement(task_position: int, nodes: int) -> dict:
@@ -218,7 +241,17 @@ def _drop(value: object, service: dict, deploy: dict, volumes: list) -> None:
     return None
 
 
-KEPT = {"command", "environment", "init", "user", "read_only", "cap_drop", "stop_grace_period", "networks"}
+KEPT = {
+    "command",
+    "environment",
+    "init",
+    "user",
+    "read_only",
+    "cap_drop",
+    "stop_grace_period",
+    "networks",
+    "logging",
+}
 TRANSLATIONS = {
     "restart": _restart,
     "tmpfs": _tmpfs,
@@ -264,6 +297,7 @@ def _service(
     """A service of compose/services.py as a stack service, and the config files it ships (key -> text)."""
     configs = _configs(s, d)
     out: dict = {"image": image, "user": s.user, "read_only": True, "cap_drop": ["ALL"]}
+    out["logging"] = services.LOGGING
     if s.command:
         out["command"] = list(s.command)
     if s.environment:
@@ -280,13 +314,7 @@ def _service(
     if s.publish:
         out["ports"] = [{"target": p, "published": p, "protocol": "tcp", "mode": "host"} for p in s.publish]
     if s.healthcheck:
-        h = s.healthcheck
-        out["healthcheck"] = {
-            "test": ["CMD", *h.test],
-            "interval": f"{h.interval_s}s",
-            "timeout": f"{h.timeout_s}s",
-            "retries": h.retries,
-        }
+        out["healthcheck"] = compose_target.healthcheck(s.healthcheck)
     out["deploy"] = {
         "replicas": 1,
         # No IPVS on these kernels: a VIP answers "No route to host" (docs/multi-host.md).

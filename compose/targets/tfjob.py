@@ -10,25 +10,17 @@ import argparse
 
 from compose import deployment
 from compose.deployment import Change, Deployment
-from compose.targets import Emitted, Yaml, _kube
+from compose.targets import Emitted, _kube
+from compose.targets._kube import OUT, REMAKE, add_arguments, describe  # noqa: F401 (the Target protocol)
 from trainer import supervise
 from trainer.cluster import TFJOB_ADDRESS
 
 TITLE = "k8s TFJob"
-REMAKE = _kube.REMAKE
-OUT = _kube.OUT
-add_arguments = _kube.add_arguments
-describe = _kube.describe
 
 
 def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
     names = _kube.names(ns)
-    docs = (_kube.pvc(d, names), tfjob(d, names), _kube.pod_monitor(names))
-    return Emitted(
-        files={"tfjob.yaml": Yaml(docs, dollars=False)},
-        changes=tfjob_changes(d),
-        summary=f"chief + {d.workers} workers",
-    )
+    return _kube.emitted(d, names, "tfjob.yaml", (tfjob(d, names),), tfjob_changes(d))
 
 
 def tfjob(d: Deployment, names: _kube.Names) -> dict:

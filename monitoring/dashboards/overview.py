@@ -9,11 +9,15 @@ from monitoring import verdict
 from .panels import (
     GREEN,
     JOB,
+    RUN_SEL,
     TASK_LEGEND,
     graph,
     labels_table,
     new_dashboard,
+    project_variable,
     row,
+    run_variable,
+    scoped,
     single,
     step_quantile,
     task_variable,
@@ -39,9 +43,9 @@ VERDICTS = {code: (verdict.NAMES[code], colour) for code, colour in VERDICT_COLO
 # show the 1 min recording rules that alerts and `make diagnose` use.
 EXAMPLES_RATE = f"rate({c.EXAMPLES.name}{{{JOB}}}[$__rate_interval])"
 # Steps per second of step time, as the rules and `make status` compute it (monitoring/rules.py).
-STEPS_RATE = r.steps_per_second("$__rate_interval")
+STEPS_RATE = r.steps_per_second("$__rate_interval", RUN_SEL)
 PCT = "{:.0%}".format
-TASK_SEL = '{instance=~"$task"}'
+TASK_SEL = "{" + JOB + ', instance=~"$task"}'
 
 
 def build():
@@ -52,7 +56,9 @@ def build():
         "Synchronous multi-worker TensorFlow training: throughput, loss, and where every task's step "
         "time goes (compute, all-reduce, input wait). Numbers come from the Prometheus recording rules "
         "that the alerts and `make diagnose` also use.",
-    ).with_variable(task_variable(multi=True))
+    )
+    d = d.with_variable(project_variable()).with_variable(run_variable())
+    d = d.with_variable(task_variable(multi=True))
 
     d = d.with_row(row(ids, "Verdict"))
     d = d.with_panel(
@@ -92,7 +98,7 @@ def build():
             "Examples per second of step time over all tasks (1 min). Low or falling "
             "while the loss still moves: look at the step breakdown below for the part that grew.",
             "suffix: ex/s",
-            r.CLUSTER_EXAMPLES,
+            scoped(r.CLUSTER_EXAMPLES),
             legend="cluster",
         )
     )
@@ -104,7 +110,7 @@ def build():
             "minute); after the run, over the whole run. No value while the tasks are up means training "
             "is stalled: check Task state and the TrainingStalled alert.",
             "suffix: steps/s",
-            f"{r.CLUSTER_STEPS} or {r.CLUSTER_STEPS_RUN}",
+            f"{scoped(r.CLUSTER_STEPS)} or {scoped(r.CLUSTER_STEPS_RUN)}",
             legend="cluster",
         )
     )
@@ -127,7 +133,7 @@ def build():
             f"1.0 is balanced; above {verdict.STRAGGLER_RATIO:g} one task holds everyone back (the others "
             "wait for it in all-reduce): find it in 'Compute time vs. the others' and check its host.",
             "x",
-            r.STRAGGLER_RATIO,
+            scoped(r.STRAGGLER_RATIO),
             legend="cluster",
             limits=(
                 GREEN,
@@ -144,7 +150,7 @@ def build():
             "algbw x 2(n-1)/n): comparable with the link's own speed. Far below `make bench-comm` "
             "means all-reduce waits for a straggler or is badly packed.",
             "Bps",
-            r.CLUSTER_BUSBW,
+            scoped(r.CLUSTER_BUSBW),
             legend="cluster",
         )
     )
@@ -155,7 +161,7 @@ def build():
             "Alerts firing now (TrainerDown, TrainingStalled, Straggler, InputBound, "
             "CommunicationBound, LossNotFinite). Anything above 0: read the table at the bottom.",
             "none",
-            'count(ALERTS{alertstate="firing"}) or vector(0)',
+            f'count(ALERTS{{alertstate="firing", {JOB}}}) or vector(0)',
             legend="firing",
             limits=(GREEN, (1, "red")),
         )
@@ -170,7 +176,7 @@ def build():
             "batch or restarted.",
             "suffix: ex/s",
             [
-                (f"sum by (job) ({EXAMPLES_RATE})", "cluster"),
+                (f"sum by ({r.BY_RUN}) ({EXAMPLES_RATE})", "cluster"),
                 (f"sum by ({r.BY_TASK}) ({EXAMPLES_RATE})", TASK_LEGEND),
             ],
         )
@@ -182,7 +188,7 @@ def build():
             "Training loss reported by each task. It should fall; flat from the start means "
             "the learning rate is too low or the data is not learnable, NaN/Inf fires LossNotFinite.",
             "none",
-            [(r.loss_after_first_step(), TASK_LEGEND)],
+            [(r.loss_after_first_step(RUN_SEL), TASK_LEGEND)],
             min_zero=False,
         )
     )
@@ -243,7 +249,7 @@ def build():
             "communication-bound, use a larger per-replica batch, gradient packing or a faster network. "
             "High on all but one task: that one is a straggler.",
             "percentunit",
-            [(r.SHARE[c.ALLREDUCE], TASK_LEGEND)],
+            [(scoped(r.SHARE[c.ALLREDUCE]), TASK_LEGEND)],
             w=8,
             limits=(GREEN, (verdict.ALLREDUCE_SHARE, "red")),
         )
@@ -256,7 +262,7 @@ def build():
             f"batch. Above {PCT(verdict.INPUT_SHARE)} (dashed line): input-bound, add prefetch, parallel "
             "map/interleave, caching, or more files for FILE sharding.",
             "percentunit",
-            [(r.SHARE[c.INPUT_WAIT], TASK_LEGEND)],
+            [(scoped(r.SHARE[c.INPUT_WAIT]), TASK_LEGEND)],
             w=8,
             limits=(GREEN, (verdict.INPUT_SHARE, "red")),
         )
@@ -270,7 +276,7 @@ def build():
             f"{verdict.STRAGGLER_RATIO:g} (dashed line) is a straggler: everyone else waits for it. "
             "Check its CPU/GPU, container limits and neighbours.",
             "x",
-            [(r.COMPUTE_RATIO, TASK_LEGEND)],
+            [(scoped(r.COMPUTE_RATIO), TASK_LEGEND)],
             w=8,
             limits=(GREEN, (verdict.STRAGGLER_RATIO, "red")),
         )
@@ -286,7 +292,7 @@ def build():
             "bench-comm`) means the network is the limit; far below it on one task means it waits for "
             "others.",
             "Bps",
-            [(r.BUSBW, TASK_LEGEND + " busbw"), (r.ALGBW, TASK_LEGEND + " algbw")],
+            [(scoped(r.BUSBW), TASK_LEGEND + " busbw"), (scoped(r.ALGBW), TASK_LEGEND + " algbw")],
         )
     )
     d = d.with_panel(
@@ -298,8 +304,8 @@ def build():
             "task far higher is doing extra work (e.g. the chief writing checkpoints to a network disk).",
             "Bps",
             [
-                (r.NET_RATE[c.NET_TRANSMIT], TASK_LEGEND + " sent"),
-                (r.NET_RATE[c.NET_RECEIVE], TASK_LEGEND + " received"),
+                (scoped(r.NET_RATE[c.NET_TRANSMIT]), TASK_LEGEND + " sent"),
+                (scoped(r.NET_RATE[c.NET_RECEIVE]), TASK_LEGEND + " received"),
             ],
         )
     )
@@ -335,7 +341,7 @@ def build():
             "Firing alerts",
             "Alerts firing now, with the task they name. Empty is good. The alert "
             "descriptions in Prometheus (/alerts) say what to do.",
-            'ALERTS{alertstate="firing"}',
+            f'ALERTS{{alertstate="firing", {JOB}}}',
             hide=("alertstate",),
             w=24,
             h=6,

@@ -15,7 +15,9 @@ from monitoring import rules
 DATASOURCE = dashboard.DataSourceRef(type_val="prometheus", uid="prometheus")
 TASK_LEGEND = "{{task_type}}-{{task_index}}"
 """Legends show chief as `chief-0`; every graph renames it to contract.task_name's `chief`."""
-JOB = rules.JOB_SELECTOR[1:-1]
+JOB = rules.selector("$project", "$run")[1:-1]
+"""Every query selects one run of one stack (the Project and Run variables): runs never mix."""
+RUN_SEL = "{" + JOB + "}"
 TAG = "mwms"
 
 
@@ -167,6 +169,36 @@ def labels_table(
         .with_transformation(
             dashboard.DataTransformerConfig(id_val="organize", options={"excludeByName": excluded})
         )
+    )
+
+
+def scoped(rule: str) -> str:
+    """A recording rule's series of the selected run (the rules keep the project and run labels)."""
+    return rule + RUN_SEL
+
+
+def project_variable():
+    """The stack (Compose project, Swarm stack): one Prometheus may hold several."""
+    return (
+        db.QueryVariable("project")
+        .label("Project")
+        .datasource(DATASOURCE)
+        .query(f"label_values(up{rules.JOB_SELECTOR}, {contract.PROJECT_LABEL})")
+        .refresh(dashboard.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dashboard.VariableSort.ALPHABETICAL_ASC)
+    )
+
+
+def run_variable():
+    """The run: ids are start times, newest first, so the default is the latest run; pick another
+    to see an earlier one (its series stay in Prometheus)."""
+    return (
+        db.QueryVariable("run")
+        .label("Run")
+        .datasource(DATASOURCE)
+        .query(f'label_values(up{{job="{contract.JOB}", project="$project"}}, {contract.RUN_LABEL})')
+        .refresh(dashboard.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dashboard.VariableSort.ALPHABETICAL_DESC)
     )
 
 

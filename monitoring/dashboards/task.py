@@ -10,18 +10,21 @@ from monitoring import verdict
 
 from .panels import (
     GREEN,
+    JOB,
     TASK_LEGEND,
     graph,
     labels_table,
     new_dashboard,
+    project_variable,
     row,
+    run_variable,
     single,
     step_quantile,
     task_variable,
 )
 
 UID = "trainer-task"
-SEL = f'{r.JOB_SELECTOR[1:-1]}, instance="$task"'
+SEL = f'{JOB}, instance="$task"'
 PCT = "{:.0%}".format
 
 
@@ -43,7 +46,9 @@ def build():
         UID,
         "Task detail",
         "One trainer task (chief or worker) in detail: pick it with the Task variable.",
-    ).with_variable(task_variable(multi=False))
+    )
+    d = d.with_variable(project_variable()).with_variable(run_variable())
+    d = d.with_variable(task_variable(multi=False))
 
     d = d.with_row(row(ids, "$task"))
     d = d.with_panel(

@@ -23,6 +23,9 @@ from compose import services as described
 from compose.deployment import LOG_DIR, METRICS_PORT, TF_PORT, Deployment
 from contract import PROFILER_PORT
 
+MONITORING_SERVICES = tuple(s.name for s in described.SERVICES)
+PUBLISHED = {"prometheus": 9090, "alertmanager": 9093, "grafana": 3000, "tensorboard": 6006}
+
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_WORDS = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|API_KEY", re.I)
@@ -37,14 +40,14 @@ VARIANTS = {
 def stack_config(tmp_path: Path, variant: str) -> Deployment:
     settings = dict(VARIANTS.get(variant, {"workers": 2}))
     user = tmp_path / "user"
-    user.mkdir(exist_ok=True)
+    user.mkdir(parents=True, exist_ok=True)
     (user / "train.py").write_text("pass\n")
     if "script" in settings:
         settings.update(script=str(user / "train.py"), data=str(user))
     return Deployment(**settings)
 
 
-def render(tmp_path: Path, variant: str, bind_addr: str = "127.0.0.1") -> dict:
+def render(tmp_path: Path, variant: str, bind_addr: str = "127.0.0.1", more_env: str = "") -> dict:
     out = tmp_path / variant
     files = emit.emit_deployment("compose", stack_config(tmp_path, variant), out).emitted.extra[
         "compose_files"
@@ -56,7 +59,7 @@ def render(tmp_path: Path, variant: str, bind_addr: str = "127.0.0.1") -> dict:
     # What compose/up.sh writes, with every profile enabled so Grafana is checked too.
     env.write_text(
         f"COMPOSE_PROJECT_NAME=mwms-security\nCOMPOSE_PROFILES=grafana\nBIND_ADDR={bind_addr}\n"
-        f"PROMETHEUS_IMAGE=mwms/prometheus:2.42.0-bookworm\nRUN_DIR={out}\nSECRETS_DIR={secrets}\n"
+        f"PROMETHEUS_IMAGE=mwms/prometheus:2.42.0-bookworm\nRUN_DIR={out}\nSECRETS_DIR={secrets}\n" + more_env
     )
     args = [a for f in files for a in ("-f", str(f))]
     result = subprocess.run(
@@ -92,15 +95,11 @@ def services(config: dict) -> dict[str, dict]:
     return found
 
 
-UIS = {s.name: s.publish for s in described.SERVICES}
-"""Prometheus, Grafana, TensorBoard: the only services that publish, each its own UI port."""
-
-
 def test_published_ports_bind_to_loopback_and_only_the_uis(config) -> None:
     for name, service in services(config).items():
         published = [(p.get("host_ip"), p["target"]) for p in service.get("ports", [])]
-        if name in UIS:
-            assert published == [("127.0.0.1", port) for port in UIS[name]], (name, published)
+        if name in MONITORING_SERVICES:
+            assert published == [("127.0.0.1", PUBLISHED[name])], (name, published)
         else:
             assert not published, f"{name} publishes {published}"
             assert set(service["expose"]) == {str(TF_PORT), str(METRICS_PORT), str(PROFILER_PORT)}, name
@@ -131,7 +130,7 @@ def test_every_root_filesystem_is_read_only_with_a_scratch_tmpfs(config) -> None
         assert service.get("read_only") is True, name
         assert "/tmp" in service.get("tmpfs", []), name
         writable = [v["target"] for v in service.get("volumes", []) if not v.get("read_only")]
-        if name not in UIS:
+        if name not in MONITORING_SERVICES:
             assert writable == (["/checkpoints", LOG_DIR] if name == "chief" else [LOG_DIR]), (name, writable)
 
 
@@ -162,7 +161,7 @@ def test_no_secret_in_environment_only_file_secrets(config) -> None:
 def test_trainer_network_is_internal(config) -> None:
     assert config["networks"]["cluster"].get("internal") is True
     for name, service in services(config).items():
-        if name not in UIS:
+        if name not in MONITORING_SERVICES:
             assert set(service["networks"]) == {"cluster"}, name
 
 
@@ -171,3 +170,38 @@ def test_no_secret_baked_into_images() -> None:
         for line in dockerfile.read_text().splitlines():
             if re.match(r"\s*(ENV|ARG)\s", line):
                 assert not SECRET_WORDS.search(line), f"{dockerfile.name}: {line}"
+
+
+# --- Hardening of the monitoring services (docs/security.md) ---
+
+
+def prometheus_flags(config: dict) -> list[str]:
+    return list(config["services"]["prometheus"]["command"])
+
+
+def test_prometheus_lifecycle_api_is_off_unless_asked(tmp_path, compose_cli) -> None:
+    """POST /-/quit and /-/reload have no authentication: off by default, on with PROMETHEUS_LIFECYCLE=1
+    (which `make up` turns into this flag in stack.env)."""
+    default = prometheus_flags(render(tmp_path, "cpu"))
+    assert "--web.enable-lifecycle" not in default and "--no-web.enable-lifecycle" in default
+    asked = render(tmp_path / "asked", "cpu", more_env="PROMETHEUS_LIFECYCLE_FLAG=--web.enable-lifecycle\n")
+    assert "--web.enable-lifecycle" in prometheus_flags(asked)
+
+
+def test_prometheus_retention_by_time_and_size(tmp_path, compose_cli) -> None:
+    default = prometheus_flags(render(tmp_path, "cpu"))
+    assert f"--storage.tsdb.retention.time={described.RETENTION_TIME}" in default
+    assert f"--storage.tsdb.retention.size={described.RETENTION_SIZE}" in default
+    # `make up` writes the variables empty when not given: the defaults hold.
+    empty = "PROMETHEUS_RETENTION_TIME=\nPROMETHEUS_RETENTION_SIZE=\n"
+    assert prometheus_flags(render(tmp_path / "empty", "cpu", more_env=empty)) == default
+    given = "PROMETHEUS_RETENTION_TIME=2d\nPROMETHEUS_RETENTION_SIZE=500MB\n"
+    flags = prometheus_flags(render(tmp_path / "given", "cpu", more_env=given))
+    assert {"--storage.tsdb.retention.time=2d", "--storage.tsdb.retention.size=500MB"} <= set(flags)
+
+
+def test_every_container_log_is_rotated(config) -> None:
+    for name, service in services(config).items():
+        logging = service.get("logging", {})
+        assert logging.get("driver") == "json-file", name
+        assert set(logging.get("options", {})) == {"max-size", "max-file"}, name

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from compose import emit
+from compose import emit, services
+
+MONITORING_SERVICES = tuple(s.name for s in services.SERVICES)
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +69,7 @@ def test_gpu_devices_are_disjoint(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     seen: list[str] = []
     for name, svc in json.loads(result.stdout)["services"].items():
-        if name in ("prometheus", "grafana"):
+        if name in MONITORING_SERVICES:
             continue
         device = svc["deploy"]["resources"]["reservations"]["devices"][0]
         assert device["driver"] == "nvidia" and len(device["device_ids"]) == 2

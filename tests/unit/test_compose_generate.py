@@ -134,14 +134,22 @@ def test_missing_script_is_a_one_line_error(tmp_path: Path, capsys: pytest.Captu
     assert "nope.py does not exist" in err and err.count("\n") == 1
 
 
-def test_targets_have_one_task_type_and_index_each(tmp_path: Path) -> None:
-    build(tmp_path, "--workers", "2", "--gpus", "0")
+def test_targets_have_one_task_type_and_index_each_and_the_run(tmp_path: Path) -> None:
+    build(tmp_path, "--workers", "2", "--gpus", "0", "--project", "alerts-x", "--run", "20261201T090000Z")
     targets = json.loads((tmp_path / "targets" / "trainers.json").read_text())
+    run = {"project": "alerts-x", "run": "20261201T090000Z"}
     assert targets == [
-        {"targets": ["chief:8000"], "labels": {"task_type": "chief", "task_index": "0"}},
-        {"targets": ["worker-0:8000"], "labels": {"task_type": "worker", "task_index": "0"}},
-        {"targets": ["worker-1:8000"], "labels": {"task_type": "worker", "task_index": "1"}},
+        {"targets": ["chief:8000"], "labels": {**run, "task_type": "chief", "task_index": "0"}},
+        {"targets": ["worker-0:8000"], "labels": {**run, "task_type": "worker", "task_index": "0"}},
+        {"targets": ["worker-1:8000"], "labels": {**run, "task_type": "worker", "task_index": "1"}},
     ]
+
+
+def test_every_run_gets_a_new_id_that_sorts_by_start(tmp_path: Path) -> None:
+    from compose.deployment import run_id
+
+    assert run_id(0) == "19700101T000000Z" and run_id(59) < run_id(60) < run_id(3600)
+    assert build(tmp_path, "--workers", "1", "--gpus", "0").run[:2] == run_id()[:2]
 
 
 def test_gpu_overlay_gives_each_task_its_own_devices(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from compose import emit
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-FIXED = ["--base-image", "mwms/python:3.11-bookworm"]
+FIXED = ["--base-image", "mwms/python:3.11-bookworm", "--run", "20261201T090000Z"]
 KNOBS = {"STEPS": "200"}
 
 

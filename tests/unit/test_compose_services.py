@@ -8,6 +8,7 @@ lacked its GF_ANALYTICS_* settings.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import yaml
 from compose import emit, services, targets
 from compose.services import ConfigDir, Healthcheck, Service
 
+ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "10.210.0.10:5000/mwms/trainer@sha256:" + "0" * 64
 EXTRA = Service(
     name="extra",
@@ -85,6 +87,21 @@ def test_compose_and_swarm_run_the_same_service(tmp_path: Path, service: Service
     assert [p.rsplit(":", 2)[1:] for p in compose.get("ports", [])] == [
         [str(p), str(p)] for p in service.publish
     ]
+
+
+def test_up_sh_reads_the_optional_services_from_the_description() -> None:
+    done = subprocess.run(
+        ["bash", "-c", 'eval "$(python3 -m compose.services)"; echo "$OPTIONAL_SERVICES|$GRAFANA_IMAGE"'],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    optional = [s for s in services.SERVICES if s.optional]
+    assert done.stdout.strip() == f"{' '.join(s.name for s in optional)}|{services.GRAFANA.image}", (
+        done.stderr
+    )
+    assert 'eval "$("${PYTHON:-python3}" -m compose.services)"' in (ROOT / "compose/up.sh").read_text()
 
 
 def test_compose_publishes_every_port_on_bind_addr_only(tmp_path: Path) -> None:

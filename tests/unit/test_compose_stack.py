@@ -17,18 +17,21 @@ from compose.targets import compose as compose_target
 from compose.targets import swarm as stack
 from tests.conftest import DOCKER_CLI, need
 
+MONITORING_SERVICES = tuple(s.name for s in services.SERVICES)
+
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 IMAGE = "10.210.0.10:5000/mwms/trainer@sha256:" + "0" * 64
+RUN = ("--run", "20261201T090000Z")
 
 
 def bundle(out: Path, *extra: str, workers: int = 2) -> tuple[dict, str]:
-    argv = ["--target", "swarm", "--workers", str(workers), "--image", IMAGE, "--out", str(out), *extra]
+    argv = ["--target", "swarm", "--workers", str(workers), "--image", IMAGE, "--out", str(out), *RUN, *extra]
     emit.write(emit.run(argv, environ={"STEPS": "200"}))
     return yaml.safe_load((out / "stack.yaml").read_text()), (out / "translation.txt").read_text()
 
 
 def trainers(doc: dict) -> dict:
-    return {k: v for k, v in doc["services"].items() if k not in {s.name for s in services.SERVICES}}
+    return {k: v for k, v in doc["services"].items() if k not in MONITORING_SERVICES}
 
 
 @pytest.mark.parametrize("name", ["stack.yaml", "translation.txt"])
@@ -188,3 +191,14 @@ def test_docker_stack_config_accepts_the_bundle(tmp_path: Path, extra: tuple[str
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_overlays_are_encrypted_only_when_asked_and_the_report_says_so(tmp_path: Path) -> None:
+    """Not by default: on kernels without ESP (these hosts) swarm installs the IPsec policy without its
+    SAs and drops every packet between nodes (docs/security.md, compose/swarm/overlay-cost.sh)."""
+    plain, report = bundle(tmp_path / "plain")
+    assert all("driver_opts" not in net for net in plain["networks"].values())
+    assert "overlay networks -> unencrypted (SWARM_ENCRYPT=1: IPsec)" in report
+    encrypted, report = bundle(tmp_path / "encrypted", "--encrypt-overlay")
+    assert all(net["driver_opts"] == {"encrypted": ""} for net in encrypted["networks"].values())
+    assert "overlay networks" not in report

@@ -12,16 +12,26 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 import contract
-from monitoring import diagnose
+from monitoring import diagnose, rules
 from monitoring.benchcomm_result import Result, Row
 
 ROOT = Path(__file__).resolve().parents[2]
+RUN = "20261201T090000Z"
+QUERIES = diagnose.queries(rules.selector(contract.DEFAULT_PROJECT, RUN))
+"""What diagnose asks once it has found the project's latest run (RUN)."""
 
 
 def vec(name: str, value: float | str, /, **labels: str) -> dict:
     task_type, index = contract.task_labels(name)
     return {
-        "metric": {"job": "trainer", "task_type": task_type, "task_index": index, **labels},
+        "metric": {
+            "job": "trainer",
+            "project": contract.DEFAULT_PROJECT,
+            "run": RUN,
+            "task_type": task_type,
+            "task_index": index,
+            **labels,
+        },
         "value": [1000.0, str(value)],
     }
 
@@ -70,10 +80,11 @@ class FakePrometheus(BaseHTTPRequestHandler):
 
     def do_GET(self):
         expr = parse_qs(urlparse(self.path).query)["query"][0]
-        name = next(n for n, e in diagnose.QUERIES.items() if e == expr)
-        body = json.dumps(
-            {"status": "success", "data": {"resultType": "vector", "result": self.answers.get(name, [])}}
-        ).encode()
+        if expr.startswith(f"count by ({contract.RUN_LABEL})"):  # monitoring.runs: the latest run
+            result = [{"metric": {"run": RUN}, "value": [1000.0, "3"]}] if self.answers else []
+        else:
+            result = self.answers.get(next((n for n, e in QUERIES.items() if e == expr), ""), [])
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.end_headers()

@@ -30,10 +30,12 @@ from trainer.cluster import TFJOB_ADDRESS
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 K8S_VERSIONS = ("1.31.0", "1.37.0")
 """Oldest supported (podFailurePolicy is GA from 1.31) and the newest kubernetes-validate knows."""
-CPU = Deployment(workers=1, knobs=(("steps", "200"),))
-GPU = Deployment(workers=3, knobs=(("steps", "200"),), gpu_ids=deployment.fake_gpu_ids(3, 1))
+CPU = Deployment(workers=1, knobs=(("steps", "200"),), run="20261201T090000Z")
+GPU = Deployment(
+    workers=3, knobs=(("steps", "200"),), gpu_ids=deployment.fake_gpu_ids(3, 1), run="20261201T090000Z"
+)
 NAMES = _kube.Names()
-TARGETS = ("tfjob", "jobset")
+TARGETS = ("tfjob", "jobset", "trainjob")
 JOBSET_FIELDS = {
     "spec": {
         "replicatedJobs",
@@ -114,7 +116,7 @@ def test_round_trip_catches_an_unknown_key(tmp_path: Path) -> None:
 
 def core_objects(docs: dict[str, list[dict]]) -> list[dict]:
     """Every core object, plus the pod and job templates nested in the two CRDs, as core kinds."""
-    objects = [by_kind(docs["tfjob.yaml"], "PersistentVolumeClaim")]
+    objects = [by_kind(docs[f], kind) for f in docs for kind in ("PersistentVolumeClaim", "NetworkPolicy")]
     for spec in by_kind(docs["tfjob.yaml"], "TFJob")["spec"]["tfReplicaSpecs"].values():
         objects.append(
             {
@@ -185,7 +187,7 @@ def test_every_pod_mirrors_the_compose_hardening(tmp_path: Path) -> None:
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory", where
         assert "emptyDir" in volumes[mounts["/tmp"]], where
-        assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}, where
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "1", where
         assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(deployment.METRICS_PORT)
 
 
@@ -233,7 +235,11 @@ def test_pod_monitor_selects_the_pods_and_keeps_the_trainer_job_label(tmp_path: 
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert set(endpoint) <= PODMONITOR_ENDPOINT_FIELDS and endpoint["port"] == "metrics"
     assert endpoint["interval"] == "5s" and endpoint["honorLabels"] is True
-    assert endpoint["relabelings"] == [{"action": "replace", "targetLabel": "job", "replacement": "trainer"}]
+    assert endpoint["relabelings"] == [
+        {"action": "replace", "targetLabel": "job", "replacement": "trainer"},
+        {"action": "replace", "targetLabel": "project", "replacement": CPU.project},
+        {"action": "replace", "targetLabel": "run", "replacement": CPU.run},
+    ], "every series carries the project and run, as with Compose's file_sd targets"
     for _, pod in pod_specs(docs):
         assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
 
@@ -272,3 +278,57 @@ def test_a_pinned_image_reference_replaces_the_tag(tmp_path: Path) -> None:
     ref = "127.0.0.1:5000/mwms/trainer@sha256:" + "0" * 64
     docs = manifests(Deployment(workers=1, image_ref=ref), tmp_path)
     assert {c["image"] for _, pod in pod_specs(docs) for c in pod["spec"]["containers"]} == {ref}
+
+
+# --- Hardening (docs/security.md) ---
+
+
+def test_pods_are_guaranteed_with_requests_equal_to_limits_from_the_description(tmp_path: Path) -> None:
+    d = Deployment(workers=1, cpu="3", memory="6Gi", gpu_ids=deployment.fake_gpu_ids(1, 1))
+    for where, pod in pod_specs(manifests(d, tmp_path)):
+        (container,) = pod["spec"]["containers"]
+        want = {"cpu": "3", "memory": "6Gi", "nvidia.com/gpu": "1"}
+        assert container["resources"] == {"requests": want, "limits": want}, where
+    for where, pod in pod_specs(manifests(CPU, tmp_path / "cpu")):
+        (container,) = pod["spec"]["containers"]
+        assert container["resources"]["requests"] == {"cpu": CPU.cpu, "memory": CPU.memory}, where
+
+
+def test_pods_get_no_service_account_token(tmp_path: Path) -> None:
+    for where, pod in pod_specs(manifests(CPU, tmp_path)):
+        assert pod["spec"]["automountServiceAccountToken"] is False, where
+
+
+def test_only_the_jobs_own_pods_reach_the_grpc_port(tmp_path: Path) -> None:
+    for name, docs in manifests(CPU, tmp_path).items():
+        policy = by_kind(docs, "NetworkPolicy")["spec"]
+        assert policy["podSelector"] == {"matchLabels": NAMES.labels}, name
+        assert policy["policyTypes"] == ["Ingress"], name
+        grpc = [r for r in policy["ingress"] if {"protocol": "TCP", "port": deployment.TF_PORT} in r["ports"]]
+        assert grpc == [
+            {
+                "from": [{"podSelector": {"matchLabels": NAMES.labels}}],
+                "ports": [{"protocol": "TCP", "port": deployment.TF_PORT}],
+            }
+        ], name
+        others = [r for r in policy["ingress"] if r not in grpc]
+        assert others == [{"ports": [{"protocol": "TCP", "port": deployment.METRICS_PORT}]}], name
+    for where, pod in pod_specs(manifests(CPU, tmp_path)):
+        assert NAMES.labels.items() <= pod["metadata"]["labels"].items(), where
+
+
+def test_the_start_up_wait_tolerates_slow_scheduling(tmp_path: Path) -> None:
+    """Missing peers after the wait is a permanent exit (3): the wait must outlast a slow image pull
+    or an autoscaled node, not the 300 s that suit one Compose host."""
+    from trainer.config import Config
+
+    for where, pod in pod_specs(manifests(CPU, tmp_path)):
+        (container,) = pod["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert float(env["TRAINER_CLUSTER_TIMEOUT"]) == _kube.STARTUP_TIMEOUT_S > Config.cluster_timeout, (
+            where
+        )
+    given = Deployment(workers=1, knobs=(("cluster_timeout", "600"),))
+    for where, pod in pod_specs(manifests(given, tmp_path / "given")):
+        (container,) = pod["spec"]["containers"]
+        assert {"name": "TRAINER_CLUSTER_TIMEOUT", "value": "600"} in container["env"], where

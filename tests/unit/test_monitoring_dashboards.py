@@ -121,7 +121,8 @@ def test_verdict_panel_names_every_code_of_make_diagnose():
 
 
 def test_task_detail_has_a_task_variable():
-    (variable,) = COMMITTED["task-detail.json"]["templating"]["list"]
+    project, run, variable = COMMITTED["task-detail.json"]["templating"]["list"]
+    assert (project["name"], run["name"]) == ("project", "run")
     assert variable["name"] == "task" and not variable["multi"]
     for q in panel_queries(COMMITTED["task-detail.json"]):
         assert 'instance="$task"' in q.expr, q.panel
@@ -147,3 +148,20 @@ def test_provisioning_matches_the_dashboards_and_scrape_interval():
     for dashboard in COMMITTED.values():
         assert "dashboard" not in dashboard and "id" not in dashboard
         json.dumps(dashboard)
+
+
+SERIES = re.compile(r"\b((?:task|cluster):[a-z0-9_]+:[a-z0-9_]+|trainer_[a-z_]+|ALERTS|up)\b(\{[^}]*\})?")
+
+
+@pytest.mark.parametrize("name", sorted(COMMITTED))
+def test_every_series_a_panel_reads_is_of_the_selected_run(name):
+    """Runs never mix: every selector of every query names the Project and Run variables (an earlier
+    run of the same stack has the same task names and stays in Prometheus)."""
+    scope = {f'{contract.PROJECT_LABEL}="$project"', f'{contract.RUN_LABEL}="$run"'}
+    for q in panel_queries(COMMITTED[name]):
+        found = SERIES.findall(q.expr)
+        assert found, (q.panel, q.expr)
+        for series, selector in found:
+            assert scope <= {m.strip() for m in selector.strip("{}").split(",")}, (q.panel, series)
+    runs = next(v for v in COMMITTED[name]["templating"]["list"] if v["name"] == "run")
+    assert runs["sort"] == 2, "newest run first: the default is the latest run"

@@ -7,19 +7,22 @@ must come out as 1 / the step time, whatever the wall-clock pacing."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import shutil
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
 import contract
-from monitoring import rules, status
+from monitoring import diagnose, rules, status
 from monitoring.prom_client import Prometheus, PrometheusError
 from tests.conftest import need
 from trainer.cluster import TaskId
@@ -29,6 +32,7 @@ from trainer.timing import StepWork
 STEP = StepTiming(step=0.0125, input=0.000625, compute=0.01, allreduce=0.001875)
 """80 steps per second of step time; shares 5 %, 80 %, 15 %: a healthy task."""
 TASKS = (TaskId(contract.CHIEF, 0), TaskId(contract.WORKER, 0))
+RUN = "20261201T090000Z"
 
 
 def free_port() -> int:
@@ -43,55 +47,83 @@ def prometheus_binary() -> str:
     return shutil.which("prometheus") or "prometheus"
 
 
-@pytest.fixture(scope="module")
-def exporters() -> Iterator[dict[str, int]]:
-    """Task name -> metrics port, each task stepping in bursts of 20 steps every 0.5 s."""
-    stop = threading.Event()
-    ports, servers, metrics = {}, [], []
-    for task in TASKS:
-        registry = CollectorRegistry()
-        ports[task.name] = free_port()
-        servers.append(Server(registry, ports[task.name], addr="127.0.0.1"))
-        metrics.append(Metrics(registry, task))
-        metrics[-1].build_info(
-            tf_version="test", trainer_version="test", strategy="mwms", communication="AUTO", task="mlp"
-        )
-        metrics[-1].world_size.set(len(TASKS))
-        metrics[-1].state("training")
+class Exporters:
+    """Real exporters on loopback, one per task, stepping in bursts of 20 steps every 0.5 s."""
 
-    def step_forever() -> None:
+    def __init__(self, tasks=TASKS, **build: str) -> None:
+        self.stop = threading.Event()
+        self.ports, self.servers, self.metrics = {}, [], []
+        for task in tasks:
+            registry = CollectorRegistry()
+            self.ports[task.name] = free_port()
+            self.servers.append(Server(registry, self.ports[task.name], addr="127.0.0.1"))
+            self.metrics.append(Metrics(registry, task))
+            self.metrics[-1].build_info(
+                **{"tf_version": "test", "trainer_version": "test", "strategy": "mwms"}
+                | {"communication": "AUTO", "task": "mlp"}
+                | build
+            )
+            self.metrics[-1].world_size.set(len(tasks))
+            self.metrics[-1].state("training")
+        self.thread = threading.Thread(target=self._step_forever, daemon=True)
+        self.thread.start()
+
+    def _step_forever(self) -> None:
         step = 0
-        while not stop.wait(0.5):
+        while not self.stop.wait(0.5):
             for _ in range(20):
                 step += 1
-                for m in metrics:
+                for m in self.metrics:
                     m.record_step(step=step, loss=1.0, work=StepWork(32, 4096), now=time.time(), timing=STEP)
 
-    thread = threading.Thread(target=step_forever, daemon=True)
-    thread.start()
-    yield ports
-    stop.set()
-    thread.join()
-    for server in servers:
-        server.close()
+    def targets(self, project: str = contract.DEFAULT_PROJECT, run: str = RUN) -> list[dict]:
+        """file_sd, labelled as the emitters label it (contract.TARGET_LABELS)."""
+        run_labels = {contract.PROJECT_LABEL: project, contract.RUN_LABEL: run}
+        return [
+            {
+                "targets": [f"127.0.0.1:{port}"],
+                "labels": run_labels | dict(zip(contract.LABELS, contract.task_labels(name), strict=True)),
+            }
+            for name, port in self.ports.items()
+        ]
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        for server in self.servers:
+            server.close()
 
 
 @pytest.fixture(scope="module")
-def prom(prometheus_binary, exporters, tmp_path_factory) -> Iterator[Prometheus]:
-    work = tmp_path_factory.mktemp("prometheus")
+def exporters() -> Iterator[Exporters]:
+    running = Exporters()
+    yield running
+    running.close()
+
+
+def write_targets(work: Path, targets: list[dict]) -> None:
+    """Whole, then renamed, as compose.generate writes them: Prometheus never reads half a file."""
+    (work / "targets.json.tmp").write_text(json.dumps(targets))
+    (work / "targets.json.tmp").replace(work / "targets.json")
+
+
+@contextlib.contextmanager
+def prometheus(binary: str, work: Path, targets: list[dict]) -> Iterator[Prometheus]:
+    """Debian's Prometheus with the generated rules, scraping file_sd targets in work/targets.json."""
     rule_files = sorted(str(p) for p in (rules.PROM_DIR / "rules").glob("*.yml"))
-    targets = [{"targets": [f"127.0.0.1:{port}"]} for port in exporters.values()]
+    write_targets(work, targets)
+    sd = [{"files": [str(work / "targets.json")], "refresh_interval": "1s"}]
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": rule_files,
-        "scrape_configs": [{"job_name": contract.JOB, "honor_labels": True, "static_configs": targets}],
+        "scrape_configs": [{"job_name": contract.JOB, "honor_labels": True, "file_sd_configs": sd}],
     }
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log = (work / "prometheus.log").open("w")
     proc = subprocess.Popen(
         [
-            prometheus_binary,
+            binary,
             f"--config.file={work / 'prometheus.yml'}",
             f"--storage.tsdb.path={work / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",
@@ -105,6 +137,12 @@ def prom(prometheus_binary, exporters, tmp_path_factory) -> Iterator[Prometheus]
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def prom(prometheus_binary, exporters, tmp_path_factory) -> Iterator[Prometheus]:
+    with prometheus(prometheus_binary, tmp_path_factory.mktemp("prometheus"), exporters.targets()) as p:
+        yield p
 
 
 def poll(prom: Prometheus, expr: str, *, tasks: int, timeout: float = 90) -> dict[str, float]:
@@ -147,3 +185,29 @@ def test_status_table_from_the_live_prometheus(prom):
     rows = status.table({t.name: "running" for t in TASKS}, prom.by_task)
     assert [r[:2] for r in rows[1:]] == [(t.name, "running") for t in TASKS]
     assert {r[3] for r in rows[1:]} == {"80.0"} and {r[4] for r in rows[1:]} == {"0.013 s"}
+
+
+def test_a_new_run_is_judged_on_its_own_series(prometheus_binary, tmp_path, capsys):
+    """The issue's sequence: a SCRIPT= run, `make down`, `make up` of the built-in trainer a minute
+    later, `make diagnose`. The first run's build info is still in Prometheus' 5 minute lookback;
+    the verdict must come from the second run only (it said MISMATCH before the run label), and
+    the first run must stay readable by its id."""
+    first, second = "20261201T080000Z", "20261201T081000Z"
+    script = Exporters(strategy="script", communication="script", task="train.py")
+    builtin = Exporters()
+    try:
+        with prometheus(prometheus_binary, tmp_path, script.targets(run=first)) as prom:
+            poll(prom, rules.VERDICT_CODE, tasks=len(TASKS))  # the first run scraped and judged
+            script.close()  # make down
+            write_targets(tmp_path, builtin.targets(run=second))  # make up: same task names, a new run
+            poll(prom, rules.MEAN[contract.STEP] + rules.selector(run=second), tasks=len(TASKS))
+            bench = str(tmp_path / "no-bench.json")
+            code = diagnose.main(["--prometheus", prom.url, "--bench", bench])
+            verdict_text = capsys.readouterr().out
+            assert verdict_text.startswith("cluster: HEALTHY"), verdict_text
+            assert status.main(["--no-docker", "--prometheus", prom.url, "--run", first]) == 0
+            earlier = capsys.readouterr().out
+    finally:
+        builtin.close()
+    assert code == 0
+    assert [line.split()[0] for line in earlier.splitlines()[1:]] == [t.name for t in TASKS]

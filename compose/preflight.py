@@ -1,0 +1,133 @@
+"""`make up`'s early refusals: each fault in one line, before anything is downloaded, built or started.
+
+    python -m compose.preflight --project NAME --bind-addr ADDR --gpus GPUS [--starting]
+
+- PROJECT must follow Compose's rule for project names (else it fails only after the image builds);
+- GPUS=N or GPUS=i,j must name GPUs this host has and Docker can give to containers (else a 3.3 GB
+  wheel download and a 6.75 GB build come first);
+- with --starting: every port the stack publishes must be free on BIND_ADDR, or held by this same
+  project's running stack (a second stack on a taken port would start its trainers anyway, and its
+  `make status` would read the first stack's Prometheus).
+A second `make up` of the project while one is starting is refused by compose/up.sh's lock.
+Standard library only: it runs before any venv exists. Exit 0, or 2 with every problem, one per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import re
+import socket
+import sys
+from collections.abc import Sequence
+
+from compose import gpus, services
+
+PROJECT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
+"""Compose's rule: lowercase letters, digits, dashes and underscores, starting with a letter or digit."""
+
+
+def project_problem(name: str) -> str | None:
+    if PROJECT_NAME.fullmatch(name):
+        return None
+    fixed = re.sub(r"[^a-z0-9_-]", "-", name.lower()).lstrip("-_") or "mwms"
+    return (
+        f"PROJECT={name!r}: Compose project names take lowercase letters, digits, '-' and '_', "
+        f"starting with a letter or digit: use e.g. PROJECT={fixed}"
+    )
+
+
+def gpu_problem(requested: str, runner: gpus.Runner = gpus.run) -> str | None:
+    """GPUS=auto and GPUS=0 always pass; a count or a list must be on this host."""
+    try:
+        ids = gpus.parse(requested) if requested.strip() != "auto" else ()
+    except gpus.GpuError as err:
+        return str(err)
+    if not ids:
+        return None
+    host = gpus.detect(runner)
+    if not host:
+        return (
+            f"GPUS={requested}: this host has no GPU that containers can use (nvidia-smi and Docker's "
+            "nvidia runtime): use GPUS=0 (CPU) or GPUS=auto; `make images-gpu` builds the GPU image anywhere"
+        )
+    missing = [i for i in ids if i not in host]
+    if missing:
+        return f"GPUS={requested}: GPU {','.join(missing)} is not on this host (it has {','.join(host)})"
+    return None
+
+
+def published_ports() -> list[tuple[str, int]]:
+    """(service, port) the stack publishes on BIND_ADDR, as compose/services.py describes them."""
+    return [(s.name, p) for s in services.SERVICES for p in s.publish]
+
+
+def port_in_use(addr: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # Connections of an earlier stack in TIME_WAIT do not hold the port; a listener does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((addr, port))
+        except OSError as err:
+            return err.errno == errno.EADDRINUSE
+    return False
+
+
+def holders(addr: str, port: int, runner: gpus.Runner = gpus.run) -> list[tuple[str, str]]:
+    """(compose project, container) of every container publishing `port` on `addr` (or on every
+    address), as Docker reports them."""
+    out = runner(
+        [
+            "docker",
+            "ps",
+            "--filter",
+            f"publish={port}",
+            "--format",
+            '{{.Label "com.docker.compose.project"}}|{{.Names}}|{{.Ports}}',
+        ]
+    )
+    on = (f"{addr}:{port}->", f"0.0.0.0:{port}->", f":::{port}->")
+    rows = [line.split("|", 2) for line in out.splitlines() if line.count("|") == 2]
+    return [
+        (project, name) for project, name, ports in rows if addr == "0.0.0.0" or any(o in ports for o in on)
+    ]
+
+
+def port_problem(
+    addr: str, service: str, port: int, project: str, runner: gpus.Runner = gpus.run
+) -> str | None:
+    if not port_in_use(addr, port):
+        return None
+    held = holders(addr, port, runner)
+    if any(p == project for p, _ in held):
+        return None  # this project's own running stack: `make up` again replaces it
+    who = ", ".join(f"container {name} (project {p or '-'})" for p, name in held) or "another process"
+    return (
+        f"{addr}:{port} ({service}) is already in use by {who}: give this stack its own BIND_ADDR=, "
+        f"or stop that one first (make down PROJECT=...)"
+    )
+
+
+def problems(ns: argparse.Namespace, runner: gpus.Runner = gpus.run) -> list[str]:
+    found = [project_problem(ns.project), gpu_problem(ns.gpus, runner)]
+    if ns.starting:
+        addr = "0.0.0.0" if ns.bind_addr in ("", "0.0.0.0") else ns.bind_addr
+        found += [port_problem(addr, svc, port, ns.project, runner) for svc, port in published_ports()]
+    return [p for p in found if p]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m compose.preflight", description=__doc__.splitlines()[0])
+    p.add_argument("--project", required=True)
+    p.add_argument("--bind-addr", default="127.0.0.1")
+    p.add_argument("--gpus", default="auto")
+    p.add_argument("--starting", action="store_true", help="the stack is about to start: check its ports")
+    ns = p.parse_args(argv)
+    found = problems(ns)
+    for problem in found:
+        print(f"up: {problem}", file=sys.stderr)
+    return 2 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
