@@ -15,16 +15,24 @@ help: ## Show this help (WORKERS=N means a chief plus N workers)
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target> [VAR=value]\n"} \
 	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2 } \
 	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+	@printf '\nDefaults (contract/__init__.py): WORKERS=%s MAX_RESTARTS=%s PROJECT=%s; Prometheus :%s, Grafana :%s on BIND_ADDR\n' \
+	  $(DEFAULT_WORKERS) $(DEFAULT_MAX_RESTARTS) $(DEFAULT_PROJECT) $(PROMETHEUS_PORT) $(GRAFANA_PORT)
 
 ##@ Project venv
 
 $(VENV)/.stamp: requirements.lock ## (file) The project venv, installed exactly from the hash-locked requirements.lock
-	rm -rf $(VENV) && $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --no-deps --require-hashes -r requirements.lock
-	touch $@
+	@images/quiet.sh build/logs/venv.log "venv: installing requirements.lock into $(VENV)" \
+	  sh -c 'rm -rf $(VENV) && $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install --no-deps --require-hashes -r requirements.lock'
+	@touch $@
 
 .PHONY: venv
 venv: $(VENV)/.stamp ## Create the project venv (.venv) from requirements.lock
+
+# Ports and defaults written once in contract/__init__.py (PROMETHEUS_PORT, DEFAULT_WORKERS, ...);
+# make remakes this generated fragment when the contract changes (tests/unit/test_defaults_once.py).
+include contract/defaults.mk
+contract/defaults.mk: contract/__init__.py contract/__main__.py
+	$(PYTHON) -m contract --make > $@
 
 include trainer/trainer.mk
 include compose/compose.mk

@@ -27,10 +27,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import contract
 from monitoring.benchcomm_result import Result, Row
 from trainer import __version__
 from trainer.bench.allreduce_sweep import EQUAL, REPEATS, RESULT, SIZES, VARIANTS, human, parse_bytes
@@ -121,6 +122,48 @@ def format_table(table: list[Row], tcp: float | None, streams: int = 1) -> str:
             f"best busbw at {human(b.size)} ({b.payload}): {b.variant} {b.busbw / 1e6:.1f} MB/s = "
             f"{100 * b.busbw / tcp:.1f}% of raw TCP"
         )
+    return "\n".join(lines)
+
+
+SERVER_CANDIDATES = (
+    "stock",
+    "recv_buf_max_chunk=-1",
+    "recv_buf_max_chunk=1048576",
+    "num_channels_per_target=4",
+    "recv_buf_max_chunk=-1+num_channels_per_target=4",
+)
+"""What `make bench-comm` A/Bs by default (docs/communication.md says why each)."""
+
+
+def server_ab(endpoints: list[Endpoint], args) -> list[dict]:
+    """Every task's timings of the A/B payload under each server setting (a fresh cluster each: the
+    server reads them at start), the variant named `RING/0 <setting>`."""
+    settings = [s for s in args.servers.split(";") if s]
+    if not settings:
+        return []
+    task_args = ["--sizes", "", "--variants", "RING/0", "--repeats", str(args.repeats)]
+    task_args += ["--shapes", json.dumps(payload_shapes(args.ab_payload))]
+    out = []
+    for setting in settings:
+        print(f"bench-comm: A/B {setting}", file=sys.stderr, flush=True)
+        results, _ = _run_sweep(endpoints, [*task_args, "--server", setting])
+        for r in results:
+            out += [{**t, "variant": f"RING/0 {r.get('server', setting)}"} for t in r["timings"]]
+    return out
+
+
+def format_cpu(timings: list[dict]) -> str:
+    """CPU seconds per all-reduce summed over the tasks (median over the repeats): the cost of a
+    setting whatever else shares the cores, which moves its wall time on a loaded machine."""
+    lines = ["CPU per all-reduce, all tasks (ms, median and min-max over the repeats):"]
+    for variant in dict.fromkeys(t["variant"] for t in timings):
+        per_task = [t["cpu"] for t in timings if t["variant"] == variant and "cpu" in t]
+        total = [sum(c) for c in zip(*per_task)]
+        if total:
+            lines.append(
+                f"  {variant:<50} {statistics.median(total) * 1e3:8.1f} "
+                f"{min(total) * 1e3:.1f}-{max(total) * 1e3:.1f}"
+            )
     return "\n".join(lines)
 
 
@@ -306,7 +349,7 @@ def tcp_throughput(server: Endpoint, client: Endpoint, streams: int = 1, port: i
         srv.wait()
 
 
-# --- Containers of the compose stack (project mwms) ---
+# --- Containers of the compose stack (project PROJECT) ---
 
 
 def _docker(*args: str) -> str:
@@ -465,7 +508,7 @@ def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Pat
     plt.close(fig)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.comm", description=__doc__.splitlines()[0])
     p.add_argument(
         "--where",
@@ -480,7 +523,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="--where bridge: the trainer image (default IMAGE_REPO:<version>-cpu)",
     )
     p.add_argument(
-        "--project", default=os.environ.get("PROJECT", "mwms"), help="compose project (make up PROJECT=)"
+        "--project",
+        default=os.environ.get("PROJECT", contract.DEFAULT_PROJECT),
+        help="compose project (make up PROJECT=)",
     )
     p.add_argument(
         "--workers", type=int, default=1, help="local, bridge: workers besides the chief (default 1: 2 tasks)"
@@ -497,10 +542,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--repeats", type=int, default=REPEATS, help="timed calls per cell (the spread is over them)"
     )
+    p.add_argument(
+        "--servers",
+        default=";".join(SERVER_CANDIDATES),
+        help="gRPC server settings to A/B after the sweep, ';'-separated (trainer/server_config.py; "
+        "'stock' = TF's own), each on a fresh cluster; '' = none",
+    )
+    p.add_argument("--ab-payload", default="resnet50", help="the payload the A/B times (RING/0, one pack)")
     p.add_argument("--out", type=Path, default=Path(".run/bench-comm"), help="writes OUT.json and OUT.png")
-    args = p.parse_args(argv)
+    return p
+
+
+def _task_args(args: argparse.Namespace) -> list[str]:
+    """What every task's sweep (trainer.bench.allreduce_sweep) is asked to time."""
     sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
-    task_args = [
+    return [
         "--sizes",
         ",".join(map(str, sizes)),
         "--variants",
@@ -511,37 +567,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dumps(payload_shapes(args.payloads)),
     ]
 
+
+def _endpoints(args: argparse.Namespace) -> tuple[str, list, Callable[[], None]]:
+    """Where the tasks run (auto: the stack's containers if up, else local processes), and their cleanup."""
     where = args.where
     if where == "auto":
         where = "docker" if stack_containers(args.project) else "local"
-    cleanup = lambda: None
     if where == "docker":
-        endpoints, cleanup = docker_endpoints(args.project)
-    elif where == "bridge":
-        endpoints, cleanup = bridge_endpoints(args.image, args.project, args.workers)
-    else:
-        endpoints = local_endpoints(args.workers)
-    try:
+        return (where, *docker_endpoints(args.project))
+    if where == "bridge":
+        return (where, *bridge_endpoints(args.image, args.project, args.workers))
+    return where, local_endpoints(args.workers), lambda: None
+
+
+def _measure(where: str, endpoints: list, args: argparse.Namespace) -> tuple[list, int, list, dict | None]:
+    """The sweep, the server-settings A/B, and iperf3 at TensorFlow's own stream count."""
+    print(
+        f"bench-comm: {len(endpoints)} tasks ({where}): "
+        + ", ".join(f"{e.task}@{e.address}" for e in endpoints),
+        file=sys.stderr,
+        flush=True,
+    )
+    results, streams = _run_sweep(endpoints, _task_args(args))
+    ab = server_ab(endpoints, args)
+    tcp = None
+    if len(endpoints) > 1:
         print(
-            f"bench-comm: {len(endpoints)} tasks ({where}): "
-            + ", ".join(f"{e.task}@{e.address}" for e in endpoints),
+            f"bench-comm: TensorFlow held {streams} TCP connection(s) between {endpoints[0].task} and "
+            f"{endpoints[1].task} (ss, sampled during the sweep): iperf3 -P {max(streams, 1)}",
             file=sys.stderr,
-            flush=True,
         )
-        results, streams = _run_sweep(endpoints, task_args)
-        tcp = None
-        if len(endpoints) > 1:
-            print(
-                f"bench-comm: TensorFlow held {streams} TCP connection(s) between {endpoints[0].task} and "
-                f"{endpoints[1].task} (ss, sampled during the sweep): iperf3 -P {max(streams, 1)}",
-                file=sys.stderr,
-            )
-            tcp = tcp_throughput(endpoints[0], endpoints[1], max(streams, 1))
+        tcp = tcp_throughput(endpoints[0], endpoints[1], max(streams, 1))
+    return results, streams, ab, tcp
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    where, endpoints, cleanup = _endpoints(args)
+    try:
+        results, streams, ab, tcp = _measure(where, endpoints, args)
     finally:
         cleanup()
     n = results[0]["n"]
     table = rows([t for r in results for t in r["timings"]], n)
     print(format_table(table, tcp, max(streams, 1)))
+    if ab:
+        ab_table = rows(ab, n)
+        print(f"\ngRPC server settings A/B ({args.ab_payload}, RING/0, each on a fresh cluster):")
+        print(format_table(ab_table, tcp, max(streams, 1)))
+        print(format_cpu(ab))
+        table = table + ab_table
     Result(where=where, n=n, tf_version=results[0]["tf_version"], tcp=tcp, rows=tuple(table)).write(
         args.out.with_suffix(".json")
     )

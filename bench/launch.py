@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+import contract
 from trainer.cluster import on_ports
 
 PR_SET_PDEATHSIG = 1
@@ -121,7 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__.splitlines()[0],
         epilog="Other flags go to every task (see python -m trainer --help).",
     )
-    p.add_argument("--workers", type=int, default=2, help="workers besides the chief (default 2)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=contract.DEFAULT_WORKERS,
+        help="workers besides the chief (default %(default)s)",
+    )
     p.add_argument(
         "--metrics-port",
         type=int,

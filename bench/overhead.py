@@ -11,7 +11,8 @@ over the rounds of each ratio (each ratio is taken within one round, so slow dri
       of each (serial: the whole all-reduce; overlap: its exposed part)
   (e) bfloat16 / float32 all-reduce time of a ResNet-50-like payload (161 tensors, 25.6 M parameters)
 
-Modes alternate within each round (A B C A B C ...) on the same cluster; each first runs settling steps.
+Modes alternate within each round (A B C, then C B A, ...) on the same cluster; each first runs
+settling steps.
 Not a test: on 2 shared cores the numbers move by 10% from run to run.
 
     python -m bench.launch --workers 2 --metrics-port 0 --module bench.overhead [--rounds 5]
@@ -24,7 +25,6 @@ import logging
 import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import replace
 
@@ -154,7 +154,7 @@ def _fit_model(config, strategy, task, replicas: int, k: int):
     )
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.overhead")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--bench-steps", type=int, default=400, help="steps per mode per round")
@@ -167,7 +167,28 @@ def main(argv=None) -> int:
         help="also bench timing one call in this many (the --measure-every trade-off)",
     )
     p.add_argument("--skip-rates", action="store_true", help="only (c) and (e)")
-    args, rest = p.parse_known_args(argv)
+    return p
+
+
+def _interleave(modes: dict, rounds: int, timings: dict) -> dict[str, list[float]]:
+    """Steps per second of every mode, the modes interleaved over `rounds` rounds; round 0 traces
+    every function and is not counted (nor are the timings it kept)."""
+    rates = {name: [] for name in modes}
+    for r in range(rounds):
+        # Odd rounds run the modes in reverse: a mode's place in the round (after which function, at
+        # which phase of the input pipeline's prefetch) then favours no mode over the rounds.
+        for name, run in list(modes.items())[:: -1 if r % 2 else 1]:
+            rate = run()
+            if r:
+                rates[name].append(rate)
+        if r == 0:
+            for kept in timings.values():
+                kept.clear()
+    return rates
+
+
+def main(argv=None) -> int:
+    args, rest = _parser().parse_known_args(argv)
     config = config_lib.from_args(rest, os.environ)
     spec = parse_tf_config(os.environ.get("TF_CONFIG"))
     chief = spec is None or spec.is_chief
@@ -213,24 +234,14 @@ def main(argv=None) -> int:
             cn,
         ),
     }
-    rates = {name: [] for name in modes}
-    for r in range(
-        0 if args.skip_rates else args.rounds + 1
-    ):  # round 0 traces every function and is not counted
-        for name, run in modes.items():
-            rate = run()
-            if r:
-                rates[name].append(rate)
-        if r == 0:
-            for kept in timings.values():
-                kept.clear()
+    rates = _interleave(modes, 0 if args.skip_rates else args.rounds + 1, timings)
     if chief and not args.skip_rates:  # first what is measured, in case a later part fails
         header = (
             f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "
             f"{k} steps per call, {args.rounds} rounds x {args.bench_steps} steps per mode; "
         )
         print(_report(header, args, k, rates, timings), flush=True)
-    trace = _trace_check(cnn["serial"][2], cnn["serial"][3], TRACE_STEPS, chief)
+    trace = tracecheck.check(cnn["serial"][2], cnn["serial"][3], TRACE_STEPS, chief)
     payload = _compression(strategy, args.rounds)
     if chief:
         print(_report_more(trace, payload, TRACE_STEPS), flush=True)
@@ -239,12 +250,6 @@ def main(argv=None) -> int:
 
 # Steps in the profiled call: the profiler's host buffer dropped events of 60 cnn steps (measured).
 TRACE_STEPS = 20
-
-
-def _trace_check(fns, iterator, steps: int, chief: bool):
-    with tempfile.TemporaryDirectory() as logdir:
-        marks = tracecheck.traced_call(fns, iterator, steps, logdir, profile=chief)
-        return tracecheck.compare(marks, logdir) if chief else None
 
 
 def _compression(strategy, rounds: int) -> dict[str, list[float]]:
@@ -294,7 +299,7 @@ def _report(header: str, args, k, rates, timings) -> str:
 
 
 def _report_more(trace, payload, total: int) -> str:
-    ours, theirs, steps = trace
+    ours, theirs, steps, _ = trace
     ratios = [b / f for b, f in zip(payload["bfloat16"], payload["float32"], strict=True)]
     return "\n".join(
         [

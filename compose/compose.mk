@@ -4,31 +4,39 @@
 # Two kinds of variables reach compose/up.sh, each one way:
 #  - stack settings: STACK_VARS below, the one list (defaults here);
 #  - trainer knobs: any trainer flag upper-cased (STEPS=, TASK=, PER_REPLICA_BATCH=, INPUT_DELAY_MS=, ...,
-#    see `python -m trainer --help`). make exports command-line variables to every recipe, so they pass
-#    untouched to the Compose target (python -m compose.emit --target compose), which reads them from its environment (compose/knobs.py derives
-#    the names from trainer/config.py). Nothing lists them here.
+#    see `python -m trainer --help`) given on make's command line, or TRAINER_<NAME> in the environment.
+#    make exports command-line variables to every recipe, so they pass untouched to the Compose target
+#    (python -m compose.emit --target compose), which reads them from its environment (compose/knobs.py
+#    derives the names from trainer/config.py); MAKE_COMMAND_LINE names them, so a shell variable that
+#    only shares a flag's name is not a knob.
 
-WORKERS ?= 2
+export MAKE_COMMAND_LINE := $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
+
+WORKERS ?= $(DEFAULT_WORKERS)
 GPUS ?= auto
 GPUS_PER_WORKER ?= 1
 OFFLINE ?= auto
 # Unless given, the address the project's last `make up` published on, so status, diagnose and report
 # (PROMETHEUS_URL) find that project's Prometheus.
 BIND_ADDR ?= $(or $(shell sed -n 's/^BIND_ADDR=//p' $(RUN_DIR)/stack.env 2>/dev/null),127.0.0.1)
-MAX_RESTARTS ?= 3
+MAX_RESTARTS ?= $(DEFAULT_MAX_RESTARTS)
 # The run status, diagnose and report show: unless given, the id the project's last `make up` created
 # (every series carries it, contract.TARGET_LABELS); empty: the project's latest run in Prometheus.
 RUN ?= $(shell sed -n 's/^RUN=//p' $(RUN_DIR)/stack.env 2>/dev/null)
 SECRETS_DIR ?= secrets
 # Compose project: a second stack on the same engine (the fault tests) needs its own name and BIND_ADDR.
-PROJECT ?= mwms
+PROJECT ?= $(DEFAULT_PROJECT)
 # Generated files of the project's last `make up`: the default project's in .run, another's in .run/PROJECT.
-RUN_DIR ?= .run$(if $(filter-out mwms,$(PROJECT)),/$(PROJECT))
+RUN_DIR ?= .run$(if $(filter-out $(DEFAULT_PROJECT),$(PROJECT)),/$(PROJECT))
 # Trainer image repository (tag <version>-cpu|gpu): stacks built from different checkouts need their own.
 IMAGE_REPO ?= mwms/trainer
 # Your own MWMS script, run in every task instead of the built-in trainer (its folder is mounted).
 SCRIPT ?=
 DATA ?=
+# Host folder where the chief copies the final model and the run summary at the end of the job; kept by
+# `make clean` (which refuses to delete a final model never copied out, unless FORCE=1).
+OUTPUT ?= .run/output/$(PROJECT)
+FORCE ?=
 # Extra arguments for every task: trainer flags (ARGS="--input-delay-ms 20") or your SCRIPT's own.
 ARGS ?=
 # Prometheus' history: empty keeps compose/services.py's defaults (15d, 2GB; docs/security.md).
@@ -38,7 +46,7 @@ PROMETHEUS_RETENTION_SIZE ?=
 PROMETHEUS_LIFECYCLE ?= 0
 
 STACK_VARS = PROJECT IMAGE_REPO WORKERS GPUS GPUS_PER_WORKER OFFLINE BIND_ADDR MAX_RESTARTS SECRETS_DIR RUN_DIR PYTHON \
-             SCRIPT DATA ARGS PROMETHEUS_RETENTION_TIME PROMETHEUS_RETENTION_SIZE PROMETHEUS_LIFECYCLE
+             SCRIPT DATA OUTPUT ARGS PROMETHEUS_RETENTION_TIME PROMETHEUS_RETENTION_SIZE PROMETHEUS_LIFECYCLE
 STACK_ENV = $(foreach v,$(STACK_VARS),$(v)='$($(v))')
 # Every docker compose call sees the files and settings the project's last `make up` generated, and
 # names the project itself: a RUN_DIR of another project's stack must not redirect down or clean.
@@ -50,19 +58,31 @@ UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-version 3.11 --pyth
 ##@ Cluster
 
 .PHONY: up
-up: ## Start a chief + WORKERS workers (default 2) with Prometheus/Grafana; GPUS=auto|0|N, SCRIPT=, DATA=, OFFLINE=1; any trainer flag: STEPS=, TASK=, ...
+up: ## Start a chief + WORKERS workers with Prometheus/Grafana; GPUS=auto|0|N, SCRIPT=, DATA=, OFFLINE=1; any trainer flag: STEPS=, TASK=, ...
 	@$(STACK_ENV) compose/up.sh
 
 .PHONY: down
 down: ## Stop and remove the containers; keep volumes (the next `make up` resumes from the last checkpoint)
 	@if $(STACK_UP); then $(DC) down --remove-orphans; else docker compose -p $(PROJECT) down --remove-orphans; fi
 
+# The chief's service, run once with another command: it mounts the checkpoint volume and OUTPUT.
+CHIEF_RUN = $(DC) run --rm --no-deps -T chief python -m trainer.output
+
 .PHONY: clean
-clean: ## Like down, and also remove the volumes (checkpoints, Prometheus history) and .run/
+clean: ## Like down, and also remove the volumes (checkpoints, Prometheus history) and .run/ but OUTPUT; FORCE=1 even if the final model was never copied out
+	@if [ -z "$(FORCE)" ] && $(STACK_UP) && ! $(CHIEF_RUN) check --checkpoint-dir /checkpoints; then exit 2; fi
 	@if $(STACK_UP); then $(DC) down --volumes --remove-orphans; \
 	 else docker compose -p $(PROJECT) down --volumes --remove-orphans; fi
-	@# Everything in RUN_DIR but the folders of other projects' live stacks (.run/PROJECT).
-	@test ! -d $(RUN_DIR) || find $(RUN_DIR) -mindepth 1 -maxdepth 1 ! -exec test -f {}/stack.env \; -exec rm -rf {} +
+	@# Everything in RUN_DIR but the folders of other projects' live stacks (.run/PROJECT) and the models.
+	@test ! -d $(RUN_DIR) || find $(RUN_DIR) -mindepth 1 -maxdepth 1 ! -name output ! -exec test -f {}/stack.env \; -exec rm -rf {} +
+
+.PHONY: output
+output: ## Copy the final model and summary out of the checkpoint volume into OUTPUT (each job's end does it)
+	@$(STACK_UP) || { echo "no stack: run make up"; exit 1; }
+	@test -n "$(OUTPUT)" || { echo "OUTPUT= is empty: name a host folder to copy the final model into"; exit 2; }
+	@test -d $(OUTPUT) || { mkdir -p $(OUTPUT) && if [ "$$(id -u)" = 0 ]; then chown 1000:1000 $(OUTPUT); fi; }
+	@$(DC) run --rm --no-deps -T -v $(abspath $(OUTPUT)):/copy-to chief \
+	  python -m trainer.output copy --checkpoint-dir /checkpoints --to /copy-to
 	@rmdir $(RUN_DIR) 2>/dev/null || true
 
 .PHONY: logs
@@ -103,7 +123,8 @@ golden: $(VENV)/.stamp ## Regenerate tests/golden/ (every target's files: compos
 
 .PHONY: lock
 lock: ## Regenerate the hash locks: requirements.lock (host .venv) and images/requirements-{cpu,gpu}.lock
-	@test -x $(UV) || { $(PYTHON) -m venv build/uv && build/uv/bin/pip install -q uv==0.13.9; }
+	@test -x $(UV) || images/quiet.sh build/logs/uv.log "lock: installing uv into build/uv" \
+	  sh -c '$(PYTHON) -m venv build/uv && build/uv/bin/pip install uv==0.13.9'
 	$(UV_COMPILE) --override images/no-tensorflow.txt requirements.in -o requirements.lock
 	$(UV_COMPILE) --override images/no-tensorflow.txt images/requirements-cpu.in -o images/requirements-cpu.lock
 	$(UV_COMPILE) images/requirements-gpu.in -o images/requirements-gpu.lock

@@ -34,6 +34,7 @@ final step and the `done` state before a finished task's container exits."""
 CHECKPOINT_DIR = "/checkpoints"
 LOG_DIR = "/logs"
 """TensorBoard's log volume in every task (TRAINER_LOGDIR) and in the TensorBoard service."""
+OUTPUT_DIR = "/output"
 SCRIPT_DIR = "/script"
 DATA_DIR = "/data"
 UID = GID = 1000
@@ -50,7 +51,7 @@ class Deployment:
     """What one deployment asks for, whatever the target. Unset knobs keep the trainer's defaults."""
 
     workers: int
-    """Workers besides the chief: workers=2 is three tasks."""
+    """Workers besides the chief: 2 workers are three tasks."""
     base_image: str = "mwms/python:3.11-bookworm"
     """The image the trainer image is built on (Compose builds it; other targets pull a pushed image)."""
     image_repo: str = "mwms/trainer"
@@ -64,7 +65,7 @@ class Deployment:
     knobs: tuple[tuple[str, str], ...] = ()
     """Trainer settings as (trainer.config.Config field, value), passed as TRAINER_<FIELD>
     (compose/knobs.py reads them from the environment: STEPS=, TASK=, ...)."""
-    max_restarts: int = 3
+    max_restarts: int = contract.DEFAULT_MAX_RESTARTS
     """Restart budget: automatic restarts before the run fails for good."""
     checkpoint_storage: str = "1Gi"
     """Size of the checkpoint volume where a target needs one declared (a Kubernetes PVC)."""
@@ -72,6 +73,8 @@ class Deployment:
     """Host path of a user's MWMS script, run instead of `python -m trainer` (SCRIPT=)."""
     data: str | None = None
     """Host path mounted read-only at /data (DATA=)."""
+    output: str | None = None
+    """Host folder where the chief copies the final model and the run summary at the end (OUTPUT=)."""
     extra_args: tuple[str, ...] = ()
     """Appended to every task's command: trainer flags, or the user script's own arguments (ARGS=)."""
     cpu: str = "2"
@@ -201,6 +204,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-repo", default=Deployment.image_repo)
     p.add_argument("--script", help="host path of your MWMS script, run in every task")
     p.add_argument("--data", help="host folder mounted read-only at /data")
+    p.add_argument("--output", help="host folder the chief copies the final model and summary into")
     p.add_argument("--args", default="", help="extra arguments for every task's command (shell-quoted)")
     p.add_argument("--max-restarts", type=int, default=Deployment.max_restarts)
     p.add_argument("--project", default=Deployment.project, help="stack name, a label on every series")
@@ -229,6 +233,7 @@ def from_args(
         max_restarts=ns.max_restarts,
         script=ns.script,
         data=ns.data,
+        output=ns.output,
         extra_args=tuple(shlex.split(ns.args)),
         project=ns.project,
         run=ns.run or run_id(),

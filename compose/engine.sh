@@ -29,7 +29,7 @@ install_packages() {
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   say "apt-get install ${missing[*]}"
-  # Debian's way to say "install, do not start services": no host Prometheus squatting on :9090.
+  # Debian's way to say "install, do not start services": no host Prometheus squatting on the stack's Prometheus port.
   local policy=/usr/sbin/policy-rc.d ours=0 rc=0
   [ -e "$policy" ] || { printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; ours=1; }
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive \

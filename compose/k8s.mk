@@ -5,7 +5,7 @@
 # (compose/knobs.py).
 
 K8S_DIR ?= $(RUN_DIR)/k8s
-K8S_NAME ?= mwms
+K8S_NAME ?= $(DEFAULT_PROJECT)
 K8S_NAMESPACE ?= default
 K8S_GPUS ?= 0
 K8S_STORAGE ?= 1Gi

@@ -2,10 +2,13 @@
 
     make up STEPS=500 INPUT_DELAY_MS=20 LEARNING_RATE=0.05
 
-The one path a knob takes: make exports its command-line variables (and the shell's) to the recipe
-(compose/up.sh, compose/swarm/stack-up.sh, `make k8s`); the emitter (python -m compose.emit, every
-target) reads them here from its environment into the Deployment's `knobs` (compose/deployment.py);
-every task gets `TRAINER_<NAME>`, which trainer/config.py reads. The names are trainer.config.Config's
+The one path a knob takes: make exports its command-line variables to the recipe (compose/up.sh,
+compose/swarm/stack-up.sh, `make k8s`) and names them in MAKE_COMMAND_LINE (compose/compose.mk); the
+emitter (python -m compose.emit, every target) reads them here from its environment into the
+Deployment's `knobs` (compose/deployment.py); every task gets `TRAINER_<NAME>`, which trainer/config.py
+reads. Only documented settings reach the job: a name given on make's command line, or TRAINER_<NAME>
+in the environment. A shell variable that merely shares a flag's name (OUTPUT_DIR, SEED, ...) is
+someone else's and changes nothing. The names are trainer.config.Config's
 fields, so a new trainer flag is a new knob with no edit here, in the Makefile or in the scripts. Values
 are checked by trainer.config before any container starts.
 """
@@ -26,15 +29,23 @@ STACK_OWNED = {
     "logdir": "every task writes the stack's TensorBoard volume",
     "profiler_port": "make profile traces every task on the contract's profiler port",
     "data": "DATA= is a host folder the stack mounts read-only at /data",
+    "export_dir": "OUTPUT= is the host folder the stack mounts for the final model",
 }
 """Fields the generator sets itself, and why a user cannot."""
 
-UP_DEFAULTS = {"steps": "30000"}
-"""What `make up` trains when not told: long enough to watch in Prometheus and Grafana (the trainer's
-own default, 100 steps, is over in about 1.5 s, before Prometheus' second scrape)."""
+UP_DEFAULTS = {"steps": "8000"}
+"""How long `make up` trains when not told: long enough to watch in Prometheus and Grafana (the
+trainer's own default, 100 steps, is over before Prometheus' second scrape)."""
+UP_TASK = {"task": "cnn", "learning_rate": "0.003"}
+"""What `make up` trains when TASK is not given: a job that teaches. The `cnn` task's problem takes
+it a few thousand steps to learn (the loss falls from ln 10 over the first minutes, where `mlp`'s is
+flat from the first seconds), and its step has compute to split (all-reduce ~40 % of the step on 2
+shared CPU cores, where `mlp`'s is ~85 %). With the rate it was tuned at, 0.003 per replica's batch:
+at the trainer's 0.01 (fine for `mlp`) Adam's scaled rate stalled it at ln 10. `TASK=` alone gets
+the trainer's defaults for the rest."""
 
-MEASURED_STEPS_PER_SECOND = 125.0
-"""Default job (mlp), chief + 3 workers on the 2-core CPU machine of the README's figures."""
+MEASURED_STEPS_PER_SECOND = 40.0
+"""Default job (cnn), chief + 2 workers on the 2-core CPU machine of the README's figures."""
 
 
 def names() -> list[str]:
@@ -42,18 +53,37 @@ def names() -> list[str]:
     return [f.name.upper() for f in dataclasses.fields(Config) if f.name not in STACK_OWNED]
 
 
+COMMAND_LINE = "MAKE_COMMAND_LINE"
+"""The variable naming what was given on make's command line (compose/compose.mk computes it)."""
+
+
+def on_command_line(**values: str) -> dict[str, str]:
+    """The environment a recipe of `make up NAME=VALUE ...` sees: the values and the list of their names."""
+    return {**values, COMMAND_LINE: " ".join(values)}
+
+
+def given(environ: Mapping[str, str]) -> dict[str, str]:
+    """The settings the user gave: make command-line variables, then TRAINER_<NAME> (the trainer's own
+    spelling) for the rest. Anything else in the environment is not ours to read."""
+    on_line = set(environ.get(COMMAND_LINE, "").split())
+    out = {}
+    for f in dataclasses.fields(Config):
+        name = f.name.upper()
+        value = environ.get(name, "") if name in on_line else ""
+        out[f.name] = value or environ.get(ENV_PREFIX + name, "")
+    return out
+
+
 def from_environ(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """(Config field, value) for every knob set (non-empty) in `environ`, else make up's defaults,
-    checked as the trainer will check them. Raises ValueError with a one-line message."""
+    """(Config field, value) for every knob the user gave (non-empty, see `given`), else make up's
+    defaults, checked as the trainer will check them. Raises ValueError with a one-line message."""
+    user = given(environ)
     for name, why in STACK_OWNED.items():
-        if name != "data" and environ.get(name.upper()):
+        if name != "data" and user[name]:
             raise ValueError(f"{name.upper()} is set by the stack ({why}): unset it")
-    values = {
-        f.name: environ.get(f.name.upper(), "")
-        for f in dataclasses.fields(Config)
-        if f.name not in STACK_OWNED
-    }
-    values = {name: value or UP_DEFAULTS.get(name, "") for name, value in values.items()}
+    values = {name: value for name, value in user.items() if name not in STACK_OWNED}
+    defaults = UP_DEFAULTS | ({} if values["task"] else UP_TASK)
+    values = {name: value or defaults.get(name, "") for name, value in values.items()}
     env = {ENV_PREFIX + name.upper(): value for name, value in values.items() if value}
     try:
         from_args([], env)
@@ -74,6 +104,6 @@ def describe(knobs: tuple[tuple[str, str], ...]) -> str:
     seconds = steps / MEASURED_STEPS_PER_SECOND
     took = f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
     return (
-        f"training {steps} steps, ~{took} at {MEASURED_STEPS_PER_SECOND:.0f} steps/s (measured: WORKERS=3, "
+        f"training {steps} steps, ~{took} at {MEASURED_STEPS_PER_SECOND:.0f} steps/s (measured: a chief + 2 workers, "
         f"2 CPU cores); STEPS=N to change, `make down` to stop"
     )

@@ -20,11 +20,11 @@ def _allowed(path: Path, want: str) -> bool:
     """Whether uid/gid 1000 has every permission in `want` ("r", "x", "rx") on path."""
     st = path.stat()
     if st.st_uid == CONTAINER_UID:
-        bits = {"r": stat.S_IRUSR, "x": stat.S_IXUSR}
+        bits = {"r": stat.S_IRUSR, "w": stat.S_IWUSR, "x": stat.S_IXUSR}
     elif st.st_gid == CONTAINER_GID:
-        bits = {"r": stat.S_IRGRP, "x": stat.S_IXGRP}
+        bits = {"r": stat.S_IRGRP, "w": stat.S_IWGRP, "x": stat.S_IXGRP}
     else:
-        bits = {"r": stat.S_IROTH, "x": stat.S_IXOTH}
+        bits = {"r": stat.S_IROTH, "w": stat.S_IWOTH, "x": stat.S_IXOTH}
     return all(st.st_mode & bits[p] for p in want)
 
 
@@ -34,9 +34,10 @@ def _who(path: Path) -> str:
     return "u" if st.st_uid == CONTAINER_UID else "g" if st.st_gid == CONTAINER_GID else "o"
 
 
-def problem(variable: str, path: str, *, is_dir: bool) -> str | None:
+def problem(variable: str, path: str, *, is_dir: bool, want: str = "rx") -> str | None:
     """None when the container's user can read `path` (SCRIPT: the file and its folder, which is the
-    mount; DATA: the folder); else one line naming the fault and the chmod that fixes it."""
+    mount; DATA: the folder; OUTPUT: want "rwx", written too); else one line naming the fault and the
+    chmod that fixes it."""
     target = Path(path).resolve()
     if not target.exists():
         return f"{variable}={path}: {target} does not exist"
@@ -44,13 +45,14 @@ def problem(variable: str, path: str, *, is_dir: bool) -> str | None:
         return f"{variable}={path}: {target} is not a {'folder' if is_dir else 'file'}"
     folder = target if is_dir else target.parent
     fixes = []
-    if not _allowed(folder, "rx"):
-        fixes.append(f"chmod {_who(folder)}+rx {folder}")
+    if not _allowed(folder, want):
+        fixes.append(f"chmod {_who(folder)}+{want} {folder}")
     if not is_dir and not _allowed(target, "r"):
         fixes.append(f"chmod {_who(target)}+r {target}")
     if not fixes:
         return None
     return (
-        f"{variable}={path}: the containers' user (uid {CONTAINER_UID}) cannot read it, "
+        f"{variable}={path}: the containers' user (uid {CONTAINER_UID}) cannot "
+        f"{'write' if 'w' in want else 'read'} it, "
         f"it is mounted as is; run: {' && '.join(fixes)}"
     )

@@ -28,12 +28,14 @@ from compose.deployment import (
     DATA_DIR,
     GID,
     LOG_DIR,
+    OUTPUT_DIR,
     SCRIPT_DIR,
     STOP_GRACE_SECONDS,
     UID,
     Deployment,
 )
 from compose.yamltext import Interpolated
+from trainer import supervise
 
 CLUSTER, MONITORING = "cluster", "monitoring"
 NETWORKS = {CLUSTER: {"internal": True}, MONITORING: {}}
@@ -74,10 +76,11 @@ class RunDir:
 
 @dataclass(frozen=True)
 class Bind:
-    """A host path of the user's (SCRIPT=, DATA=) mounted read-only; it must exist."""
+    """A host path of the user's (SCRIPT=, DATA=, OUTPUT=) mounted, read-only unless written; it must exist."""
 
     source: str
     target: str
+    read_only: bool = True
 
 
 @dataclass(frozen=True)
@@ -276,6 +279,10 @@ def for_deployment(s: Service, image: str) -> Service:
     return dataclasses.replace(s, image=image) if s.trainer_image else s
 
 
+SUPERVISE_DIR = "/var/lib/supervise"
+"""trainer.supervise's state (runs, budget, a final exit) per container; images/trainer.Dockerfile creates it."""
+
+
 def trainers(d: Deployment) -> tuple[Service, ...]:
     """One service per task. TF_CONFIG addresses tasks by service name (trainer.cluster's
     COMPOSE_ADDRESS), which every target that runs these services resolves."""
@@ -285,28 +292,49 @@ def trainers(d: Deployment) -> tuple[Service, ...]:
 
 def _trainer(d: Deployment, name: str, tf_config: str) -> Service:
     chief = name == contract.CHIEF
+    # A SCRIPT's tasks all see the checkpoint volume: Keras' BackupAndRestore restores every task from
+    # the one directory (the others write temporary copies there and delete them), as MWMS expects.
+    shared = chief or bool(d.script)
     return Service(
         name=name,
         image=d.image("cpu"),
         build=chief,  # built once, on the chief; the other tasks reuse the tag and never pull it
         # trainer.supervise restarts the task by exit code, its budget from MAX_RESTARTS (restarts
-        # without a new checkpoint); an engine's policy cannot tell exit codes apart, so it restarts nothing.
+        # without a new checkpoint), kept with a final exit in SUPERVISE_DIR across container restarts.
         command=tuple(deployment.command(d)),
-        environment={"TF_CONFIG": tf_config, **deployment.trainer_env(d)},
+        environment={
+            "TF_CONFIG": tf_config,
+            **deployment.trainer_env(d),
+            **_export_env(d, chief),
+            supervise.STATE_DIR_ENV: SUPERVISE_DIR,
+        },
         expose=(contract.TF_PORT, contract.METRICS_PORT, contract.PROFILER_PORT),
         networks=(CLUSTER,),
         fast_dns=True,
         init=True,
-        restart="no",
+        # The engine brings back a container whose processes all died (the engine or the host
+        # restarted, PID 1 killed); a final exit stays final in the supervisor's state. `docker kill`
+        # counts as a manual stop for Docker: `make wait` starts such a task again (compose/wait.py).
+        restart="on-failure",
         stop_grace_s=STOP_GRACE_SECONDS,
         user=f"{UID}:{GID}",
         # Only the chief writes the shared checkpoint volume; other tasks save to a private tmpfs.
-        tmpfs=("/tmp",) if chief else ("/tmp", CHECKPOINT_DIR),
+        tmpfs=("/tmp",) if shared else ("/tmp", CHECKPOINT_DIR),
         # Every task may write summaries (a SCRIPT's Keras TensorBoard callback writes on workers too),
         # and each task's profiler server writes its own trace there (`make profile`).
-        volumes=((("checkpoints", CHECKPOINT_DIR),) if chief else ()) + (("tensorboard-logs", LOG_DIR),),
-        binds=_binds(d),
+        volumes=((("checkpoints", CHECKPOINT_DIR),) if shared else ())
+        + (("supervise", SUPERVISE_DIR), ("tensorboard-logs", LOG_DIR)),
+        binds=_binds(d) + (_output_bind(d) if chief else ()),
     )
+
+
+def _export_env(d: Deployment, chief: bool) -> dict[str, str]:
+    """The chief copies the final model out of the volume into OUTPUT= at the end (trainer/output.py)."""
+    return {"TRAINER_EXPORT_DIR": OUTPUT_DIR} if chief and d.output else {}
+
+
+def _output_bind(d: Deployment) -> tuple[Bind, ...]:
+    return (Bind(str(Path(d.output).resolve()), OUTPUT_DIR, read_only=False),) if d.output else ()
 
 
 def _binds(d: Deployment) -> tuple[Bind, ...]:
@@ -320,7 +348,7 @@ def _binds(d: Deployment) -> tuple[Bind, ...]:
 
 def run_files(d: Deployment) -> dict[str, str]:
     """The generated files the services' RunDirs hold, by path under --out: Prometheus file_sd, one
-    `<task>:8000` target per task; the trainer labels its series with the task the same way (kept by
+    `<task>:<contract.METRICS_PORT>` target per task; the trainer labels its series with the task the same way (kept by
     honor_labels); the project and run labels come from here only (contract.TARGET_LABELS)."""
     run = deployment.target_labels(d)
     targets = [

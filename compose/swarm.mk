@@ -6,7 +6,7 @@ SWARM_NAME ?= mwms-swarm
 # The nodes' /24 on this host (node-N is .1N, the registry .10): another swarm on the same host needs its own.
 SWARM_SUBNET ?= 10.210.0
 NODES ?= 3
-STACK ?= mwms
+STACK ?= $(DEFAULT_PROJECT)
 # How the images reach the nodes: registry (push once, nodes pull by digest) or load (docker save | load).
 TRANSPORT ?= registry
 # REGISTRY is where the host pushes; NODE_REGISTRY is the same registry as the nodes reach it.
@@ -49,4 +49,4 @@ stack-down: ## Remove stack STACK from the swarm (the chief's checkpoint volume 
 .PHONY: stack-status
 stack-status: ## Where every task of STACK runs and its state, then the per-task training table from its Prometheus
 	@$(MANAGER) stack ps $(STACK) --format 'table {{.Name}}\t{{.Node}}\t{{.CurrentState}}\t{{.Error}}'
-	@$(PYTHON) -m monitoring.status --no-docker --project $(STACK) --prometheus http://$$($(NODES_SH) ip 1):9090
+	@$(PYTHON) -m monitoring.status --no-docker --project $(STACK) --prometheus http://$$($(NODES_SH) ip 1):$(PROMETHEUS_PORT)

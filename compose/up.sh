@@ -5,6 +5,8 @@
 # the Compose target (python -m compose.emit --target compose), which reads them (compose/knobs.py).
 # Run from the repository root. `up.sh --build-only` stops after building (make images).
 set -euo pipefail
+# Ports and defaults (DEFAULT_WORKERS, PROMETHEUS_PORT, ...), written once in contract/__init__.py.
+eval "$("${PYTHON:-python3}" -m contract --shell)"
 
 RUN_DIR=${RUN_DIR:-.run}
 SECRETS_DIR=${SECRETS_DIR:-secrets}
@@ -19,11 +21,11 @@ starting=1; [ "${1:-}" = --build-only ] && starting=0
 mkdir -p "$RUN_DIR"
 exec 9>"$RUN_DIR/.up.lock"
 if ! flock -n 9; then
-  say "PROJECT=${PROJECT:-mwms} is already starting (another make up holds $RUN_DIR/.up.lock): wait for it to finish, or make down PROJECT=${PROJECT:-mwms}"
+  say "PROJECT=${PROJECT:-$DEFAULT_PROJECT} is already starting (another make up holds $RUN_DIR/.up.lock): wait for it to finish, or make down PROJECT=${PROJECT:-$DEFAULT_PROJECT}"
   exit 2
 fi
 # The GPU image builds on any host (make images-gpu): only a start needs the GPUs asked for.
-check=(--project "${PROJECT:-mwms}" --bind-addr "${BIND_ADDR:-127.0.0.1}" --gpus "$([ $starting = 1 ] && echo "${GPUS:-auto}" || echo 0)")
+check=(--project "${PROJECT:-$DEFAULT_PROJECT}" --bind-addr "${BIND_ADDR:-127.0.0.1}" --gpus "$([ $starting = 1 ] && echo "${GPUS:-auto}" || echo 0)")
 [ $starting = 1 ] && check+=(--starting)
 "${PYTHON:-python3}" -m compose.preflight "${check[@]}"
 
@@ -42,11 +44,20 @@ fi
 # A new run id at every `make up`: a label on every series (with the project), so status, diagnose,
 # report, alerts and dashboards never mix this run with an earlier one still in Prometheus.
 RUN=$("${PYTHON:-python3}" -c 'from compose.deployment import run_id; print(run_id())')
-args=(--workers "${WORKERS:-2}" --out "$RUN_DIR" --base-image "$BASE_IMAGE" --project "${PROJECT:-mwms}" --run "$RUN"
-      --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-3}"
+args=(--workers "${WORKERS:-$DEFAULT_WORKERS}" --out "$RUN_DIR" --base-image "$BASE_IMAGE" --project "${PROJECT:-$DEFAULT_PROJECT}" --run "$RUN"
+      --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-$DEFAULT_MAX_RESTARTS}"
       --image-repo "${IMAGE_REPO:-mwms/trainer}" --args "${ARGS:-}")
 [ -n "${SCRIPT:-}" ] && args+=(--script "$SCRIPT")
 [ -n "${DATA:-}" ] && args+=(--data "$DATA")
+# OUTPUT: where the chief copies the final model and summary (trainer/output.py). A folder made here is
+# given to the containers' user (uid 1000); one of yours is checked, and the chmod that fixes it said.
+if [ -n "${OUTPUT:-}" ]; then
+  if [ ! -d "$OUTPUT" ]; then
+    mkdir -p "$OUTPUT"
+    [ "$(id -u)" = 0 ] && chown 1000:1000 "$OUTPUT"
+  fi
+  args+=(--output "$OUTPUT")
+fi
 "${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}"
 variant=cpu; [ -f "$RUN_DIR/compose.gpu.yaml" ] && variant=gpu
 
@@ -71,7 +82,7 @@ fi
 
 # 5. What every later `docker compose` call (down, logs, status, wait) needs to see the same stack.
 cat >"$RUN_DIR/stack.env" <<EOF
-COMPOSE_PROJECT_NAME=${PROJECT:-mwms}
+COMPOSE_PROJECT_NAME=${PROJECT:-$DEFAULT_PROJECT}
 COMPOSE_PROFILES=$profiles
 RUN=$RUN
 PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE
@@ -91,35 +102,41 @@ done
 dc() { docker compose --project-directory . --env-file "$RUN_DIR/stack.env" $(cat "$RUN_DIR/compose.args") "$@"; }
 
 # Compose's own builder, which drives the daemon's BuildKit (RUN --mount works). Its alternative, Bake,
-# needs the buildx plugin, which these hosts do not have. Compose warns either way: unset, that Bake
-# needs buildx; COMPOSE_BAKE=false, that the setting is deprecated (engine.sh pins the Compose version
-# that still has the builder). Neither says anything to act on, so only those lines are dropped.
-BUILDER_WARNINGS='COMPOSE_BAKE=false is deprecated|configured to build using Bake, but buildx'
-build_chief() {
-  local rc=0
-  COMPOSE_BAKE=false dc build --quiet chief 2> >(grep -Ev "$BUILDER_WARNINGS" >&2) || rc=$?
-  wait  # for the filter, so its lines come before the next step's
-  return "$rc"
-}
+# needs the buildx plugin, which these hosts do not have (engine.sh pins the Compose version that still
+# has the builder; COMPOSE_BAKE=false selects it). The builder's output goes to a log: one line here.
+. images/quiet.sh
+build_chief() { COMPOSE_BAKE=false dc --progress plain build chief; }
 
 # 6. Build once, on the chief. Then free what rebuilds leave behind (our superseded images, the
 #    ~340 MB copy of the build context): layers stay cached, so warm builds are still instant.
-say "building ${IMAGE_REPO:-mwms/trainer} ($variant) on the chief service (cold: ~1 min; warm: cached)"
-build_chief
+quietly "$RUN_DIR/logs/build.log" "up: building ${IMAGE_REPO:-mwms/trainer} ($variant) on the chief service (cold: ~1 min; warm: cached)" build_chief
 docker image prune -f --filter label=org.mwms.image=trainer >/dev/null
 docker builder prune -f --filter type=source.local >/dev/null 2>&1
 [ "${1:-}" = --build-only ] && exit 0
-dc up -d --no-build --remove-orphans --quiet-pull
+# 7. Before any task starts: does the checkpoint volume fit this job (its settings, a step below STEPS)?
+#    Skipped checkpoints are named; a refusal is its reason and the ways on, exit 2 (trainer/manifest.py).
+#    At or past STEPS (10): no trainer starts, the monitoring does (the finished job's history stays visible).
+rc=0
+dc run --rm --no-deps -T chief python -m trainer.manifest --checkpoint-dir /checkpoints || rc=$?
+if [ "$rc" = 10 ]; then
+  # shellcheck disable=SC2046  # a list of service names
+  dc up -d --no-build --remove-orphans --quiet-pull $(dc config --services | grep -vxE 'chief|worker-[0-9]+')
+  say "no trainer started: nothing to train (above); Prometheus and Grafana show the finished job"
+elif [ "$rc" != 0 ]; then
+  exit "$rc"
+else
+  dc up -d --no-build --remove-orphans --quiet-pull
+fi
 
 addr=${BIND_ADDR:-127.0.0.1}
 # Another project's commands need its name: they find its RUN_DIR and Prometheus from it.
-p=""; [ "${PROJECT:-mwms}" = mwms ] || p=" PROJECT=$PROJECT"
+p=""; [ "${PROJECT:-$DEFAULT_PROJECT}" = "$DEFAULT_PROJECT" ] || p=" PROJECT=$PROJECT"
 echo
-echo "Prometheus: http://$addr:9090   (targets: http://$addr:9090/targets)"
-echo "Alerts:     http://$addr:9093   (Alertmanager; receivers: monitoring/config/alertmanager/alertmanager.yml, docs/alerts.md)"
-echo "TensorBoard: http://$addr:$("${PYTHON:-python3}" -c 'import contract; print(contract.TENSORBOARD_PORT)')   (make profile$p fills its PROFILE tab)"
+echo "Prometheus: http://$addr:$PROMETHEUS_PORT   (targets: http://$addr:$PROMETHEUS_PORT/targets)"
+echo "Alerts:     http://$addr:$ALERTMANAGER_PORT   (Alertmanager; receivers: monitoring/config/alertmanager/alertmanager.yml, docs/alerts.md)"
+echo "TensorBoard: http://$addr:$TENSORBOARD_PORT   (make profile$p fills its PROFILE tab)"
 if [[ ,$profiles, == *,grafana,* ]]; then
-  echo "Grafana:    http://$addr:3000   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
+  echo "Grafana:    http://$addr:$GRAFANA_PORT   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
 else
   cat <<EOF
 Grafana:    skipped - image $GRAFANA_IMAGE is not present and cannot be pulled (offline).
@@ -129,3 +146,4 @@ EOF
 fi
 echo "Follow:     make status$p (per-task table) | make logs$p | make wait$p (blocks, returns the chief's exit code)"
 echo "Stop:       make down$p (keeps checkpoints and history) | make clean$p (removes them)"
+[ -n "${OUTPUT:-}" ] && echo "Model:      $OUTPUT/model (SavedModel) and $OUTPUT/summary.json when the job is done"

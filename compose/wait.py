@@ -5,12 +5,21 @@ retryable exit and itself exits only when its task is over: 0 done, or a final c
 2 bad configuration, 3 missing peers, 4 gave up after its restart budget). So the job is over when
   - the chief's container exits 0: done, exit 0;
   - any task's container exits 1-127: that task stays down and the job cannot finish. It is
-    reported at once, with the task's one-line error, and its code is the exit code;
+    reported at once, with the task's one-line error, and its code is the exit code; a task that
+    exited 5 only echoes another's final exit (its peers end with it, trainer.supervise), so the
+    task that failed first is the one named;
   - every task's container is stopped (`docker compose stop`, `make down`): exit with the chief's code.
-A container that exits 128-255 was stopped or killed from outside (`docker stop` or `restart`, a
-kill of its supervisor): not the end by itself, since it may be started again; if it never is, its
-peers give up (3, then 4) and that ends the wait. Event-driven: `docker events` is started first,
-then the containers' current state is read, so no exit falls between the two.
+A container that exits 128-255 was stopped or killed from outside: not the end by itself. Docker's
+restart policy (`on-failure`) brings back a container whose processes died (its PID 1 killed, the
+engine or the host restarted), but a `docker kill` counts for Docker as a manual stop: this watcher
+starts such a task again (a kill with SIGKILL and no SIGTERM before it since its start), since the
+job cannot go on without it. A `docker stop` (SIGTERM first: `make down`, `docker compose stop`) is
+the operator's and is left alone; if the task never comes back, its peers give up (3, then 4).
+When the job is over, Docker's restart policy of every task is set to `no`, so a task that ended for
+good is not started again (its supervisor would exit at once with the same code anyway).
+Event-driven: `docker events` is started first, then the containers' current state is read, so no
+exit falls between the two; when the engine itself restarts, the events stream ends and both are
+started again once it answers.
 """
 
 from __future__ import annotations
@@ -21,10 +30,13 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+import contract
 from contract import CHIEF, task_order
+from trainer.errors import EXIT_PEER_FAILED
 from trainer.supervise import meaning
 
 Runner = Callable[[Sequence[str]], str]
@@ -32,6 +44,8 @@ SERVICE = "com.docker.compose.service"
 # The trainer's log format (trainer/__main__.py): "2026-01-01 12:00:00,000 E <message>".
 ERROR_LINE = re.compile(r"^\S+ \S+ E (.+)$")
 SUPERVISOR_PREFIX = "supervise:"
+SIGKILL, SIGTERM = str(signal.SIGKILL.value), str(signal.SIGTERM.value)
+ENGINE_RETRY_S = 1.0
 
 
 def docker(cmd: Sequence[str]) -> str:
@@ -53,9 +67,17 @@ class Over:
 
 def judge(states: dict[str, tuple[str, int]]) -> Over | None:
     """The job's outcome from each task's (container status, last exit code), or None: not over."""
-    for service, (status, code) in sorted(states.items(), key=lambda kv: task_order(kv[0])):
-        if status == "exited" and 1 <= code <= 127:
+    finals = [
+        (service, code)
+        for service, (status, code) in sorted(states.items(), key=lambda kv: task_order(kv[0]))
+        if status == "exited" and 1 <= code <= 127
+    ]
+    for service, code in finals:
+        if code != EXIT_PEER_FAILED:
             return Over(code, service, "failed for good")
+    if finals and all(status != "running" for status, _ in states.values()):
+        service, code = finals[0]  # every task echoes a peer's final exit that was never seen
+        return Over(code, service, "failed for good")
     chief = states.get(CHIEF)
     if chief and chief == ("exited", 0):
         return Over(0, CHIEF, "done")
@@ -90,6 +112,8 @@ class Job:
         self.project, self._run = project, run
         self.containers: dict[str, str] = {}
         self.states: dict[str, tuple[str, int]] = {}
+        self._signals: dict[str, set[str]] = {}
+        """Signals `docker kill`/`stop` sent each task since its last start."""
 
     def read(self) -> None:
         out = self._run(
@@ -117,12 +141,18 @@ class Job:
         service, action = attrs.get(SERVICE, ""), event.get("Action") or event.get("status", "")
         if service not in self.containers and not is_task(service):
             return None
-        self.containers.setdefault(service, event.get("id", ""))
+        self.containers[service] = event.get("id", "") or self.containers.get(service, "")
         if action == "start":
             self.states[service] = ("running", 0)
+            self._signals[service] = set()
+        elif action == "kill":
+            self._signals.setdefault(service, set()).add(attrs.get("signal", ""))
         elif action == "die":
             code = int(attrs.get("exitCode", "125"))
             self.states[service] = ("exited", code)
+            signals = self._signals.pop(service, set())
+            if code >= 128 and SIGKILL in signals and SIGTERM not in signals:
+                return self._start_again(service, code)
             if code >= 128:
                 return (
                     f"{service} exited {code} ({meaning(code)}): stopped or killed from outside; "
@@ -133,6 +163,25 @@ class Job:
             self.states[service] = ("removed", code if status == "exited" else 125)
             return f"{service}'s container was removed (make down?)"
         return None
+
+    def _start_again(self, service: str, code: int) -> str:
+        """A task killed with `docker kill`: Docker's restart policy leaves it down, the job needs it."""
+        try:
+            self._run(["start", self.containers[service]])
+        except (
+            subprocess.CalledProcessError
+        ) as err:  # removed meanwhile (`docker rm -f`), or the engine is going
+            return f"{service} was killed ({code}, {meaning(code)}) and cannot be started again: {err.stderr or err}"
+        self.states[service] = ("starting", code)  # not stopped: every task killed at once is not the end
+        return f"{service} was killed ({code}, {meaning(code)}; docker kill): started it again"
+
+    def settle(self) -> None:
+        """The job is over: no task is started again, by Docker's restart policy either."""
+        for cid in self.containers.values():
+            try:
+                self._run(["update", "--restart", "no", cid])
+            except subprocess.CalledProcessError:
+                pass  # removed
 
     def report(self, over: Over) -> str:
         container = self.containers.get(over.service, "")
@@ -152,10 +201,19 @@ def watch(job: Job, events: Iterable[dict], log: Callable[[str], None]) -> int:
                 log(f"wait: {note}")
         over = judge(job.states)
         if over:
+            job.settle()
             log(job.report(over))
             return over.code
     log("wait: docker events ended before the job did")
     return 125
+
+
+def engine_up(run: Runner = docker) -> bool:
+    try:
+        run(["info", "--format", "{{.ServerVersion}}"])
+    except (subprocess.CalledProcessError, OSError):
+        return False
+    return True
 
 
 def docker_events(project: str) -> tuple[subprocess.Popen, Iterable[dict]]:
@@ -169,7 +227,7 @@ def docker_events(project: str) -> tuple[subprocess.Popen, Iterable[dict]]:
             "type=container",
             "--filter",
             f"label=com.docker.compose.project={project}",
-            *(x for e in ("start", "die", "destroy") for x in ("--filter", f"event={e}")),
+            *(x for e in ("start", "kill", "die", "destroy") for x in ("--filter", f"event={e}")),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -179,19 +237,30 @@ def docker_events(project: str) -> tuple[subprocess.Popen, Iterable[dict]]:
 
 
 def main(argv: Sequence[str]) -> int:
-    project = argv[0] if argv else "mwms"
+    project = argv[0] if argv else contract.DEFAULT_PROJECT
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through `finally`: no orphaned `docker events`
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
     job = Job(project)
-    proc, events = docker_events(project)
-    try:
-        job.read()
-        if CHIEF not in job.containers:
-            print(f"wait: no chief container in project {project}: run `make up` first", file=sys.stderr)
-            return 125
-        return watch(job, events, log=lambda m: print(m, file=sys.stderr))
-    finally:
-        proc.kill()
-        proc.wait()
+    while True:
+        proc, events = docker_events(project)
+        try:
+            job.read()
+            if CHIEF not in job.containers:
+                log(f"wait: no chief container in project {project}: run `make up` first")
+                return 125
+            code = watch(job, events, log=log)
+        finally:
+            proc.kill()
+            proc.wait()
+        if code != 125 or engine_up():
+            return code
+        log("wait: the engine is gone; waiting for it to come back")
+        while not engine_up():
+            time.sleep(ENGINE_RETRY_S)
+        log("wait: the engine is back; reading the tasks again")
 
 
 if __name__ == "__main__":

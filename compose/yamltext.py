@@ -14,7 +14,7 @@ import json
 
 
 class Interpolated(str):
-    """A value Compose must interpolate (`${BIND_ADDR:-127.0.0.1}:9090:9090`): written without doubling `$`."""
+    """A value Compose must interpolate (`${BIND_ADDR:-127.0.0.1}:<port>:<port>`): written without doubling `$`."""
 
 
 def dump(doc: dict, header: str = "", *, dollars: bool = True) -> str:

@@ -30,6 +30,9 @@ SLIM=(--variant=minbase --aptopt='APT::Install-Recommends "false"'
       --dpkgopt='path-exclude=/usr/share/javascript/moment-timezone/data/*')
 
 say() { echo "images: $*" >&2; }
+# Each step prints one line; pip's and mmdebstrap's output go to the log that line names.
+. "$(dirname "$0")/quiet.sh"
+LOGS=${LOGS:-build/logs}
 present() { docker image inspect "$1" >/dev/null 2>&1; }
 pullable() { present "$1" || timeout 120 docker pull -q "$1" >/dev/null 2>&1; }
 
@@ -50,22 +53,28 @@ select_images() {
 
 build_base() {
   present "$1" && return 0
-  say "building $1 with mmdebstrap (~40 s)"
-  mmdebstrap -q "${SLIM[@]}" --include=python3,python3-venv,ca-certificates "$SUITE" - "${MIRRORS[@]}" \
-    | docker import -c 'ENV LANG=C.UTF-8' -c 'CMD ["python3"]' - "$1" >/dev/null
+  quietly "$LOGS/base.log" "images: building $1 with mmdebstrap (~40 s)" debootstrap_base "$1"
+}
+
+debootstrap_base() {
+  mmdebstrap "${SLIM[@]}" --include=python3,python3-venv,ca-certificates "$SUITE" - "${MIRRORS[@]}" \
+    | docker import -c 'ENV LANG=C.UTF-8' -c 'CMD ["python3"]' - "$1"
 }
 
 build_prometheus() {
   present "$1" && return 0
-  say "building $1 from Debian's prometheus package"
+  quietly "$LOGS/prometheus.log" "images: building $1 from Debian's prometheus package" debootstrap_prometheus "$1"
+}
+
+debootstrap_prometheus() {
   # uid/gid 65534 (nobody) owns the data directory, as in prom/prometheus, so the same
   # prometheus-data volume works with either image.
-  mmdebstrap -q "${SLIM[@]}" --include=prometheus \
+  mmdebstrap "${SLIM[@]}" --include=prometheus \
     --customize-hook='mkdir -p "$1/prometheus" && chown 65534:65534 "$1/prometheus"' "$SUITE" - "${MIRRORS[@]}" \
     | docker import -c 'USER 65534:65534' -c 'WORKDIR /prometheus' -c 'EXPOSE 9090' \
         -c 'ENTRYPOINT ["/usr/bin/prometheus"]' \
         -c 'CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]' \
-        - "$1" >/dev/null
+        - "$1"
 }
 
 build_alertmanager() {
@@ -94,16 +103,15 @@ wheelhouse() {
 
 download() {
   local lock=$1 dir=$2 want=$3
-  say "downloading the wheelhouse for $lock into $dir"
   rm -rf "$dir"; mkdir -p "$dir"
   # pip does not widen --platform: every manylinux tag the lock may have picked is listed (it is
   # compiled for manylinux_2_28; the nvidia-* wheels use 2_25 and 2_27). --no-deps because the lock
   # is the full closure (and tf-keras must not pull the GPU tensorflow next to tensorflow-cpu).
   local platforms=(--platform manylinux2014_x86_64)
   for minor in $(seq 17 "$MANYLINUX_MAX"); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
-  "${PYTHON:-python3}" -m pip download -q --no-deps --require-hashes --only-binary=:all: "${platforms[@]}" \
-    --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none \
-    -r "$lock" -d "$dir" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+  quietly "$LOGS/wheelhouse-$(basename "$lock" .lock).log" "images: downloading the wheelhouse for $lock into $dir" \
+    "${PYTHON:-python3}" -m pip download --no-deps --require-hashes --only-binary=:all: "${platforms[@]}" \
+    --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none -r "$lock" -d "$dir"
   cp "$lock" "$dir/requirements.lock"
   echo "$want" >"$dir/.lock-sha256"
 }

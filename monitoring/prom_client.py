@@ -24,7 +24,7 @@ class Prometheus:
     """Prometheus' /api/v1 query endpoints."""
 
     url: str = DEFAULT_URL
-    """Base URL, e.g. http://127.0.0.1:9090."""
+    """Base URL, e.g. DEFAULT_URL."""
     timeout: float = 10.0
     """Seconds per HTTP request."""
 

@@ -223,7 +223,7 @@ def _mismatch_condition() -> str:
 def _named(code_rule: str) -> str:
     return " or ".join(
         f'label_replace({code_rule} == {code}, "verdict", "{v.NAMES[code]}", "", "")'
-        for code in range(v.DOWN, v.HEALTHY - 1, -1)
+        for code in reversed(range(len(v.SEVERITY)))  # most severe first
     )
 
 

@@ -1,4 +1,5 @@
-"""`make status`: one row per task — container state, step, steps/s, step time, where the time goes.
+"""`make status`: one row per task — container state, step, progress, steps/s, step time, where the
+time goes, ETA — and the job's ETA where its number of steps is known (trainer_target_steps).
 
     python -m monitoring.status [--project NAME] [--run ID] [--prometheus URL] [--no-docker]
 
@@ -24,7 +25,18 @@ from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 
 Query = Callable[[str], dict[str, float]]
 """PromQL -> task name -> value."""
-COLUMNS = ("task", "state", "step", "steps/s", "step time", "all-reduce", "input wait", "checkpoint")
+COLUMNS = (
+    "task",
+    "state",
+    "step",
+    "progress",
+    "steps/s",
+    "step time",
+    "all-reduce",
+    "input wait",
+    "checkpoint",
+    "ETA",
+)
 
 
 def queries(sel: str = rules.JOB_SELECTOR) -> dict[str, str]:
@@ -41,6 +53,7 @@ def queries(sel: str = rules.JOB_SELECTOR) -> dict[str, str]:
         "all-reduce": share(c.ALLREDUCE),
         "input wait": share(c.INPUT_WAIT),
         "checkpoint": rules.last_value(c.LAST_CHECKPOINT, sel=sel),
+        "target": rules.last_value(c.TARGET_STEPS, sel=sel),
     }
 
 
@@ -93,17 +106,59 @@ def is_task(service: str) -> bool:
     return index.isdigit() and c.task_name(task_type, index) == service and task_type in (c.CHIEF, c.WORKER)
 
 
+def duration(seconds: float) -> str:
+    """`45s`, `3m05s`, `2h10m`: an ETA as people read it."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def progress(step: float, target: float, rate: float) -> tuple[float, float]:
+    """(fraction done, seconds left at `rate` steps/s); NaN where the target or the rate is unknown
+    (a target of 0 is the exporter's "unknown")."""
+    if not (math.isfinite(target) and target > 0 and math.isfinite(step)):
+        return math.nan, math.nan
+    done = min(step / target, 1.0)
+    left = max(target - step, 0.0)
+    return done, (left / rate if math.isfinite(rate) and rate > 0 else (0.0 if not left else math.nan))
+
+
+def _cell(col: str, x: float) -> str:
+    # Absent and non-finite values (no step in the window) show as missing.
+    if not math.isfinite(x):
+        return "-"
+    if col == "progress":
+        return f"{x:.0%}"
+    return duration(x) if col == "ETA" else FORMATS[col].format(x)
+
+
 def table(states: Mapping[str, str], query: Query, sel: str = rules.JOB_SELECTOR) -> list[tuple[str, ...]]:
     values = {col: query(expr) for col, expr in queries(sel).items()}
     rows = [COLUMNS]
     for service in sorted(filter(is_task, states), key=c.task_order):
-        # Absent and non-finite values (no step in the window) show as missing.
-        cells = [
-            FORMATS[col].format(x) if math.isfinite(x := values[col].get(service, math.nan)) else "-"
-            for col in values
-        ]
-        rows.append((service, states[service], *cells))
+        got = {col: values[col].get(service, math.nan) for col in values}
+        got["progress"], got["ETA"] = progress(got["step"], got["target"], got["steps/s"])
+        rows.append((service, states[service], *(_cell(col, got[col]) for col in COLUMNS[2:])))
     return rows
+
+
+def job_line(rows: list[tuple[str, ...]], query: Query, sel: str = rules.JOB_SELECTOR) -> str | None:
+    """The job's progress: synchronous tasks share a step, so the slowest estimate is the job's."""
+    exprs = queries(sel)
+    steps, targets, rates = (query(exprs[k]) for k in ("step", "target", "steps/s"))
+    tasks = [r[0] for r in rows[1:]]
+    known = [(steps[t], targets[t], rates.get(t, math.nan)) for t in tasks if t in steps and t in targets]
+    known = [(s, n, r) for s, n, r in known if n > 0]
+    if not known:
+        return None
+    step, target, rate = min(known, key=lambda k: k[0] / k[1])
+    done, left = progress(step, target, rate)
+    eta = f", ETA {duration(left)}" if math.isfinite(left) else ""
+    at = f" at {rate:.1f} steps/s" if math.isfinite(rate) and left > 0 else ""
+    return f"job: step {step:.0f} of {target:.0f} ({done:.0%}){eta}{at}"
 
 
 def render(rows: list[tuple[str, ...]]) -> str:
@@ -148,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows = table(states, lambda _expr: {})
     print(render(rows))
+    try:
+        line = job_line(rows, prom.by_task, selector())
+    except PrometheusError:
+        line = None
+    if line:
+        print(line)
     return 0
 
 

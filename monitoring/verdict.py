@@ -19,6 +19,8 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
+import contract
+
 # Thresholds: the generated rules, alerts and dashboards read these; nothing else writes them.
 INPUT_SHARE = 0.2
 """Input wait above this share of step time: the input pipeline cannot feed the replica."""
@@ -30,19 +32,18 @@ a straggler. Setting the slowest aside makes 1.5x mean the same with 2 tasks as 
 STALL_SECONDS = 120.0
 """No step for this long while not done: stalled."""
 
-HEALTHY, COMMUNICATION, INPUT, STRAGGLER, MISMATCH, STALLED, DOWN = range(7)
+SEVERITY = ("healthy", "communication-bound", "input-bound", "straggler", "mismatch", "stalled", "down")
+"""The verdicts from least to most severe. A verdict's code is its position here, so the worst of
+several verdicts is the largest code: `diagnose` takes the max in Python, the generated rules with
+PromQL's `max by` (which is why the codes are numbers). Reorder here and both follow."""
+HEALTHY, COMMUNICATION, INPUT, STRAGGLER, MISMATCH, STALLED, DOWN = range(len(SEVERITY))
 NO_DATA, FINISHED = -1, -2
-NAMES = {
-    HEALTHY: "healthy",
-    COMMUNICATION: "communication-bound",
-    INPUT: "input-bound",
-    STRAGGLER: "straggler",
-    MISMATCH: "mismatch",
-    STALLED: "stalled",
-    DOWN: "down",
-    NO_DATA: "no-data",
-    FINISHED: "finished",
-}
+"""Not verdicts on the training: nothing to judge, or nothing left to judge."""
+NAMES = {**dict(enumerate(SEVERITY)), NO_DATA: "no-data", FINISHED: "finished"}
+PERFORMANCE = (HEALTHY, COMMUNICATION, INPUT, STRAGGLER)
+"""Verdicts on a cluster that trains: a build or world-size mismatch anywhere outranks them."""
+NAMES_TASKS = (INPUT, STRAGGLER, MISMATCH, STALLED, DOWN)
+"""Cluster verdicts that name the tasks to blame (communication-bound is every task's, healthy nobody's)."""
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_NO_DATA = 0, 1, 2
 
 ADVICE = {
@@ -85,7 +86,7 @@ ADVICE = {
     ],
     NO_DATA: [
         "Nothing to judge yet: is the stack up (`make up`) and has it trained for a minute? "
-        "Check PROMETHEUS_URL and http://127.0.0.1:9090/targets."
+        f"Check PROMETHEUS_URL and http://127.0.0.1:{contract.PROMETHEUS_PORT}/targets."
     ],
     FINISHED: ["The run is over; nothing to fix."],
 }
@@ -199,22 +200,18 @@ def stalled(t: TaskSample) -> bool:
 
 
 def task_code(t: TaskSample, odd: dict[str, str], ratio: float | None = None) -> int | None:
-    """The task's verdict code, None when it has no figures yet."""
-    if not t.up and not _done(t):
-        return DOWN
-    if stalled(t):
-        return STALLED
-    if t.task in odd:
-        return MISMATCH
-    if t.step is None:
-        return None
-    if ratio is not None and ratio > STRAGGLER_RATIO:
-        return STRAGGLER
-    if t.input_share is not None and t.input_share > INPUT_SHARE:
-        return INPUT
-    if t.allreduce_share is not None and t.allreduce_share > ALLREDUCE_SHARE:
-        return COMMUNICATION
-    return HEALTHY
+    """The task's verdict code, None when it has no figures yet: the first check that holds, most
+    severe first (the health of the task, then its build, then its figures)."""
+    checks = (
+        (DOWN, not t.up and not _done(t)),
+        (STALLED, stalled(t)),
+        (MISMATCH, t.task in odd),
+        (None, t.step is None),
+        (STRAGGLER, ratio is not None and ratio > STRAGGLER_RATIO),
+        (INPUT, t.input_share is not None and t.input_share > INPUT_SHARE),
+        (COMMUNICATION, t.allreduce_share is not None and t.allreduce_share > ALLREDUCE_SHARE),
+    )
+    return next((code for code, holds in checks if holds), HEALTHY)
 
 
 def _task_evidence(t: TaskSample, code: int, odd: dict[str, str], ratio: float | None) -> tuple[str, ...]:
@@ -238,23 +235,9 @@ def diagnose(
     measured on this network for all-reduces of `link_size` bytes (the size nearest the gradients'),
     to say how close the training's all-reduce runs to what TensorFlow can get out of the network."""
     if not samples:
-        return Diagnosis(
-            Finding(
-                "no-data",
-                NO_DATA,
-                evidence=("no trainer targets in Prometheus",),
-                advice=tuple(ADVICE[NO_DATA]),
-            )
-        )
+        return _summary(NO_DATA, "no trainer targets in Prometheus")
     if all(_done(t) for t in samples):
-        return Diagnosis(
-            Finding(
-                "finished",
-                FINISHED,
-                evidence=(f"all {len(samples)} tasks are done",),
-                advice=tuple(ADVICE[FINISHED]),
-            )
-        )
+        return _summary(FINISHED, f"all {len(samples)} tasks are done")
     odd = odd_ones(samples)
     ratios = compute_ratios([t for t in samples if t.step is not None])
     codes = {t.task: task_code(t, odd, ratios.get(t.task)) for t in samples}
@@ -266,54 +249,77 @@ def diagnose(
     judged = [t for t in samples if codes[t.task] is not None]
     if not judged:
         states = ", ".join(sorted({t.state or "unknown" for t in samples}))
-        return Diagnosis(
-            Finding(
-                "no-data",
-                NO_DATA,
-                evidence=(
-                    f"{len(samples)} tasks up but no timed steps in the last minute (states: {states})",
-                ),
-                advice=tuple(ADVICE[NO_DATA]),
-            )
+        return _summary(
+            NO_DATA, f"{len(samples)} tasks up but no timed steps in the last minute (states: {states})"
         )
-
-    worst = max(codes[t.task] for t in judged)
-    if worst == COMMUNICATION and not all(codes[t.task] == COMMUNICATION for t in judged if not _done(t)):
-        worst = HEALTHY  # some tasks wait, not all: nobody is clearly to blame at these thresholds
-    named = tuple(sorted(t.task for t in judged if codes[t.task] == worst)) if worst >= INPUT else ()
-    evidence = [e for t in judged for e in tasks[t.task].evidence if worst < INPUT or t.task in named]
-    if worst < MISMATCH and mismatched(samples):  # e.g. two builds, two tasks each: nobody singled out
+    worst = _cluster_code(judged, codes)
+    named = tuple(sorted(t.task for t in judged if codes[t.task] == worst)) if worst in NAMES_TASKS else ()
+    evidence = [
+        e
+        for t in judged
+        for e in tasks[t.task].evidence
+        if worst in (HEALTHY, COMMUNICATION) or t.task in named
+    ]
+    if worst in PERFORMANCE and mismatched(samples):  # e.g. two builds, two tasks each: nobody singled out
         worst, named = MISMATCH, ()
         evidence = [f"{t.task}: build {t.build}, world size {t.world_size}" for t in samples]
-    if worst == STRAGGLER:
-        others = [t for t in judged if t.task not in named and t.allreduce_share is not None]
-        reference = compute_reference([t.compute for t in judged if t.compute is not None])
-        for t in (s for s in judged if s.task in named):
-            evidence.insert(
-                0,
-                f"{t.task} computes {ratios[t.task]:.1f}x the others ({_ms(t.compute)} vs "
-                f"{_ms(reference)} per step)",
-            )
-        if others:
-            evidence.append(
-                "the others wait in all-reduce: "
-                + ", ".join(f"{t.task} {_pct(t.allreduce_share)}" for t in others)
-            )
-    if worst == COMMUNICATION:
-        evidence.insert(0, f"every task spends more than {_pct(ALLREDUCE_SHARE)} of its step in all-reduce")
-        best = max((t.busbw for t in judged if t.busbw is not None), default=None)
-        if best is not None and link_busbw:
-            at = f" for {link_size / 1024:.0f} KiB" if link_size else ""
-            evidence.append(
-                f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s = {100 * best / link_busbw:.0f}% of "
-                f"the {link_busbw / 1e6:.0f} MB/s `make bench-comm` measured{at} on this network "
-                "(near 100%: the all-reduce itself is the limit; far below: latency or waiting)"
-            )
-        elif best is not None:
-            evidence.append(
-                f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s (run `make bench-comm` to compare "
-                "with what the network gives)"
-            )
-    if worst == INPUT:
-        evidence.insert(0, f"input wait above {_pct(INPUT_SHARE)} of the step on {', '.join(named)}")
-    return Diagnosis(Finding(NAMES[worst], worst, named, tuple(evidence), tuple(ADVICE[worst])), tasks)
+    lead, tail = EXPLAIN.get(worst, _nothing)(judged, named, ratios, (link_busbw, link_size))
+    finding = Finding(NAMES[worst], worst, named, tuple(lead + evidence + tail), tuple(ADVICE[worst]))
+    return Diagnosis(finding, tasks)
+
+
+def _summary(code: int, evidence: str) -> Diagnosis:
+    """A verdict on the whole run with one line of evidence (no data, finished)."""
+    return Diagnosis(Finding(NAMES[code], code, evidence=(evidence,), advice=tuple(ADVICE[code])))
+
+
+def _cluster_code(judged: list[TaskSample], codes: dict[str, int | None]) -> int:
+    """The most severe task verdict, except that communication-bound needs every task still training."""
+    worst = max(codes[t.task] for t in judged)
+    if worst == COMMUNICATION and not all(codes[t.task] == COMMUNICATION for t in judged if not _done(t)):
+        return HEALTHY  # some tasks wait, not all: nobody is clearly to blame at these thresholds
+    return worst
+
+
+def _nothing(*_) -> tuple[list[str], list[str]]:
+    return [], []
+
+
+def _straggler(judged, named, ratios, _link) -> tuple[list[str], list[str]]:
+    """Lead: how much slower each straggler computes; tail: the others wait for it in all-reduce."""
+    reference = compute_reference([t.compute for t in judged if t.compute is not None])
+    lead = [
+        f"{t.task} computes {ratios[t.task]:.1f}x the others ({_ms(t.compute)} vs {_ms(reference)} per step)"
+        for t in reversed([s for s in judged if s.task in named])
+    ]
+    others = [t for t in judged if t.task not in named and t.allreduce_share is not None]
+    waits = ", ".join(f"{t.task} {_pct(t.allreduce_share)}" for t in others)
+    return lead, [f"the others wait in all-reduce: {waits}"] if others else []
+
+
+def _communication(judged, _named, _ratios, link) -> tuple[list[str], list[str]]:
+    """Lead: every task is over the share; tail: the bus bandwidth, against bench-comm's when known."""
+    lead = [f"every task spends more than {_pct(ALLREDUCE_SHARE)} of its step in all-reduce"]
+    best = max((t.busbw for t in judged if t.busbw is not None), default=None)
+    link_busbw, link_size = link
+    if best is None:
+        return lead, []
+    if not link_busbw:
+        return lead, [
+            f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s (run `make bench-comm` to compare "
+            "with what the network gives)"
+        ]
+    at = f" for {link_size / 1024:.0f} KiB" if link_size else ""
+    return lead, [
+        f"all-reduce bus bandwidth {best / 1e6:.1f} MB/s = {100 * best / link_busbw:.0f}% of "
+        f"the {link_busbw / 1e6:.0f} MB/s `make bench-comm` measured{at} on this network "
+        "(near 100%: the all-reduce itself is the limit; far below: latency or waiting)"
+    ]
+
+
+def _input(_judged, named, _ratios, _link) -> tuple[list[str], list[str]]:
+    return [f"input wait above {_pct(INPUT_SHARE)} of the step on {', '.join(named)}"], []
+
+
+EXPLAIN = {STRAGGLER: _straggler, COMMUNICATION: _communication, INPUT: _input}
+"""Verdict -> the evidence lines it adds before and after the named tasks' own."""

@@ -7,14 +7,24 @@ trainer/errors.py: 0 done, 2 bad configuration, 3 missing peers, 200 peer lost a
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 
 from trainer import config as config_lib
 from trainer.cluster import ClusterSpecError, parse_tf_config
-from trainer.errors import EXIT_CONFIG, EXIT_FAILED, ConfigError, TrainerError, is_retryable
+from trainer.errors import (
+    DUMP_SIGNAL_NAME,
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    REASON_ENV,
+    ConfigError,
+    TrainerError,
+    is_retryable,
+)
 
 log = logging.getLogger("trainer")
 
@@ -23,6 +33,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname).1s %(message)s", stream=sys.stderr
     )
+    dump_stacks_on_signal()
     try:
         config = config_lib.from_args(sys.argv[1:] if argv is None else argv, env)
         spec = parse_tf_config(env.get("TF_CONFIG"))
@@ -31,8 +42,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
                 "--strategy mirrored runs in one process: unset TF_CONFIG or use --strategy mwms"
             )
     except (ConfigError, ClusterSpecError) as err:
-        log.error("configuration error: %s", err)
-        return EXIT_CONFIG
+        return failed(f"configuration error: {err}", EXIT_CONFIG, env)
     # Before TensorFlow is imported: Keras 3 cannot train under MWMS (keras-team/keras#20585).
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -41,12 +51,29 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
     try:
         run.run(config, spec)
     except TrainerError as err:
-        log.error("%s", err)
-        return err.exit_code
-    except Exception:
+        return failed(str(err), err.exit_code, env)
+    except Exception as err:
         log.exception("training failed")
-        return EXIT_FAILED
+        return failed(f"training failed: {type(err).__name__}: {err}", EXIT_FAILED, env, logged=True)
     return 0
+
+
+def dump_stacks_on_signal() -> None:
+    """SIGUSR2 (trainer.supervise, when the step is stuck) writes every thread's Python stack to stderr."""
+    faulthandler.register(getattr(signal, DUMP_SIGNAL_NAME), all_threads=True)
+
+
+def failed(line: str, code: int, env: Mapping[str, str], *, logged: bool = False) -> int:
+    """Log the one-line error and leave it where trainer.supervise repeats it in its last line."""
+    if not logged:
+        log.error("%s", line)
+    if path := env.get(REASON_ENV):
+        try:
+            with open(path, "w") as f:
+                f.write((line.splitlines() or [""])[0] + "\n")
+        except OSError:
+            pass
+    return code
 
 
 def exit_now(code: int) -> None:

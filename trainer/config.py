@@ -16,6 +16,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import contract
+from trainer import taskspec
 from trainer.errors import ConfigError
 
 ENV_PREFIX = "TRAINER_"
@@ -23,8 +25,6 @@ STRATEGIES = ("mwms", "mirrored")
 LR_SCALINGS = ("none", "linear")
 ALLREDUCE_MODES = ("serial", "overlap")
 ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
-BUILTIN_TASKS = ("mlp", "cnn")
-"""Names of trainer/tasks.py's built-in tasks, here so that a wrong --task fails before TensorFlow loads."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +34,7 @@ class Config:
     per_replica_batch: int = 32
     """Examples per replica per step; the global batch is this times the replicas in sync."""
     task: str = "mlp"
-    """Model and data: a built-in (`mlp`, `cnn`) or `package.module:function` of your own."""
+    """Model and data: a built-in (trainer/tasks/: `mlp`, `cnn`) or `package.module:function` of your own."""
     strategy: str = "mwms"
     """`mwms` (MultiWorkerMirroredStrategy, one process per task) or `mirrored` (one process)."""
     data: str = ""
@@ -66,7 +66,7 @@ class Config:
     """Time the steps of one call in this many (1 = every step); the others run untimed."""
     log_every: int = 10
     """A progress line per task when the step passes a multiple of this (at most one per call)."""
-    metrics_port: int = 8000
+    metrics_port: int = contract.METRICS_PORT
     """Port of the Prometheus /metrics endpoint; 0 disables metrics."""
     metrics_linger: float = 0.0
     """Seconds to keep serving /metrics after the last step, so a scraper records the final step and `done`."""
@@ -77,10 +77,16 @@ class Config:
     """Port of TensorFlow's profiler server in every task, for `make profile`; 0 starts none."""
     checkpoint_dir: str = ""
     """Where the chief writes checkpoints and the final model; empty disables checkpoints."""
+    resume_new_settings: int = 0
+    """1: resume a checkpoint whose job settings (trainer/manifest.py) differ, with the new settings on every
+    task; 0 (default): such a start stops with exit 2, naming each difference."""
     save_every: int = 100
     """Checkpoint every this many steps (and always at the end); 0 means only at the end."""
     output_dir: str = ""
     """If set, each task writes `<task>.json` here at the end: step, weights checksum, example ids."""
+    export_dir: str = ""
+    """If set, the chief copies the final model (`model/`, a SavedModel) and the run's summary
+    (`summary.json`) here at the end and records the copy in --checkpoint-dir (the stack: OUTPUT= on the host)."""
     cluster_timeout: float = 300.0
     """Seconds to wait for every peer to accept a connection before exiting with code 3."""
     heartbeat_timeout: float = 10.0
@@ -98,6 +104,7 @@ class Config:
             "bytes_per_pack",
         ):
             _check(getattr(self, name) >= 0, name, "must be 0 or more")
+        _check(self.resume_new_settings in (0, 1), "resume_new_settings", "must be 0 or 1")
         _check(self.learning_rate > 0, "learning_rate", "must be positive")
         _check(self.cluster_timeout > 0, "cluster_timeout", "must be positive (seconds)")
         _check(self.heartbeat_timeout >= 1, "heartbeat_timeout", "must be 1 or more (seconds)")
@@ -120,7 +127,7 @@ class Config:
         _check(
             _task_found(self.task),
             "task",
-            f"{self.task!r} is neither a built-in ({', '.join(BUILTIN_TASKS)}) nor an importable "
+            f"{self.task!r} is neither a built-in ({', '.join(taskspec.names())}) nor an importable "
             "package.module:function",
         )
 
@@ -128,7 +135,7 @@ class Config:
 def _task_found(task: str) -> bool:
     """A built-in, or `package.module:function` whose top-level package is on the path. Finding the
     package runs none of its code, so TensorFlow is not imported; loading the function comes later."""
-    if task in BUILTIN_TASKS:
+    if task in taskspec.names():  # the registry runs no TensorFlow
         return True
     module, sep, function = task.partition(":")
     if not sep or not function.isidentifier() or not all(p.isidentifier() for p in module.split(".")):

@@ -7,7 +7,9 @@ metrics, run the actions, then save when a --save-every boundary is reached.
 
 The whole step is timed on the host between consecutive step ends (same clock as tf.timestamp(),
 both are Unix time), so step - (input + compute + all-reduce) is the dispatch and host-loop
-remainder, reported rather than hidden. Saving and logging are excluded from the next step.
+remainder, reported rather than hidden. Saving is kept out of the next step (the clock restarts
+after a save); the after-call actions (the progress line, the preemption check) are not: their few
+host milliseconds land in the next call's first step, as `other`.
 """
 
 from __future__ import annotations

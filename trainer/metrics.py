@@ -88,12 +88,15 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry, task: TaskId) -> None:
         labels = _labels(task)
+        self._label_values = tuple(labels.values())
         self.registry = registry
 
+        self._families = {}
+
         def make(metric: c.Metric, cls, **kwargs):
-            return cls(metric.client_name, metric.help, c.LABELS, registry=registry, **kwargs).labels(
-                **labels
-            )
+            family = cls(metric.client_name, metric.help, c.LABELS, registry=registry, **kwargs)
+            self._families[metric] = family
+            return family.labels(**labels)
 
         def histogram(metric: c.Metric):
             return make(metric, Histogram, buckets=BUCKETS)
@@ -110,6 +113,9 @@ class Metrics:
         self.world_size = make(c.WORLD_SIZE, Gauge)
         self.last_step = make(c.LAST_STEP_TIME, Gauge)
         self.last_checkpoint = make(c.LAST_CHECKPOINT, Gauge)
+        self.target_steps = make(c.TARGET_STEPS, Gauge)
+        self.split_sampled = make(c.SPLIT_SAMPLED, Gauge)
+        self.split_samples = make(c.SPLIT_SAMPLES, Counter)
         self._task = TaskMetrics(registry, task)
 
     def build_info(self, **info: str) -> None:
@@ -136,6 +142,14 @@ class Metrics:
     def checkpointed(self, step: int) -> None:
         self.last_checkpoint.set(step)
 
+    def target(self, steps: int) -> None:
+        """The global step the run ends at (for progress and ETA), when known."""
+        self.target_steps.set(steps)
+
+    def drop(self, metric: c.Metric) -> None:
+        """Stop exporting a series this task cannot measure (absent, not a misleading 0)."""
+        self._families[metric].remove(*self._label_values)
+
 
 class NullMetrics:
     """Metrics disabled: the same calls, doing nothing."""
@@ -144,6 +158,8 @@ class NullMetrics:
     def state(self, state: str) -> None: ...
     def record_step(self, **kwargs) -> None: ...
     def checkpointed(self, step: int) -> None: ...
+    def target(self, steps: int) -> None: ...
+    def drop(self, metric: c.Metric) -> None: ...
 
     world_size = type("NullGauge", (), {"set": staticmethod(lambda value: None)})()
 

@@ -4,6 +4,8 @@ TensorFlow waits for missing peers with an infinite timeout and no log line. Her
 listens on its own port (so peers see it before its ~6 s TensorFlow import is over), then connects
 to every peer until all answer, logging the missing ones every 10 s, and gives up with exit code 3
 after --cluster-timeout. The listener is closed just before TensorFlow binds the same port.
+A peer that ended for good answers there with trainer.errors.FINAL_NOTICE (its supervisor): this
+task then ends at once with exit 5 (PeerFailedError) instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ import time
 from collections.abc import Callable
 
 from trainer.cluster import ClusterSpec, TaskId
-from trainer.errors import MissingPeersError
+from trainer.errors import FINAL_NOTICE, MissingPeersError, PeerFailedError
 
 log = logging.getLogger(__name__)
 LOG_INTERVAL_S = 10.0
 RETRY_INTERVAL_S = 0.5
+NOTICE_READ_S = 0.3
+"""How long a probe listens for a final notice: a live listener closes at once, TensorFlow's server
+sends its HTTP/2 settings or nothing."""
+FAILED = "failed for good"
 
 
 class Listener:
@@ -54,8 +60,8 @@ def probe(address: str, timeout: float = 1.0) -> str | None:
     """None if `address` accepts a TCP connection, else a short reason."""
     host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            return None
+        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+            return _notice(sock)
     except socket.gaierror:
         return "name does not resolve"
     except ConnectionRefusedError:
@@ -64,6 +70,19 @@ def probe(address: str, timeout: float = 1.0) -> str | None:
         return "timed out"
     except OSError as err:
         return err.strerror or type(err).__name__
+
+
+def _notice(sock: socket.socket) -> str | None:
+    """`failed for good: exit N (why)` if the peer's supervisor answers with a final notice, else None."""
+    sock.settimeout(NOTICE_READ_S)
+    try:
+        data = sock.recv(1024)
+    except OSError:
+        return None
+    if not data.startswith(FINAL_NOTICE):
+        return None
+    code, _, why = data[len(FINAL_NOTICE) :].decode(errors="replace").strip().partition(" ")
+    return f"{FAILED}: exit {code} ({why})" if why else f"{FAILED}: exit {code}"
 
 
 def wait_for_peers(
@@ -81,6 +100,8 @@ def wait_for_peers(
     while True:
         for task in list(missing):
             reason = probe(spec.address(task))
+            if reason and reason.startswith(FAILED):
+                raise PeerFailedError(f"{task.name} ({spec.address(task)}) {reason}; ending this task too")
             if reason is None:
                 del missing[task]
             else:

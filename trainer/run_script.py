@@ -1,12 +1,22 @@
 """`python -m trainer.run_script PATH [args]`: bring your own training script, keep the telemetry.
 
-Compose runs this when SCRIPT= is set. It serves the metrics every task has (process and network
-metrics, trainer_build_info, trainer_state) on TRAINER_METRICS_PORT (default 8000, 0 disables),
-labelled by the task from TF_CONFIG, starts TensorFlow's profiler server on TRAINER_PROFILER_PORT
-(unset or 0: none) for `make profile`, sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script
-in this process as `__main__` with sys.argv = [PATH, args...] and exits with its status.
+Compose runs this when SCRIPT= is set. It serves the contract's metrics on TRAINER_METRICS_PORT
+(default contract.METRICS_PORT, 0 disables), labelled by the task from TF_CONFIG: those every task has (process,
+network, trainer_build_info, trainer_state) and, through trainer/observe (docs/script.md), the step
+time, counters, loss and the sampled compute / all-reduce / input split of `model.fit` and
+`strategy.run` loops. It starts TensorFlow's profiler server on TRAINER_PROFILER_PORT (unset or 0:
+none) for `make profile`, sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script in this
+process as `__main__` with sys.argv = [PATH, args...] and exits with its status.
 A script's own summaries belong under TRAINER_LOGDIR (the stack's TensorBoard volume), e.g.
 `tf.keras.callbacks.TensorBoard(os.environ["TRAINER_LOGDIR"])`.
+
+Faults, as for the built-in trainer: when the script raises what TensorFlow raises on a survivor of
+a lost peer (the collective aborted: Unavailable, Aborted, Cancelled, DeadlineExceeded), this exits
+200 (peer lost, retryable) instead of 1, so trainer.supervise restarts every task and the script
+runs again from the top. Where it resumes is the script's own business, in TRAINER_CHECKPOINT_DIR
+(the same directory in every task on one host, as MWMS expects): e.g.
+`tf.keras.callbacks.BackupAndRestore(os.environ["TRAINER_CHECKPOINT_DIR"])` in `fit`, or a
+`tf.train.CheckpointManager` there. See docs/faults.md.
 """
 
 from __future__ import annotations
@@ -21,15 +31,39 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry
 
+import contract
 import trainer
-from trainer import tensorboard
+from trainer import observe, tensorboard
 from trainer.cluster import CHIEF, ClusterSpecError, TaskId, parse_tf_config
-from trainer.errors import EXIT_CONFIG, EXIT_FAILED
-from trainer.metrics import Server, TaskMetrics
+from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_PEER_LOST, REASON_ENV
+from trainer.metrics import Metrics, Server
+from trainer.observe import config as observe_config
 
 log = logging.getLogger("trainer.run_script")
 PROFILER_PORT_ENV = "TRAINER_PROFILER_PORT"
 """The stack's profiler port (contract.PROFILER_PORT): a server there lets `make profile` trace the script."""
+
+
+PEER_LOST = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")
+"""trainer.training.PEER_LOST by name: this module must not import TensorFlow before the script does."""
+
+
+def peer_lost(err: BaseException) -> bool:
+    """True for TensorFlow's errors of a survivor whose peer died (the script may wrap them: follow the cause)."""
+    while err is not None:
+        if type(err).__module__.startswith("tensorflow") and type(err).__name__ in PEER_LOST:
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _reason(line: str, env: Mapping[str, str]) -> None:
+    if path := env.get(REASON_ENV):
+        try:
+            with open(path, "w") as f:
+                f.write(line + "\n")
+        except OSError:
+            pass
 
 
 def _tf_version() -> str:
@@ -53,8 +87,9 @@ def _exit_status(code: object) -> int:
 def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
     try:
         spec = parse_tf_config(env.get("TF_CONFIG"))
-        port = int(env.get("TRAINER_METRICS_PORT", "8000") or "8000")
+        port = int(env.get("TRAINER_METRICS_PORT") or contract.METRICS_PORT)
         profiler_port = int(env.get(PROFILER_PORT_ENV, "0") or "0")
+        observe_config.from_env(env)
     except (ClusterSpecError, ValueError) as err:
         log.error("configuration error: %s", err)
         return EXIT_CONFIG
@@ -64,7 +99,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     task = spec.task if spec else TaskId(CHIEF, 0)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     registry = CollectorRegistry()
-    metrics = TaskMetrics(registry, task)
+    metrics = Metrics(registry, task)
     metrics.build_info(
         tf_version=_tf_version(),
         trainer_version=trainer.__version__,
@@ -75,15 +110,32 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     server = Server(registry, port) if port else None
     tensorboard.start_profiler(profiler_port, task.name)
     metrics.state("training")
+    sampler = observe.install(metrics, env)
     sys.argv = [path, *args]
     try:
+        if spec is not None:  # the script's own MWMS starts its server with the trainer's settings
+            from trainer import server_config
+
+            server_config.apply(server_config.DEFAULT)
         runpy.run_path(path, run_name="__main__")
         status = 0
     except SystemExit as exit_:
         status = _exit_status(exit_.code)
-    except BaseException:  # noqa: BLE001 (whatever the script raises, report it and exit 1)
+    except BaseException as err:  # noqa: BLE001 (whatever the script raises, report it and exit 1)
         traceback.print_exc()
-        status = EXIT_FAILED
+        first = (str(err).splitlines() or [""])[0][:200]
+        if peer_lost(err):
+            log.error(
+                "a peer was lost, the collective is aborted (%s: %s); restart every task to resume",
+                type(err).__name__,
+                first,
+            )
+            _reason(f"a peer was lost ({type(err).__name__}: {first})", env)
+            status = EXIT_PEER_LOST
+        else:
+            _reason(f"{type(err).__name__}: {first}", env)
+            status = EXIT_FAILED
+    sampler.close()
     metrics.state("done" if status == 0 else "failed")
     if server:
         server.close()
@@ -91,7 +143,11 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The script's status; trainer.__main__.exit_now skips TensorFlow's teardown after a lost peer."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(message)s")
+    from trainer.__main__ import dump_stacks_on_signal
+
+    dump_stacks_on_signal()
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -100,4 +156,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from trainer.__main__ import exit_now
+
+    exit_now(main())

@@ -93,96 +93,114 @@ def payload_bytes(variables, options: StepOptions) -> int:
 
 def functions(strategy, task: Task, optimizer, global_batch: int, options: StepOptions):
     """(timed_steps, plain_steps): the tf.functions behind build(), (iterator, n tensor) -> results."""
-    variables = task.model.trainable_variables
-    on_gpu = bool(tf.config.list_logical_devices("GPU"))
-    wire = tf.as_dtype(options.dtype)
-    packing = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=options.bytes_per_pack)
-
-    def first(value):
-        return strategy.experimental_local_results(value)[0]
-
-    def mark(after, timed, name=None):
-        if not timed:
-            return []
-        with tf.control_dependencies(_settled(after, on_gpu)):
-            return [tf.timestamp(name=name)]
-
-    def all_reduce(grads, stats, t1):
-        """Serial: every pack waits for t1 (all gradients). Overlap: no barrier, so the packs (which
-        the strategy forms in reverse order, the order backprop produces them) start when ready."""
-        barrier = t1 if options.mode == "serial" else []
-        with tf.control_dependencies(barrier):
-            # tf.identity: all_reduce needs tensors produced in this replica function
-            sent = [tf.identity(tf.cast(g, wire)) for g in grads]
-            ctx, total = tf.distribute.get_replica_context(), tf.distribute.ReduceOp.SUM
-            if wire == tf.float32:  # loss and accuracy ride in the gradients' collective
-                reduced = ctx.all_reduce(total, [*sent, tf.identity(stats)], options=packing)
-                return reduced[:-1], reduced[-1]
-            reduced = ctx.all_reduce(total, sent, options=packing)
-            return [tf.cast(r, g.dtype) for r, g in zip(reduced, grads)], ctx.all_reduce(total, stats)
-
-    def apply(reduced, since: int):
-        """The update, waiting for every stateful op the step made since op number `since`: the
-        variable writes are not ancestors of apply_gradients' return value (`iterations.assign_add`),
-        nor are batch normalisation's moving averages of the loss, so the end mark waits for them."""
-        applied = optimizer.apply_gradients(zip(reduced, variables), skip_gradients_aggregation=True)
-        made = [op for op in _ops()[since:] if op._is_stateful]
-        with tf.control_dependencies(made):
-            # On GPU the end mark settles on the updated values, read after their writes.
-            return [tf.identity(applied)] + (
-                [tf.reshape(v.value(), [-1])[:1] for v in variables] if on_gpu else []
-            )
-
-    def replica_step(batch, timed):
-        no_ids = tf.zeros([0], tf.int64)  # not a module constant: it would initialise TF's context
-        x, y, ids = (*batch, no_ids)[:3] if isinstance(batch, tuple) else (batch, None, no_ids)
-        t0 = mark([t for t in tf.nest.flatten((x, y)) if t is not None], timed)
-        since = len(_ops())
-        with tf.control_dependencies(t0):
-            with tf.GradientTape() as tape:
-                logits = task.model(x, training=True)
-                loss = tf.nn.compute_average_loss(task.loss(y, logits), global_batch_size=global_batch)
-                if task.model.losses:
-                    loss += tf.nn.scale_regularization_loss(tf.add_n(task.model.losses))
-            grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
-            stats = tf.stack([tf.cast(loss, tf.float32), _accuracy(task, y, logits, global_batch)])
-        t1 = mark(grads, timed)
-        reduced, stats = all_reduce(grads, stats, t1)
-        t2 = mark(reduced + [stats], timed)
-        with tf.control_dependencies(t2):
-            done = apply(reduced, since)
-        t3 = mark(done, timed, name=END_MARK)
-        with tf.control_dependencies(done):
-            return _stack(t0 + t1 + t2 + t3), tf.identity(stats), tf.reshape(ids, [-1])
-
-    def one_step(iterator, after, timed):
-        t_start = mark([after], timed)
-        with tf.control_dependencies([after] + t_start):  # steps in sequence, timed or not
-            batch = next(iterator)
-        marks, stats, ids = strategy.run(replica_step, args=(batch, timed))
-        ids = tf.concat(strategy.experimental_local_results(ids), 0)
-        return tf.concat([_stack(t_start), first(marks)], 0), first(stats), ids
-
-    def steps(iterator, n, timed):
-        all_marks = tf.TensorArray(tf.float64, size=n, element_shape=[5 if timed else 0])
-        all_ids = tf.TensorArray(tf.int64, size=n, element_shape=[None], infer_shape=False)
-        stats = tf.zeros([2], tf.float32)
-        for i in tf.range(n):  # iterations are ordered: each starts after the previous stats
-            marks, stats, ids = one_step(iterator, stats, timed)
-            all_marks = all_marks.write(i, marks)
-            all_ids = all_ids.write(i, ids)
-        return all_marks.stack(), stats, all_ids.concat()
+    graph = _StepGraph(strategy, task, optimizer, global_batch, options)
 
     # Named functions, not lambdas: AutoGraph must read their source to convert the loop.
     @tf.function
     def timed_steps(iterator, n):
-        return steps(iterator, n, True)
+        return graph.steps(iterator, n, True)
 
     @tf.function
     def plain_steps(iterator, n):
-        return steps(iterator, n, False)
+        return graph.steps(iterator, n, False)
 
     return timed_steps, plain_steps
+
+
+class _StepGraph:
+    """The ops of n fused steps, each marked with timestamps when timed: start, t0 (batch in hand),
+    t1 (gradients), t2 (all-reduced), t3 (applied). The methods run while tracing, top-down:
+    steps -> one_step -> replica_step -> all_reduce, apply."""
+
+    def __init__(self, strategy, task: Task, optimizer, global_batch: int, options: StepOptions) -> None:
+        self.strategy, self.task, self.optimizer, self.global_batch = strategy, task, optimizer, global_batch
+        self.mode = options.mode
+        self.variables = task.model.trainable_variables
+        self.on_gpu = bool(tf.config.list_logical_devices("GPU"))
+        self.wire = tf.as_dtype(options.dtype)
+        self.packing = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=options.bytes_per_pack)
+
+    def steps(self, iterator, n, timed):
+        all_marks = tf.TensorArray(tf.float64, size=n, element_shape=[5 if timed else 0])
+        all_ids = tf.TensorArray(tf.int64, size=n, element_shape=[None], infer_shape=False)
+        stats = tf.zeros([2], tf.float32)
+        for i in tf.range(n):  # iterations are ordered: each starts after the previous stats
+            marks, stats, ids = self.one_step(iterator, stats, timed)
+            all_marks = all_marks.write(i, marks)
+            all_ids = all_ids.write(i, ids)
+        return all_marks.stack(), stats, all_ids.concat()
+
+    def one_step(self, iterator, after, timed):
+        t_start = self.mark([after], timed)
+        with tf.control_dependencies([after] + t_start):  # steps in sequence, timed or not
+            batch = next(iterator)
+        marks, stats, ids = self.strategy.run(self.replica_step, args=(batch, timed))
+        ids = tf.concat(self.strategy.experimental_local_results(ids), 0)
+        return tf.concat([_stack(t_start), self.first(marks)], 0), self.first(stats), ids
+
+    def replica_step(self, batch, timed):
+        no_ids = tf.zeros([0], tf.int64)  # not a module constant: it would initialise TF's context
+        x, y, ids = (*batch, no_ids)[:3] if isinstance(batch, tuple) else (batch, None, no_ids)
+        t0 = self.mark([t for t in tf.nest.flatten((x, y)) if t is not None], timed)
+        since = len(_ops())
+        with tf.control_dependencies(t0):
+            grads, stats = self.gradients(x, y)
+        t1 = self.mark(grads, timed)
+        reduced, stats = self.all_reduce(grads, stats, t1)
+        t2 = self.mark(reduced + [stats], timed)
+        with tf.control_dependencies(t2):
+            done = self.apply(reduced, since)
+        t3 = self.mark(done, timed, name=END_MARK)
+        with tf.control_dependencies(done):
+            return _stack(t0 + t1 + t2 + t3), tf.identity(stats), tf.reshape(ids, [-1])
+
+    def gradients(self, x, y):
+        """This replica's gradients, and its (loss, accuracy) share of the global batch's."""
+        task = self.task
+        with tf.GradientTape() as tape:
+            logits = task.model(x, training=True)
+            loss = tf.nn.compute_average_loss(task.loss(y, logits), global_batch_size=self.global_batch)
+            if task.model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(task.model.losses))
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, self.variables)]
+        return grads, tf.stack([tf.cast(loss, tf.float32), _accuracy(task, y, logits, self.global_batch)])
+
+    def all_reduce(self, grads, stats, t1):
+        """Serial: every pack waits for t1 (all gradients). Overlap: no barrier, so the packs (which
+        the strategy forms in reverse order, the order backprop produces them) start when ready."""
+        barrier = t1 if self.mode == "serial" else []
+        with tf.control_dependencies(barrier):
+            # tf.identity: all_reduce needs tensors produced in this replica function
+            sent = [tf.identity(tf.cast(g, self.wire)) for g in grads]
+            ctx, total = tf.distribute.get_replica_context(), tf.distribute.ReduceOp.SUM
+            if self.wire == tf.float32:  # loss and accuracy ride in the gradients' collective
+                reduced = ctx.all_reduce(total, [*sent, tf.identity(stats)], options=self.packing)
+                return reduced[:-1], reduced[-1]
+            reduced = ctx.all_reduce(total, sent, options=self.packing)
+            return [tf.cast(r, g.dtype) for r, g in zip(reduced, grads)], ctx.all_reduce(total, stats)
+
+    def apply(self, reduced, since: int):
+        """The update, waiting for every stateful op the step made since op number `since`: the
+        variable writes are not ancestors of apply_gradients' return value (`iterations.assign_add`),
+        nor are batch normalisation's moving averages of the loss, so the end mark waits for them."""
+        applied = self.optimizer.apply_gradients(
+            zip(reduced, self.variables), skip_gradients_aggregation=True
+        )
+        made = [op for op in _ops()[since:] if op._is_stateful]
+        with tf.control_dependencies(made):
+            # On GPU the end mark settles on the updated values, read after their writes.
+            return [tf.identity(applied)] + (
+                [tf.reshape(v.value(), [-1])[:1] for v in self.variables] if self.on_gpu else []
+            )
+
+    def mark(self, after, timed, name=None):
+        if not timed:
+            return []
+        with tf.control_dependencies(_settled(after, self.on_gpu)):
+            return [tf.timestamp(name=name)]
+
+    def first(self, value):
+        return self.strategy.experimental_local_results(value)[0]
 
 
 def _ops() -> list:

@@ -16,6 +16,26 @@ own /metrics (`trainer_last_checkpoint_step`, polled while it runs), so a long j
 number of faults as long as it keeps saving; when a retryable exit finds the budget spent the
 supervisor exits 4 (EXIT_GAVE_UP), a final code for every engine.
 
+Across container restarts (SUPERVISE_STATE_DIR, a volume): the runs, the budget and a final exit
+are kept in `<dir>/<hostname>.json`, the hostname being the container's id, so a new container (`make
+up` after `make down`) starts afresh while a restarted one (killed, the engine or the host restarted)
+goes on: a restart of the container spends the budget like a restart of the trainer, and a container
+whose task ended for good (0, 1, 2, 3 on the first run, 4, 5) exits at once with the same code
+without running the task again, whoever starts it.
+
+Failing as a group: after a final exit 1, 2 or 4 the supervisor answers on the task's cluster port
+(`mwms-final <code> <why>`, trainer.errors.FINAL_NOTICE) for SUPERVISE_NOTICE_SECONDS (default 60) or
+until every peer has connected: peers restarting after the lost collective read it in their
+preflight and end with exit 5 at once, instead of waiting for it round after round.
+
+Stuck, not dead: a trainer whose step stops advancing (a hung input pipeline, a collective that
+never completes) still heartbeats, so nothing else ends it. Once its step has advanced in this run,
+the supervisor reads `trainer_global_step` and the step histogram's p99 from the same /metrics; when
+the step has not moved for longer than SUPERVISE_STALL = "multiple,floor,ceiling" (default
+"20,60,900": 20 x the p99 step, at least 60 s, at most 900 s; "0" disables), it sends SIGUSR2 (the
+trainer's faulthandler writes every thread's Python stack to the log), then SIGKILL: exit 137,
+retryable, the job restarts from its last checkpoint, or ends with that line when the budget is spent.
+
 Signals: SIGTERM and SIGINT are forwarded to the child (its own session, so a terminal's Ctrl-C
 reaches it once), and then the child is not restarted: the container itself is being stopped
 (`docker stop`, a preempted node), and whatever stopped it decides whether it comes back.
@@ -25,28 +45,56 @@ Standard library only; one line per decision on stderr, prefixed `supervise:`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import contract
-from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_GAVE_UP, EXIT_MISSING_PEERS, EXIT_OK, is_retryable
+from trainer.cluster import ClusterSpecError, parse_tf_config
+from trainer.errors import (
+    DUMP_SIGNAL_NAME,
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_GAVE_UP,
+    EXIT_MISSING_PEERS,
+    EXIT_OK,
+    EXIT_PEER_FAILED,
+    FINAL_NOTICE,
+    REASON_ENV,
+    is_retryable,
+)
 
 ENTRY = ("python", "-m", "trainer.supervise", "--")
 """What every emitter puts before the task's command."""
 MAX_RESTARTS_ENV = "SUPERVISE_MAX_RESTARTS"
 """The budget K; the compose generator writes it from MAX_RESTARTS."""
-DEFAULT_MAX_RESTARTS = 3
+DEFAULT_MAX_RESTARTS = contract.DEFAULT_MAX_RESTARTS
+STATE_DIR_ENV = "SUPERVISE_STATE_DIR"
+"""Where the state that outlives the container's processes is kept (a volume); unset: nowhere."""
+NOTICE_ENV = "SUPERVISE_NOTICE_SECONDS"
+DEFAULT_NOTICE_S = 60.0
+NOTICE_CODES = (EXIT_FAILED, EXIT_CONFIG, EXIT_GAVE_UP)
+"""Finals a peer must hear of: 3 is every task's own timeout, 5 is already the echo of another's final."""
 # Restart at once but not in a hot loop: peers need the same ~1 s to notice and exit; the budget,
 # not a growing back-off, bounds the retries (a back-off could outgrow the peers' --cluster-timeout).
 RESTART_DELAY_S = 1.0
 POLL_S = 2.0
+STALL_ENV = "SUPERVISE_STALL"
+DUMP_SIGNAL = getattr(signal, DUMP_SIGNAL_NAME)
+"""The trainer's faulthandler writes every thread's stack on it (trainer/__main__.py, trainer/run_script.py)."""
+DUMP_GRACE_S = 2.0
+STEP_LINE = re.compile(rf"^{contract.GLOBAL_STEP.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
+BUCKET_LINE = re.compile(rf'^{contract.STEP.name}_bucket{{[^}}]*le="([^"]+)"[^}}]*}} (\S+)$', re.MULTILINE)
 CHECKPOINT_LINE = re.compile(rf"^{contract.LAST_CHECKPOINT.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 MEANING = {
     EXIT_OK: "done",
@@ -54,9 +102,41 @@ MEANING = {
     EXIT_CONFIG: "bad configuration",
     EXIT_MISSING_PEERS: "missing peers",
     EXIT_GAVE_UP: "gave up: restart budget spent",
+    EXIT_PEER_FAILED: "a peer failed for good",
     200: "peer lost",
     201: "preempted",
 }
+
+
+@dataclass(frozen=True)
+class StallBound:
+    """How long a step may stand still: `multiple` x the p99 step, within [floor, ceiling] seconds."""
+
+    multiple: float = 20.0
+    floor: float = 60.0
+    ceiling: float = 900.0
+
+    def seconds(self, p99: float | None) -> float:
+        return self.ceiling if p99 is None else min(self.ceiling, max(self.floor, self.multiple * p99))
+
+    def describe(self, p99: float | None) -> str:
+        measured = f"{self.multiple:g} x p99 step {p99:.3g}s" if p99 is not None else "no step time yet"
+        return f"{self.seconds(p99):.0f}s: {measured}, floor {self.floor:g}s, ceiling {self.ceiling:g}s"
+
+    @classmethod
+    def parse(cls, text: str) -> StallBound | None:
+        """`multiple,floor,ceiling`; "0": never (None)."""
+        if text.strip() == "0":
+            return None
+        try:
+            multiple, floor, ceiling = (float(x) for x in text.split(","))
+        except ValueError:
+            raise ValueError(
+                f"{STALL_ENV}={text!r}: must be multiple,floor,ceiling (e.g. 20,60,900) or 0"
+            ) from None
+        if not 0 < floor <= ceiling or multiple <= 0:
+            raise ValueError(f"{STALL_ENV}={text!r}: needs multiple > 0 and 0 < floor <= ceiling")
+        return cls(multiple, floor, ceiling)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +149,14 @@ class Settings:
     """The child's /metrics, where its last checkpoint step is read; empty: no progress is ever seen."""
     restart_delay: float = RESTART_DELAY_S
     poll: float = POLL_S
+    state_file: str = ""
+    """The JSON state of this container's task (SUPERVISE_STATE_DIR/<hostname>.json); empty: not kept."""
+    notice_port: int = 0
+    """This task's cluster port, where a final exit is announced to peers; 0: no announcement."""
+    peers: int = 0
+    notice_seconds: float = DEFAULT_NOTICE_S
+    stall: StallBound | None = StallBound()
+    """When a step that stopped advancing counts as stuck; None: never."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -106,11 +194,39 @@ def checkpoint_step(url: str) -> int | None:
     return max((int(float(v)) for v in found), default=None)
 
 
+def step_and_p99(url: str) -> tuple[int | None, float | None]:
+    """The child's global step and the p99 of its step histogram (upper bucket bound), from /metrics."""
+    if not url:
+        return None, None
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            text = response.read().decode()
+    except (OSError, ValueError):
+        return None, None
+    steps = [int(float(v)) for v in STEP_LINE.findall(text)]
+    return (max(steps) if steps else None), p99(
+        [(float(le), float(count)) for le, count in BUCKET_LINE.findall(text)]
+    )
+
+
+def p99(buckets: list[tuple[float, float]]) -> float | None:
+    """The upper bound of the bucket holding the 99th percentile of cumulative `(le, count)` buckets."""
+    buckets = sorted(buckets)
+    total = buckets[-1][1] if buckets else 0
+    if not total:
+        return None
+    finite = [(le, count) for le, count in buckets if count >= 0.99 * total and le != float("inf")]
+    return finite[0][0] if finite else max(le for le, _ in buckets if le != float("inf"))
+
+
 class Budget:
     """K restarts in a row without progress; a checkpoint newer than any seen renews it."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit, self.used, self.best, self._best_at_restart = limit, 0, -1, -1
+    def __init__(self, limit: int, used: int = 0, best: int = -1, best_at_restart: int = -1) -> None:
+        self.limit, self.used, self.best, self._best_at_restart = limit, used, best, best_at_restart
+
+    def fields(self) -> dict[str, int]:
+        return {"used": self.used, "best": self.best, "best_at_restart": self._best_at_restart}
 
     def saw(self, step: int | None) -> None:
         if step is not None:
@@ -127,6 +243,61 @@ class Budget:
         return True
 
 
+@dataclass
+class State:
+    """What one container's task did, kept across restarts of the container."""
+
+    runs: int = 0
+    budget: dict[str, int] = field(default_factory=dict)
+    final: int | None = None
+    why: str = ""
+
+    @classmethod
+    def load(cls, path: str) -> State:
+        try:
+            raw = json.loads(Path(path).read_text()) if path else {}
+        except FileNotFoundError:
+            raw = {}
+        except (OSError, ValueError):  # torn or unreadable: the budget restarts, nothing final is lost
+            raw = {}
+        return cls(**{k: raw[k] for k in ("runs", "budget", "final", "why") if k in raw})
+
+    def save(self, path: str) -> None:
+        if not path:
+            return
+        tmp = f"{path}.tmp"
+        Path(tmp).write_text(json.dumps(asdict(self)) + "\n")
+        os.replace(tmp, path)  # whole or not at all: a kill mid-write leaves the previous state
+
+
+def announce(port: int, peers: int, text: bytes, seconds: float) -> int:
+    """Answer `text` to whoever connects to `port` until `peers` distinct hosts have, or `seconds`
+    pass; how many hosts were told (0 if the port cannot be bound)."""
+    told: set[str] = set()
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("", port))
+        sock.listen(16)
+    except OSError:
+        return 0
+    deadline = time.monotonic() + seconds
+    with sock:
+        while len(told) < peers and (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            try:
+                conn, (host, _port) = sock.accept()
+            except OSError:  # timed out
+                break
+            with conn:
+                try:
+                    conn.sendall(text)
+                    told.add(host)
+                except OSError:
+                    pass
+    return len(told)
+
+
 class Supervisor:
     def __init__(
         self,
@@ -134,11 +305,17 @@ class Supervisor:
         *,
         log: Callable[[str], None],
         progress: Callable[[str], int | None] = checkpoint_step,
+        steps: Callable[[str], tuple[int | None, float | None]] = step_and_p99,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._s, self._log, self._progress = settings, log, progress
+        self._s, self._log, self._progress, self._steps, self._clock = settings, log, progress, steps, clock
+        self.stuck: str = ""
+        """Why the last run was ended as stuck, if it was."""
         self._child: subprocess.Popen | None = None
         self._stopping: int | None = None
-        self.budget = Budget(settings.max_restarts)
+        self.state = State.load(settings.state_file)
+        self.budget = Budget(settings.max_restarts, **self.state.budget)
+        self._reason = os.path.join(tempfile.gettempdir(), f"supervise-reason-{os.getpid()}")
 
     def on_signal(self, signum: int, _frame=None) -> None:
         self._stopping = signum
@@ -146,11 +323,20 @@ class Supervisor:
             self._child.send_signal(signum)
 
     def run(self) -> int:
-        runs = 0
+        if self.state.final is not None:
+            code = self.state.final
+            self._log(
+                f"this task already ended for good: exit {code} ({meaning(code)}){self._why(self.state.why)}; "
+                "not running it again (make up starts a new job)"
+            )
+            return code
+        if self.state.runs and not self._container_restarted():
+            return self._final(EXIT_GAVE_UP, "exited after a restart of its container")
         while True:
+            self.state.runs += 1  # counted at the start: a container killed mid-run knows it had run
+            self._save()
             code = _as_exit(self._run_once())
-            runs += 1
-            verdict = decide(code, has_run=runs > 1)
+            verdict = decide(code, has_run=self.state.runs > 1)
             what = f"exited {code} ({meaning(code)})"
             if self._stopping is not None:
                 self._log(
@@ -159,16 +345,18 @@ class Supervisor:
                 return code
             if verdict == "done":
                 self._log(f"{what}")
-                return EXIT_OK
+                return self._final(EXIT_OK, quiet=True)
             if verdict == "final":
-                self._log(f"{what}: final, not restarting")
-                return code
+                return self._final(code, what)
+            if self.stuck:
+                what = f"{what} ({self.stuck})"
             if not self.budget.spend():
                 self._log(
                     f"{what}: gave up, {self.budget.limit} restart(s) without a new checkpoint "
                     f"(last checkpoint {self._checkpoint_text()}); exit {EXIT_GAVE_UP}"
                 )
-                return EXIT_GAVE_UP
+                return self._final(EXIT_GAVE_UP, quiet=True)
+            self._save()
             self._log(
                 f"{what}: restart {self.budget.used}/{self.budget.limit} since the last new checkpoint "
                 f"({self._checkpoint_text()})"
@@ -177,18 +365,113 @@ class Supervisor:
             if self._stopping is not None:  # stopped during the delay: nothing is running to forward to
                 return code
 
+    def _container_restarted(self) -> bool:
+        """The container itself was started again after run N: spend one restart; False when none is left."""
+        if not self.budget.spend():
+            self._log(
+                f"container restarted after run {self.state.runs}: gave up, {self.budget.limit} restart(s) "
+                f"without a new checkpoint (last checkpoint {self._checkpoint_text()}); exit {EXIT_GAVE_UP}"
+            )
+            return False
+        self._save()
+        self._log(
+            f"container restarted after run {self.state.runs} (killed, or its engine or host restarted): "
+            f"restart {self.budget.used}/{self.budget.limit} since the last new checkpoint ({self._checkpoint_text()})"
+        )
+        return True
+
+    def _final(self, code: int, what: str = "", *, quiet: bool = False) -> int:
+        """Record a final exit (it stays final across container restarts), tell the peers, return it."""
+        why = self._child_reason()
+        self.state.final, self.state.why = code, why
+        self._save()
+        if not quiet:
+            self._log(f"{what}: final, not restarting{self._why(why)}")
+        if code in NOTICE_CODES and self._s.notice_port and self._s.peers:
+            text = FINAL_NOTICE + f"{code} {meaning(code)}{self._why(why)}\n".encode()
+            told = announce(self._s.notice_port, self._s.peers, text, self._s.notice_seconds)
+            self._log(
+                f"told {told}/{self._s.peers} peer(s) this task ended for good; exit {code}{self._why(why)}"
+            )
+        return code
+
+    def _child_reason(self) -> str:
+        try:
+            return Path(self._reason).read_text().strip().splitlines()[-1]
+        except (OSError, IndexError):
+            return ""
+
+    @staticmethod
+    def _why(why: str) -> str:
+        return f": {why}" if why else ""
+
+    def _save(self) -> None:
+        self.state.budget = self.budget.fields()
+        try:
+            self.state.save(self._s.state_file)
+        except OSError as err:  # a full or read-only volume must not end the task
+            self._log(f"cannot keep state in {self._s.state_file}: {err}")
+
     def _checkpoint_text(self) -> str:
         return f"step {self.budget.best}" if self.budget.best >= 0 else "none seen"
 
     def _run_once(self) -> int:
-        self._child = subprocess.Popen(self._s.command, start_new_session=True)
+        Path(self._reason).unlink(missing_ok=True)
+        env = {**os.environ, REASON_ENV: self._reason}
+        self._child = subprocess.Popen(self._s.command, start_new_session=True, env=env)
         if self._stopping is not None:  # a signal between two runs: pass it on
             self._child.send_signal(self._stopping)
+        self.stuck, watch = "", StallWatch(self._s.stall, self._clock)
         while True:
             try:
                 return self._child.wait(timeout=self._s.poll)
             except subprocess.TimeoutExpired:
+                best = self.budget.best
                 self.budget.saw(self._progress(self._s.metrics_url))
+                if self.budget.best != best:  # kept at once: a kill of the container must not forget it
+                    self._save()
+                if why := watch.saw(*self._steps(self._s.metrics_url)):
+                    self._end_stuck(why)
+
+    def _end_stuck(self, why: str) -> None:
+        """Every thread's stack into the log, then SIGKILL: the run ends with a retryable 137."""
+        self.stuck = why
+        self._log(f"{why}: writing every thread's stack to the log ({DUMP_SIGNAL.name}), then restarting")
+        assert self._child is not None
+        try:
+            self._child.send_signal(DUMP_SIGNAL)
+            self._child.wait(timeout=DUMP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self._child.pid, signal.SIGKILL)
+        except OSError:  # already gone
+            pass
+
+
+class StallWatch:
+    """Is the step standing still for longer than the bound? Armed once it has advanced in this run
+    (start-up, restore and tracing are the cluster timeout's business)."""
+
+    def __init__(self, bound: StallBound | None, clock: Callable[[], float]) -> None:
+        self._bound, self._clock = bound, clock
+        self._step: int | None = None
+        self._since = 0.0
+        self._armed = False
+
+    def saw(self, step: int | None, p99_s: float | None) -> str:
+        """ "" or why the step counts as stuck."""
+        if self._bound is None or step is None:
+            return ""
+        now = self._clock()
+        if step != self._step:
+            self._armed = self._step is not None
+            self._step, self._since = step, now
+            return ""
+        still = now - self._since
+        if self._armed and still > self._bound.seconds(p99_s):
+            return f"step stuck at {step} for {still:.0f}s (bound {self._bound.describe(p99_s)})"
+        return ""
 
 
 def _as_exit(code: int) -> int:
@@ -216,7 +499,36 @@ def settings_from(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         raise ValueError(f"{MAX_RESTARTS_ENV}={raw!r}: must be an integer") from None
     port = env.get("TRAINER_METRICS_PORT", str(contract.METRICS_PORT))
     url = "" if port.strip() in ("", "0") else f"http://127.0.0.1:{port.strip()}/metrics"
-    return Settings(command=tuple(command), max_restarts=limit, metrics_url=url)
+    state_dir = env.get(STATE_DIR_ENV, "")
+    state_file = os.path.join(state_dir, f"{socket.gethostname()}.json") if state_dir else ""
+    try:
+        notice = float(env.get(NOTICE_ENV) or DEFAULT_NOTICE_S)
+    except ValueError:
+        raise ValueError(f"{NOTICE_ENV}={env.get(NOTICE_ENV)!r}: must be a number of seconds") from None
+    notice_port, peers = _cluster_port(env.get("TF_CONFIG"))
+    stall = StallBound.parse(env[STALL_ENV]) if env.get(STALL_ENV) else StallBound()
+    return Settings(
+        command=tuple(command),
+        max_restarts=limit,
+        metrics_url=url,
+        state_file=state_file,
+        notice_port=notice_port,
+        peers=peers,
+        notice_seconds=notice,
+        stall=stall,
+    )
+
+
+def _cluster_port(tf_config: str | None) -> tuple[int, int]:
+    """This task's cluster port and its number of peers, from TF_CONFIG; (0, 0) without one (the
+    trainer itself reports a bad TF_CONFIG, with exit 2)."""
+    try:
+        spec = parse_tf_config(tf_config)
+    except ClusterSpecError:
+        return 0, 0
+    if spec is None or not spec.peers:
+        return 0, 0
+    return int(spec.address(spec.task).rpartition(":")[2]), len(spec.peers)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ) -> int:

@@ -9,6 +9,7 @@ checkpoint, the exported model and the summary.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -18,8 +19,23 @@ from functools import partial
 import tensorflow as tf
 
 import trainer
-from trainer import agreement, device, loop, progress, step, summary, tasks, tensorboard
-from trainer.checkpoint import Checkpointer, NoCheckpoints, broadcast_from_chief
+from trainer import (
+    agreement,
+    data,
+    device,
+    loop,
+    manifest,
+    output,
+    progress,
+    records,
+    server_config,
+    step,
+    summary,
+    tasks,
+    taskspec,
+    tensorboard,
+)
+from trainer.checkpoint import Checkpointer, NoCheckpoints, Place, SaveError, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
 from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
@@ -55,6 +71,7 @@ def make_strategy(config: Config, spec: ClusterSpec | None) -> tf.distribute.Str
             rpc_layer="grpc",
         )
         configure_coordination(config, resolver.cluster_spec())
+        server_config.apply(server_config.DEFAULT)  # before MWMS: it starts the gRPC server
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
 
 
@@ -154,8 +171,11 @@ def _run(ctx: Context, metrics) -> None:
         "%s: %s", ctx.task_id.name, device.describe(_gpu_names(), tf.sysconfig.get_build_info(), os.environ)
     )
     job = _build(ctx)
+    # The preemption handler restores the chief's latest checkpoint when it is made: before our own
+    # resume, or it would put back the saved learning rate on the chief only (the tasks then drift).
+    preemption = _preemption(ctx, job, metrics)
     start = _resume(ctx, job)
-    result = _train(ctx, job, metrics, start)
+    result = _train(ctx, job, metrics, start, preemption)
     _finish(ctx, job, metrics, result)
 
 
@@ -184,7 +204,13 @@ def _build(ctx: Context) -> Trainable:
         optimizer = step.optimizer(config, ctx.strategy.num_replicas_in_sync)
         optimizer.build(task.model.trainable_variables)  # slots exist before restore and broadcast
         ckpt = (
-            Checkpointer(config.checkpoint_dir, ctx.is_chief, task.model, optimizer)
+            Checkpointer(
+                Place(config.checkpoint_dir, ctx.task_id.name, ctx.is_chief),
+                task.model,
+                optimizer,
+                settings=manifest.job_settings(config, ctx.strategy.num_replicas_in_sync),
+                accept_new_settings=bool(config.resume_new_settings),
+            )
             if config.checkpoint_dir
             else NoCheckpoints()
         )
@@ -192,18 +218,33 @@ def _build(ctx: Context) -> Trainable:
 
 
 def _resume(ctx: Context, job: Trainable) -> int:
-    """Restore what this task can read, then take the chief's values: the step to start from."""
+    """The chief restores, every task takes the configured learning rate, then the chief's values: the
+    step to start from. The rate is a variable under --lr-scaling none, saved with the optimizer: the
+    settings check (or --resume-new-settings) makes the configured one right, on every task alike."""
     restored = job.checkpoints.restore()
+    rate = step.learning_rate(ctx.config, ctx.strategy.num_replicas_in_sync)
+    if not isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule):
+        job.optimizer.learning_rate = rate
     if ctx.spec is not None:
         broadcast_from_chief(ctx.strategy, job.task.model.variables + job.optimizer.variables)
     start = int(job.optimizer.iterations.numpy())
     log.info(
         "%s: %s, %d replicas in sync, %s",
         ctx.task_id.name,
-        f"resumed at step {start} from {restored}" if restored else f"starting at step {start}",
+        f"resumed at step {start} from {restored}"
+        if restored
+        else f"starting at step {start}" + (" (the chief's)" if start and not ctx.is_chief else ""),
         ctx.strategy.num_replicas_in_sync,
         step.describe_lr(ctx.config, ctx.strategy.num_replicas_in_sync),
     )
+    if start >= ctx.config.steps:
+        log.warning(
+            "%s: nothing to train: the checkpoint is at step %d, --steps %d asks for no more; raise --steps "
+            "to continue, or start over with an empty --checkpoint-dir (make clean)",
+            ctx.task_id.name,
+            start,
+            ctx.config.steps,
+        )
     return start
 
 
@@ -245,10 +286,15 @@ def _agree(strategy, k: int) -> int:
     return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
 
 
-def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult:
+def _train(
+    ctx: Context, job: Trainable, metrics, start: int, preemption: tuple[loop.Action, ...]
+) -> loop.LoopResult:
     config = ctx.config
-    preemption = _preemption(ctx, job, metrics)
-    iterator = iter(ctx.strategy.distribute_datasets_from_function(job.task.dataset_fn))
+    # Each input pipeline serves its task's local replicas one per-replica batch each per step.
+    consumed = start * len(ctx.strategy.extended.worker_devices)
+    iterator = iter(
+        ctx.strategy.distribute_datasets_from_function(data.resumed(job.task.dataset_fn, consumed))
+    )
     settings = loop.LoopSettings(
         task_name=ctx.task_id.name,
         steps=config.steps,
@@ -278,20 +324,59 @@ def _train(ctx: Context, job: Trainable, metrics, start: int) -> loop.LoopResult
             ),
         ),
     )
+    metrics.target(config.steps)
     metrics.state("training")
-    return controller.train(iterator, start)
+    try:
+        return controller.train(iterator, start)
+    except records.DATA_FAULTS as err:
+        if not config.data or config.task not in taskspec.names():
+            raise
+        raise records.locate(records.find(config.data), data.problem(config.task, config.seed), err) from None
+
+
+def _copy_out(ctx: Context, final: summary.Summary) -> None:
+    """What produced the final model, recorded with it; both copied out of the checkpoint folder (a
+    volume `make clean` deletes) when --export-dir is set."""
+    config = ctx.config
+    body = {
+        **dataclasses.asdict(final),
+        "steps": config.steps,
+        "settings": manifest.job_settings(config, ctx.strategy.num_replicas_in_sync),
+    }
+    body.pop("example_ids", None)
+    try:
+        output.record(config.checkpoint_dir, body)
+        if not config.export_dir:
+            return
+        path = output.copy_out(config.checkpoint_dir, config.export_dir)
+    except OSError as err:
+        raise SaveError(
+            f"copying the final model to {config.export_dir} failed ({err}); it is still in "
+            f"{config.checkpoint_dir}/export (make output copies it again)"
+        ) from None
+    log.info(
+        "%s: final model in %s, summary in %s",
+        ctx.task_id.name,
+        path,
+        os.path.join(config.export_dir, "summary.json"),
+    )
 
 
 def _finish(ctx: Context, job: Trainable, metrics, result: loop.LoopResult) -> None:
     """The final checkpoint and model (chief's directory), then this task's summary."""
     config, name = ctx.config, ctx.task_id.name
+    # On every task, at the same point: reading BatchNorm's sync-on-read statistics (the weights'
+    # digest) is a collective, and a chief reading them alone waits for peers that have left.
+    final = summary.build(name, result, job.task.model.variables)
     if config.checkpoint_dir:
         metrics.state("checkpointing")
         if result.final_step > result.start_step:  # a run resumed at its last step has nothing new to save
             job.checkpoints.save(result.final_step)
         metrics.checkpointed(result.final_step)
         log.info("%s: exported the final model to %s", name, job.checkpoints.export())
+        if ctx.is_chief:
+            _copy_out(ctx, final)
     job.checkpoints.close()
     if config.output_dir:
-        path = summary.write(summary.build(name, result, job.task.model.variables), config.output_dir)
+        path = summary.write(final, config.output_dir)
         log.info("%s: summary in %s", name, path)

@@ -3,9 +3,11 @@
 # bundle (python -m compose.emit --target swarm, which prints its translation report) -> deploy from the manager.
 # Every input arrives through the environment from compose/swarm.mk. Run from the repository root.
 set -euo pipefail
+# Ports and defaults (DEFAULT_WORKERS, PROMETHEUS_PORT, ...), written once in contract/__init__.py.
+eval "$("${PYTHON:-python3}" -m contract --shell)"
 
 SWARM_NAME=${SWARM_NAME:-mwms-swarm}
-STACK=${STACK:-mwms}
+STACK=${STACK:-$DEFAULT_PROJECT}
 SWARM_DIR=${SWARM_DIR:-.run/swarm}
 NODES_SH=compose/swarm/nodes.sh
 say() { echo "stack-up: $*" >&2; }
@@ -40,8 +42,8 @@ else
 fi
 say "images on the nodes by ${TRANSPORT:-registry} in $(($(date +%s) - start)) s: $trainer_ref"
 
-args=(--workers "${WORKERS:-2}" --nodes "${NODES:-3}" --out "$SWARM_DIR" --image "$trainer_ref"
-      --prometheus-image "$prometheus_ref" --alertmanager-image "$alertmanager_ref" --max-restarts "${MAX_RESTARTS:-3}" --project "$STACK")
+args=(--workers "${WORKERS:-$DEFAULT_WORKERS}" --nodes "${NODES:-3}" --out "$SWARM_DIR" --image "$trainer_ref"
+      --prometheus-image "$prometheus_ref" --alertmanager-image "$alertmanager_ref" --max-restarts "${MAX_RESTARTS:-$DEFAULT_MAX_RESTARTS}" --project "$STACK")
 # Trainer knobs (STEPS=, SAVE_EVERY=, any trainer flag) reach the swarm target through the environment.
 # SWARM_ENCRYPT=1: IPsec on the overlays, only where every node's kernel has ESP (docs/security.md).
 [ "${SWARM_ENCRYPT:-0}" = 1 ] && args+=(--encrypt-overlay)
@@ -57,5 +59,5 @@ docker exec "$manager" mkdir -p /stacks
 docker cp "$SWARM_DIR" "$manager:/stacks/$STACK"
 docker exec -w "/stacks/$STACK" "$manager" docker stack deploy --resolve-image never -c stack.yaml "$STACK"
 echo
-echo "Prometheus: http://$("$NODES_SH" ip 1):9090   (published mode host on node-1)"
+echo "Prometheus: http://$("$NODES_SH" ip 1):$PROMETHEUS_PORT   (published mode host on node-1)"
 echo "Follow:     make stack-status STACK=$STACK | docker exec $manager docker service logs -f ${STACK}_chief"

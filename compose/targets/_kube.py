@@ -19,7 +19,7 @@ from compose import deployment, services
 from compose.deployment import Change, Deployment
 from compose.targets import Emitted, Yaml
 from trainer.config import ENV_PREFIX
-from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_GAVE_UP, EXIT_MISSING_PEERS
+from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_GAVE_UP, EXIT_MISSING_PEERS, EXIT_PEER_FAILED
 
 OUT = ".run/k8s"
 REMAKE = "make k8s"
@@ -27,7 +27,7 @@ CONTAINER = "tensorflow"
 """The training operator finds the TF port (and exit code) only in a container of this name."""
 TF_PORT_NAME = "tfjob-port"
 METRICS_PORT_NAME = "metrics"
-PERMANENT_EXIT_CODES = (EXIT_FAILED, EXIT_CONFIG, EXIT_MISSING_PEERS, EXIT_GAVE_UP)
+PERMANENT_EXIT_CODES = (EXIT_FAILED, EXIT_CONFIG, EXIT_MISSING_PEERS, EXIT_GAVE_UP, EXIT_PEER_FAILED)
 """trainer/errors.py: restarting cannot fix these; 128-255 are retryable, as the operator's rule says."""
 SHM_SIZE = f"{deployment.SHM_GIB}Gi"
 STARTUP_TIMEOUT_S = 1800
@@ -43,7 +43,7 @@ PROMETHEUS_CONFIG = (
 class Names:
     """Where the job lives in the cluster."""
 
-    name: str = "mwms"
+    name: str = contract.DEFAULT_PROJECT
     """TFJob / JobSet name: the prefix of every pod's DNS name (keep it short: DNS labels are 63 chars)."""
     namespace: str = "default"
     storage_class: str = ""

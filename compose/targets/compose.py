@@ -6,7 +6,7 @@ Writes, under --out (never edit them; rerun `make up`):
   compose.tasks.yaml     one service per task (`chief`, `worker-0`, ...), each with its TF_CONFIG
   compose.gpu.yaml       GPU overlay (device_ids, shm_size, GPU image): only when GPUs are used
   compose.args           the `-f` arguments to pass to `docker compose`, in order
-  targets/trainers.json  Prometheus file_sd: one `<service>:8000` target per task
+  targets/trainers.json  Prometheus file_sd: one `<service>:<contract.METRICS_PORT>` target per task
 Nothing changes meaning here, so the translation report is empty: the supervisor keeps the restart budget.
 """
 
@@ -46,6 +46,8 @@ def describe(
     for variable, path, is_dir in (("SCRIPT", d.script, False), ("DATA", d.data, True)):
         if path and (problem := mounts.problem(variable, path, is_dir=is_dir)):
             raise ValueError(problem)
+    if d.output and (problem := mounts.problem("OUTPUT", d.output, is_dir=True, want="rwx")):
+        raise ValueError(problem)
     return d
 
 
@@ -158,7 +160,7 @@ def _volumes(s: Service) -> list:
                 "type": "bind",
                 "source": b.source,
                 "target": b.target,
-                "read_only": True,
+                **({"read_only": True} if b.read_only else {}),
                 "bind": {"create_host_path": False},
             }
             for b in s.binds

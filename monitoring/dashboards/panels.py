@@ -2,6 +2,7 @@
 queries against the Prometheus datasource by its fixed uid (no ${DS_...} placeholders)."""
 
 import itertools
+from dataclasses import dataclass
 
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
@@ -203,7 +204,7 @@ def run_variable():
 
 
 def task_variable(*, multi: bool):
-    """The task selector: one value per scrape target (e.g. worker-1:8000), shown as worker-1."""
+    """The task selector: one value per scrape target (e.g. worker-1:<METRICS_PORT>), shown as worker-1."""
     v = (
         db.QueryVariable("task")
         .label("Task")
@@ -244,3 +245,101 @@ def new_dashboard(uid: str, title: str, description: str):
             .include_vars(False)
         )
     )
+
+
+# A dashboard is a table of these: each row of the table is one panel, in layout order, and
+# `assemble` numbers them and adds them to the dashboard. A new panel is one more entry.
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    title: str
+
+    def build(self, ids: itertools.count):
+        return row(ids, self.title)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stat:
+    """The last value of one query, coloured by `limits` (threshold steps); `names` maps codes to text."""
+
+    title: str
+    description: str
+    unit: str
+    expr: str
+    legend: str = ""
+    w: int = 4
+    h: int = 4
+    limits: tuple = (GREEN,)
+    text_mode: common.BigValueTextMode = common.BigValueTextMode.AUTO
+    names: dict[int, tuple[str, str]] | None = None
+
+    def build(self, ids: itertools.count):
+        p = single(
+            ids,
+            self.title,
+            self.description,
+            self.unit,
+            self.expr,
+            legend=self.legend,
+            w=self.w,
+            h=self.h,
+            limits=self.limits,
+            text_mode=self.text_mode,
+        )
+        return p.mappings(value_names(self.names)) if self.names else p
+
+
+@dataclass(frozen=True, kw_only=True)
+class Graph:
+    """A time series of (expr, legend) queries; `repeat`: one copy per value of that variable, 4 a row."""
+
+    title: str
+    description: str
+    unit: str
+    exprs: tuple[tuple[str, str], ...]
+    w: int = 12
+    h: int = 8
+    stacked: bool = False
+    limits: tuple | None = None
+    min_zero: bool = True
+    repeat: str = ""
+
+    def build(self, ids: itertools.count):
+        p = graph(
+            ids,
+            self.title,
+            self.description,
+            self.unit,
+            list(self.exprs),
+            w=self.w,
+            h=self.h,
+            stacked=self.stacked,
+            limits=self.limits,
+            min_zero=self.min_zero,
+        )
+        return p.repeat(self.repeat).repeat_direction("h").max_per_row(4) if self.repeat else p
+
+
+@dataclass(frozen=True, kw_only=True)
+class Table:
+    """An instant query shown as label values, one row per series; `hide` drops label columns."""
+
+    title: str
+    description: str
+    expr: str
+    hide: tuple[str, ...] = ()
+    w: int = 12
+    h: int = 7
+
+    def build(self, ids: itertools.count):
+        return labels_table(ids, self.title, self.description, self.expr, hide=self.hide, w=self.w, h=self.h)
+
+
+def assemble(d, layout) -> object:
+    """Add every row and panel of `layout` to dashboard builder `d`, ids 1, 2, ... in order."""
+    ids = itertools.count(1)
+    for item in layout:
+        built = item.build(ids)
+        d = d.with_row(built) if isinstance(item, Row) else d.with_panel(built)
+    return d

@@ -160,11 +160,15 @@ def test_cluster_trains_identically_on_disjoint_data_with_metrics(tmp_path, laun
         "checkpoint",
         "ckpt-250.data-00000-of-00001",
         "ckpt-250.index",
+        "ckpt-250.manifest.json",
         "ckpt-375.data-00000-of-00001",
         "ckpt-375.index",
+        "ckpt-375.manifest.json",
         "ckpt-500.data-00000-of-00001",
         "ckpt-500.index",
+        "ckpt-500.manifest.json",
         "export",
+        "summary.json",
     ], files
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import contract
 from tests.e2e.conftest import ROOT
 
 STEP_LINE = re.compile(r"^(\S+) .* chief \| step (\d+)/")
@@ -33,6 +34,11 @@ def stamp(text: str) -> float:
     return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
 
 
+FAULT_DEFAULTS = {"TASK": "mlp"}
+"""The job the fault scenarios were sized on: `make up`'s default task (cnn, steps ~10x longer on 2
+cores) would stretch every wait they derive from the measured step."""
+
+
 @dataclass(frozen=True)
 class FaultStack:
     project: str
@@ -43,7 +49,7 @@ class FaultStack:
 
     @property
     def prometheus(self) -> str:
-        return f"http://{self.bind}:9090"
+        return f"http://{self.bind}:{contract.PROMETHEUS_PORT}"
 
     def make(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         variables = [
@@ -52,7 +58,7 @@ class FaultStack:
             f"BIND_ADDR={self.bind}",
             "OFFLINE=1",
             "GPUS=0",
-            *(f"{k}={v}" for k, v in self.settings.items()),
+            *(f"{k}={v}" for k, v in (FAULT_DEFAULTS | self.settings).items()),
         ]
         return subprocess.run(
             ["make", "--no-print-directory", *args, *variables],
@@ -121,25 +127,32 @@ class FaultStack:
 
     def trainer_pid(self, service: str) -> int:
         """Host PID of the trainer process itself (under tini and trainer.supervise): what a crash kills."""
+        return self.process_pid(service, " -m trainer", but="trainer.supervise")
+
+    def process_pid(self, service: str, marker: str, but: str = "\0") -> int:
+        """Host PID of the one process of `service` whose command line holds `marker` (and not `but`)."""
         out = subprocess.run(
             ["docker", "top", self.container(service), "-eo", "pid,args"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.splitlines()[1:]
-        found = [int(ln.split()[0]) for ln in out if " -m trainer" in ln and "trainer.supervise" not in ln]
-        assert len(found) == 1, f"{service}: expected one trainer process, found {out}"
+        found = [int(ln.split()[0]) for ln in out if marker in ln and but not in ln]
+        assert len(found) == 1, f"{service}: expected one {marker!r} process, found {out}"
         return found[0]
 
-    def checkpoint_dir(self) -> Path:
+    def volume_dir(self, volume: str) -> Path:
         return Path(
             subprocess.run(
-                ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", f"{self.project}_checkpoints"],
+                ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", f"{self.project}_{volume}"],
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout.strip()
         )
+
+    def checkpoint_dir(self) -> Path:
+        return self.volume_dir("checkpoints")
 
     def checkpoint_step(self) -> int:
         state = (self.checkpoint_dir() / "checkpoint").read_text()

@@ -7,6 +7,12 @@ steps (a seeded draw, in save intervals), then strikes:
   sigterm-worker        `docker restart -t 60` of a worker: SIGTERM, the preemption path
   pause-worker          `docker pause` of a worker until the chief has noticed (heartbeat), then unpause
   restart-prometheus    `docker restart` of Prometheus, in the background: training must not notice
+  docker-kill-worker    `docker kill` of a worker's whole container (tini, supervisor, trainer): make
+                        wait starts it again, its supervisor's kept state goes on with the budget
+  docker-kill-chief     the same for the chief's container
+  kill-every-task       `docker kill` of every task's container at once (a host's crash, as far as
+                        one engine shows it)
+  stop-start-worker     `docker stop` of a worker (SIGTERM: every task saves), `docker start` later
 The job must finish every step with the chief's exit 0, lose at most one save interval per SIGKILL
 (or pause) and nothing per SIGTERM, and `make wait`, started before the first fault, must return
 only when the job is over. Waits are sized from this run's own step time and start-up time.
@@ -32,11 +38,23 @@ from tests.e2e.faultstack import SUPERVISOR_RESTART, FaultStack, stamp
 
 pytestmark = pytest.mark.docker
 
-KINDS = ("sigkill-worker", "sigkill-chief-saving", "sigterm-worker", "pause-worker", "restart-prometheus")
+KINDS = (
+    "sigkill-worker",
+    "sigkill-chief-saving",
+    "sigterm-worker",
+    "pause-worker",
+    "restart-prometheus",
+    "docker-kill-worker",
+    "docker-kill-chief",
+    "kill-every-task",
+    "stop-start-worker",
+)
 # Three faults: the pair that used to end a job (a crash, then a preemption) and the chief killed mid-save.
 SHORT = ("sigkill-worker", "sigterm-worker", "sigkill-chief-saving")
-LOSES_NOTHING = ("sigterm-worker", "restart-prometheus")
+LOSES_NOTHING = ("sigterm-worker", "restart-prometheus", "stop-start-worker")
+TARGETS = {"sigkill-chief-saving": "chief", "docker-kill-chief": "chief", "restart-prometheus": "prometheus"}
 WORKERS = 2
+TASKS = ("chief", *(f"worker-{i}" for i in range(WORKERS)))
 SAVE_EVERY = 50
 HEARTBEAT_S = 5
 CLUSTER_TIMEOUT_S = 60
@@ -61,11 +79,9 @@ def plan(seed: int, count: int) -> list[Fault]:
     return [
         Fault(
             kind,
-            "chief"
-            if kind == "sigkill-chief-saving"
-            else "prometheus"
-            if kind == "restart-prometheus"
-            else f"worker-{rng.randrange(WORKERS)}",
+            "every-task"
+            if kind == "kill-every-task"
+            else TARGETS.get(kind) or f"worker-{rng.randrange(WORKERS)}",
             rng.randint(SAVE_EVERY // 2, 2 * SAVE_EVERY),
         )
         for kind in kinds
@@ -126,6 +142,17 @@ class Chaos:
             note = "caught a save in flight" if seen else "MISSED the save"
         elif fault.kind == "sigkill-worker":
             os.kill(stack.trainer_pid(fault.target), signal.SIGKILL)
+        elif fault.kind in ("docker-kill-worker", "docker-kill-chief", "kill-every-task"):
+            targets = TASKS if fault.target == "every-task" else (fault.target,)
+            at, step = time.time(), self.current_step()
+            docker("kill", *(stack.container(t) for t in targets))  # make wait starts them again
+            return at, step, note
+        elif fault.kind == "stop-start-worker":
+            at, step = time.time(), self.current_step()
+            docker("stop", "-t", "60", stack.container(fault.target))
+            time.sleep(2 * HEARTBEAT_S)  # down a while: its peers restart and wait for it
+            docker("start", stack.container(fault.target))
+            return at, step, note
         elif fault.kind == "sigterm-worker":
             at = time.time()
             docker("restart", "-t", "60", stack.container(fault.target))
@@ -244,7 +271,7 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
     )
     chaos = Chaos(stack, faults)
     chaos.steps = steps
-    stack.make("clean", timeout=300)
+    stack.make("clean", "FORCE=1", timeout=300)
     try:
         up = stack.make("up", timeout=1800)
         assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
@@ -264,7 +291,7 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
             assert "MISSED" not in r.note, f"fault {r.index}: no save was in flight"
     finally:
         keep_logs(stack, os.environ.get("CHAOS_LOGS"))
-        stack.make("clean", timeout=300)
+        stack.make("clean", "FORCE=1", timeout=300)
 
 
 def keep_logs(stack: FaultStack, directory: str | None) -> None:

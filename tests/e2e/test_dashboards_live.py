@@ -47,7 +47,15 @@ def trained(stack):
     assert sorted((contract.task_of(m) for m in tasks.values()), key=contract.task_order) == [
         contract.CHIEF
     ] + [contract.task_name(contract.WORKER, i) for i in range(stack.workers)]
-    return prom, window, tasks
+    return prom, window, tasks, run_variables(stack.run_dir)
+
+
+def run_variables(run_dir) -> dict[str, str]:
+    """What Grafana's Project and Run variables hold for this stack: its project and the run id its
+    `make up` created (stack.env), as every panel query selects one run of one stack."""
+    env = dict(line.split("=", 1) for line in (run_dir / "stack.env").read_text().splitlines() if "=" in line)
+    assert env.get("RUN"), f"no RUN= in {run_dir / 'stack.env'}"
+    return {"project": env.get("COMPOSE_PROJECT_NAME", contract.DEFAULT_PROJECT), "run": env["RUN"]}
 
 
 def cases() -> list:
@@ -70,8 +78,9 @@ def variable_choices(q, instances: list[str]) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize("q", cases())
 def test_panel_query_returns_data_for_every_task(trained, q):
-    prom, window, tasks = trained
-    for variables in variable_choices(q, sorted(tasks)):
+    prom, window, tasks, run = trained
+    for choice in variable_choices(q, sorted(tasks)):
+        variables = {**run, **choice}
         # Instant (table) queries: as seen shortly after the run, when the tasks have exited.
         at = window.end + 30
         expr = substitute(

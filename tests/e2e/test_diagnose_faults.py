@@ -8,7 +8,7 @@ that wait for input. Each fault is sized from the healthy step this run measured
 all-reduced per step, worker-0's CPU use), never a constant: on a loaded machine a step of 400 ms
 hides a fixed 400 ms input delay behind the prefetch. Each verdict must arrive within 2 minutes of the fault, and the dashboard's
 recording rule (cluster:trainer_verdict:named) must say the same. Everything runs in its own compose
-project (`mwms-diagnose`, RUN_DIR .run/diagnose, Prometheus on 127.0.0.3:9090), so the session
+project (`mwms-diagnose`, RUN_DIR .run/diagnose, Prometheus on 127.0.0.3), so the session
 `stack` of the other e2e tests is never touched.
 """
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import pytest
 
+import contract
 from contract import ALLREDUCE_BYTES, COMPUTE, LAST_STEP_TIME, STEP, STEPS
 from tests.e2e.conftest import ROOT, engine_ready
 
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.docker
 PROJECT = "mwms-diagnose"
 RUN_DIR = ROOT / ".run" / "diagnose"
 BIND = "127.0.0.3"
-PROM = f"http://{BIND}:9090"
+PROM = f"http://{BIND}:{contract.PROMETHEUS_PORT}"
 STACK = [f"PROJECT={PROJECT}", f"RUN_DIR={RUN_DIR}", f"BIND_ADDR={BIND}", "OFFLINE=1", "GPUS=0"]
 
 VERDICT_TIMEOUT_S = 120
@@ -129,6 +130,8 @@ def diagnose() -> tuple[int, dict]:
             "--json",
             "--prometheus",
             PROM,
+            "--project",  # the project's latest run: start_job's `make up` began a new one
+            PROJECT,
             "--bench",
             str(RUN_DIR / "bench-comm.json"),
         ],
@@ -223,7 +226,7 @@ def long_job() -> Iterator[None]:
         start_job(LONG_JOB)
         yield
     finally:
-        make("clean", timeout=300)  # containers, this project's volumes and .run/diagnose
+        make("clean", "FORCE=1", timeout=300)  # containers, this project's volumes and .run/diagnose
 
 
 @pytest.fixture(scope="module")

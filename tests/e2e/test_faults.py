@@ -1,7 +1,8 @@
 """Single faults on the real engine, each on its own small stack, judged from outside the trainer.
 
 Every scenario runs a separate compose project (`mwms-faults`, its own RUN_DIR, Prometheus on
-127.0.0.2:9090) so the session `stack` of the other e2e tests is never touched. A crash is a
+127.0.0.2; FAULTS_PROJECT, FAULTS_BIND and IMAGE_REPO override them, for a shared engine) so
+the session `stack` of the other e2e tests is never touched. A crash is a
 SIGKILL of the trainer process inside its container (what the OOM killer or a segfault does); the
 container's trainer.supervise restarts it. Sequences of faults in one job: tests/e2e/test_chaos.py.
 
@@ -13,7 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import ROOT, engine_ready
-from tests.e2e.faultstack import FaultStack
+from tests.e2e.faultstack import FaultStack, stamp
 
 pytestmark = pytest.mark.docker
 
@@ -31,18 +35,21 @@ HEARTBEAT_S = 5
 CLUSTER_TIMEOUT_S = 20
 # ~20 steps/s: a fault can land mid-run; --log-every 1: the chief logs every call's last step.
 TRAINER_ARGS = f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}"
+PROJECT = os.environ.get("FAULTS_PROJECT", "mwms-faults")
 STACK = FaultStack(
-    "mwms-faults",
-    ".run/faults",
-    "127.0.0.2",
+    PROJECT,
+    f".run/{PROJECT}",
+    os.environ.get("FAULTS_BIND", "127.0.0.2"),
     {
         "WORKERS": "2",
         "STEPS": str(STEPS),
         "SAVE_EVERY": str(SAVE_EVERY),
         "CLUSTER_TIMEOUT": str(CLUSTER_TIMEOUT_S),
         "ARGS": TRAINER_ARGS,
+        **({"IMAGE_REPO": os.environ["IMAGE_REPO"]} if os.environ.get("IMAGE_REPO") else {}),
     },
 )
+TASKS = ("chief", "worker-0", "worker-1")
 
 
 @dataclass
@@ -67,16 +74,16 @@ def record(name: str, outcome: Outcome) -> None:
 def fault_stack():
     """A fresh job (no checkpoints) per scenario; always torn down, history volume included."""
     engine_ready()
-    STACK.make("clean", timeout=300)
+    STACK.make("clean", "FORCE=1", timeout=300)
     up = STACK.make("up", timeout=1800)
     assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
     yield STACK
-    STACK.make("clean", timeout=300)
+    STACK.make("clean", "FORCE=1", timeout=300)
 
 
-def finish(fault_at: float) -> Outcome:
-    """Wait for the job to end; what happened, seen from outside."""
-    code = STACK.wait_code()
+def finish(fault_at: float, code: int | None = None) -> Outcome:
+    """Wait for the job to end (or take the code of a `make wait` already run); what happened, seen from outside."""
+    code = STACK.wait_code() if code is None else code
     steps, starts = STACK.chief_steps(), STACK.resumes()
     assert len(starts) > 1, f"the chief never resumed (wait: {code}):\n" + "\n".join(STACK.logs()[-15:])
     resumed_at, resumed_step = starts[-1]
@@ -114,6 +121,122 @@ def test_sigkill_worker_resumes_from_checkpoint_and_completes(fault_stack: Fault
     record("SIGKILL worker-1", outcome)
     assert_completed(outcome)
     assert outcome.lost <= SAVE_EVERY
+
+
+class Watch:
+    """`make wait` started before the fault, as an operator would: it also starts a docker-killed task."""
+
+    def __init__(self) -> None:
+        self.proc = STACK.wait_process()
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
+        self._reader.start()
+
+    def code(self, timeout: float = 600) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.proc.kill()
+            self._reader.join(timeout=5)
+
+
+def docker(*args: str) -> None:
+    subprocess.run(["docker", *args], check=True, capture_output=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "targets", [("worker-0",), ("chief",), TASKS], ids=["worker-0", "chief", "every-task"]
+)
+def test_docker_kill_of_containers_resumes_from_checkpoint_and_completes(
+    fault_stack: FaultStack, targets: tuple[str, ...]
+) -> None:
+    watch = Watch()
+    fault_stack.wait_for_step(120, timeout=300)
+    fault_at = time.time()
+    docker(
+        "kill", *(fault_stack.container(t) for t in targets)
+    )  # the whole container: tini, supervisor, trainer
+    outcome = finish(fault_at, watch.code())
+    record(f"docker kill {' + '.join(targets)}", outcome)
+    assert_completed(outcome)
+    assert outcome.lost <= SAVE_EVERY
+    said = "".join(watch.lines)
+    for target in targets:
+        assert f"wait: {target} was killed (137, killed by SIGKILL; docker kill): started it again" in said, (
+            said
+        )
+        if target != "chief":
+            assert any("supervise: container restarted after run 1" in ln for ln in fault_stack.logs(target))
+
+
+def test_a_container_stopped_then_started_resumes_and_completes(fault_stack: FaultStack) -> None:
+    watch = Watch()
+    fault_stack.wait_for_step(120, timeout=300)
+    fault_at = time.time()
+    docker("stop", fault_stack.container("worker-1"))  # SIGTERM: every task saves the same step
+    time.sleep(HEARTBEAT_S * 2)  # down a while: its peers restart and wait for it
+    docker("start", fault_stack.container("worker-1"))
+    outcome = finish(fault_at, watch.code())
+    record("docker stop, then start, worker-1", outcome)
+    assert outcome.code == 0 and outcome.checkpoint == STEPS
+    assert outcome.lost == 0
+
+
+def test_a_task_that_fails_for_good_mid_run_ends_every_task_within_60s(fault_stack: FaultStack) -> None:
+    watch = Watch()
+    fault_stack.wait_for_step(120, timeout=300)
+    # Its supervisor dies (SIGKILL: the container goes, Docker's policy starts it again) and finds no
+    # budget left in its kept state: final for worker-1 (exit 4, gave up), announced to its peers.
+    supervisor = fault_stack.process_pid("worker-1", "python -m trainer.supervise", but="docker-init")
+    os.kill(supervisor, signal.SIGSTOP)  # it rewrites its state at each new checkpoint
+    state = next(
+        (fault_stack.volume_dir("supervise")).glob(
+            f"{fault_stack.inspect('worker-1', '{{.Config.Hostname}}')}.json"
+        )
+    )
+    kept = json.loads(state.read_text())
+    kept["budget"]["used"] = kept["budget"]["best_at_restart"] = 10**6
+    kept["budget"]["best"] = 0
+    state.write_text(json.dumps(kept))
+    failed_at = time.time()
+    os.kill(supervisor, signal.SIGKILL)
+    code = watch.code(timeout=300)
+    for service in TASKS:
+        settled(fault_stack, service, timeout=60)
+    ended = {t: stamp_of_exit(t) - failed_at for t in TASKS}
+    print("ended after", ended)
+    assert code == 4, "".join(watch.lines)
+    assert watch.lines[-1].startswith("wait: worker-1 failed for good: exit code 4 (gave up"), watch.lines
+    for service in ("chief", "worker-0"):
+        last = fault_stack.logs(service)[-1]
+        assert " 5 (a peer failed for good)" in last and "worker-1" in last, (service, last)
+        assert ended[service] < 60, ended
+    record(
+        "worker-1 fails for good mid-run (peers end)",
+        Outcome(
+            code=code,
+            checkpoint=fault_stack.checkpoint_step(),
+            resumed=[],
+            lost=0,
+            recovery_s=round(max(ended.values()), 1),
+        ),
+    )
+
+
+def settled(stack: FaultStack, service: str, timeout: float) -> str:
+    """`exited CODE` once the task's container is down for good. Docker's `on-failure` may start a
+    task that ended for good once more before `make wait` turns the policy off: its supervisor then
+    exits at once with the same code (its kept state), so wait until it is down."""
+    deadline = time.time() + timeout
+    while (state := stack.inspect(service, "{{.State.Status}} {{.State.ExitCode}}")).split()[0] != "exited":
+        assert time.time() < deadline, (service, state)
+        time.sleep(0.5)
+    return state
+
+
+def stamp_of_exit(service: str) -> float:
+    finished = STACK.inspect(service, "{{.State.FinishedAt}}")
+    return stamp(finished)
 
 
 def test_sigterm_worker_saves_everywhere_and_loses_no_step(fault_stack: FaultStack) -> None:
@@ -173,11 +296,11 @@ def test_prometheus_restart_does_not_affect_training_and_keeps_history(fault_sta
 def generated():
     """The stack's files and images, nothing started; always torn down."""
     engine_ready()
-    STACK.make("clean", timeout=300)
+    STACK.make("clean", "FORCE=1", timeout=300)
     built = STACK.make("images", timeout=1800)
     assert built.returncode == 0, built.stderr[-3000:]
     yield STACK
-    STACK.make("clean", timeout=300)
+    STACK.make("clean", "FORCE=1", timeout=300)
 
 
 def test_a_worker_that_never_starts_ends_every_task_with_one_line_naming_it(generated: FaultStack) -> None:
@@ -218,11 +341,72 @@ def test_a_configuration_error_stays_down_and_make_wait_reports_it_at_once(
         "wait: worker-1 failed for good: exit code 2 (bad configuration): "
         "configuration error: TRAINER_SEED='not-a-number': must be an integer"
     )
-    # Reported while its peers still wait for it (not after their timeout, nor after retries) ...
-    assert generated.inspect("chief", "{{.State.Status}}") == "running"
-    # ... and the task stays down: run once, never restarted by the supervisor or by Docker.
-    assert (
-        generated.inspect("worker-1", "{{.State.Status}} {{.State.ExitCode}} {{.RestartCount}}")
-        == "exited 2 0"
+    # Its peers, waiting for it (120 s), heard of it from its supervisor and ended at once, saying why ...
+    started = stamp(generated.inspect("worker-1", "{{.State.StartedAt}}"))
+    for service in ("chief", "worker-0"):
+        assert settled(generated, service, timeout=60) == "exited 5", service
+        assert stamp(generated.inspect(service, "{{.State.FinishedAt}}")) - started < 60, service
+        last = generated.logs(service)[-1]
+        assert " 5 (a peer failed for good)" in last and "worker-1 (worker-1:2222) failed for good" in last
+    # ... and the task stays down: the trainer ran once; Docker's policy was turned off by make wait.
+    assert settled(generated, "worker-1", timeout=60) == "exited 2"
+    assert generated.inspect("worker-1", "{{.HostConfig.RestartPolicy.Name}}") == "no"
+    assert sum(" E configuration error" in ln for ln in generated.logs("worker-1")) == 1
+
+
+SCRIPT = ROOT / "tests/e2e/scripts/fit_backup_and_restore.py"
+SCRIPT_EPOCHS = 8
+EPOCH_LINE = re.compile(r"^(\S+) epoch (\d+)/\d+ done")
+SCRIPT_STACK = FaultStack(
+    STACK.project,
+    STACK.run_dir,
+    STACK.bind,
+    {
+        "WORKERS": "2",
+        "SCRIPT": str(SCRIPT),
+        **({"IMAGE_REPO": os.environ["IMAGE_REPO"]} if os.environ.get("IMAGE_REPO") else {}),
+    },
+)
+
+
+@pytest.fixture
+def script_stack():
+    engine_ready()
+    SCRIPT_STACK.make("clean", timeout=300)
+    up = SCRIPT_STACK.make("up", timeout=1800)
+    assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
+    yield SCRIPT_STACK
+    SCRIPT_STACK.make("clean", timeout=300)
+
+
+def epochs_done(stack: FaultStack) -> list[tuple[float, int]]:
+    return [(stamp(m[1]), int(m[2])) for m in map(EPOCH_LINE.match, stack.logs("chief")) if m]
+
+
+def test_a_script_with_backup_and_restore_restarts_as_a_group_and_does_every_epoch_once(
+    script_stack: FaultStack,
+) -> None:
+    watch = Watch()
+    deadline = time.time() + 300
+    while not any(e >= 3 for _, e in epochs_done(script_stack)):
+        assert time.time() < deadline, "\n".join(script_stack.logs("chief")[-30:])
+        time.sleep(0.2)
+    time.sleep(1)  # mid-epoch
+    fault_at = time.time()
+    docker("kill", script_stack.container("worker-1"))
+    code = watch.code()
+    done = epochs_done(script_stack)
+    assert code == 0, "".join(watch.lines) + "\n".join(script_stack.logs("chief")[-30:])
+    assert [e for _, e in done] == list(range(1, SCRIPT_EPOCHS + 1)), done  # every epoch, each once
+    for service in ("chief", "worker-0"):  # the survivors restarted, as a group, by the supervisor
+        assert any("exited 200 (peer lost): restart 1/" in ln for ln in script_stack.logs(service)), service
+    before = [t for t, _ in done if t < fault_at]
+    after = [t for t, _ in done if t > fault_at]
+    epoch_s = (before[-1] - before[0]) / max(1, len(before) - 1)
+    lost = round((fault_at - before[-1]) / epoch_s * 40)  # the unfinished epoch's batches, run again
+    record(
+        "SCRIPT fit + BackupAndRestore, docker kill worker-1",
+        Outcome(
+            code=code, checkpoint=0, resumed=[], lost=lost, recovery_s=round(after[0] - fault_at - epoch_s, 1)
+        ),
     )
-    assert sum("configuration error" in ln for ln in generated.logs("worker-1")) == 1

@@ -215,5 +215,5 @@ def runnable_without_gpus(rendered: dict) -> dict:
     return {
         "services": services,
         "networks": {"cluster": rendered["networks"]["cluster"]},
-        "volumes": {"checkpoints": rendered["volumes"]["checkpoints"]},
+        "volumes": {k: rendered["volumes"][k] for k in ("checkpoints", "supervise")},
     }

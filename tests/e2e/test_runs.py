@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -37,7 +38,8 @@ def status(stack: FaultStack, prometheus: str | None = None) -> list[list[str]]:
     args = ["status"] + ([f"PROMETHEUS_URL={prometheus}"] if prometheus else [])
     result = stack.make(*args, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    return [line.split() for line in result.stdout.splitlines()[1:]]
+    rows = [line.split() for line in result.stdout.splitlines()[1:]]
+    return [r for r in rows if r and r[0] != "job:"]  # the task rows, not the job's summary line
 
 
 def diagnose(stack: FaultStack) -> dict:
@@ -53,6 +55,12 @@ def until(check, timeout: float):
         time.sleep(5)
 
 
+def _forget_checkpoints(stack: FaultStack) -> None:
+    volume = f"{stack.project}_checkpoints"
+    gone = subprocess.run(["docker", "volume", "rm", volume], capture_output=True, text=True)
+    assert gone.returncode == 0, gone.stderr
+
+
 @pytest.fixture(scope="module")
 def stacks():
     engine_ready()
@@ -60,6 +68,9 @@ def stacks():
         up(A, TASK="cnn", STEPS="100000000")  # the earlier run: another build (task cnn)
         until(lambda: diagnose(A)["verdict"] not in ("no-data",), timeout=300)
         assert A.make("down").returncode == 0
+        # Another model cannot resume the first run's checkpoint (make up refuses it): start that
+        # over, keeping the Prometheus history whose series must not mix with the new run's.
+        _forget_checkpoints(A)
         up(A, TASK="mlp", STEPS="100000000")  # a new run of the same project, a minute later
         up(B, TASK="mlp", STEPS="100000000")
         yield

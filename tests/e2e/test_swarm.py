@@ -26,6 +26,7 @@ from datetime import datetime
 import pytest
 import yaml
 
+import contract
 from compose.targets import swarm as stack
 from monitoring.prom_client import PrometheusError
 from tests.e2e.conftest import ROOT, engine_ready, trainer_targets
@@ -37,7 +38,7 @@ STACK = "mwms"
 # The registry's host side (a loopback address no other e2e test publishes on) and the node subnet.
 BIND = "127.0.0.5"
 SUBNET = "10.212.0"
-PROM = f"http://{SUBNET}.11:9090"  # node-1's own address: Prometheus is published in host mode there
+PROM = f"http://{SUBNET}.11:{contract.PROMETHEUS_PORT}"  # node-1's own address: Prometheus is published in host mode there
 # ~20 steps/s: the kill lands well before the end wherever the first checkpoint is seen.
 STEPS = 1500
 SAVE_EVERY = 50
@@ -186,7 +187,8 @@ def test_stack_keeps_the_hardening_compose_has(swarm: Deployed) -> None:
     spec = json.loads(node(1, "service", "inspect", f"{STACK}_worker-0").stdout)[0]["Spec"]["TaskTemplate"]
     container = spec["ContainerSpec"]
     mounts = {m["Target"]: m["Type"] for m in container["Mounts"]}
-    assert mounts == {"/tmp": "tmpfs", "/checkpoints": "tmpfs"}  # service-level tmpfs would be dropped
+    # Service-level tmpfs would be dropped; the supervisor's state is a node-local volume.
+    assert mounts == {"/tmp": "tmpfs", "/checkpoints": "tmpfs", "/var/lib/supervise": "volume"}
     assert container["ReadOnly"] and container["Init"] and container["User"] == "1000:1000"
     assert container["CapabilityDrop"] == ["ALL"]
     # security_opt (no-new-privileges) cannot be expressed in a stack: the image must not need it.
@@ -246,7 +248,7 @@ def test_worker_node_killed_mid_run_resumes_and_chief_exits_0(swarm: Deployed) -
     assert 0 <= lost <= SAVE_EVERY, f"lost {lost} steps (last {last}, resumed at {resumed_step})"
     # worker-1's new node has no checkpoint files (an empty tmpfs): it starts from the chief's broadcast.
     worker = node(1, "service", "logs", "--raw", f"{STACK}_worker-1")
-    assert f"worker-1: starting at step {resumed_step}," in worker.stdout + worker.stderr
+    assert f"worker-1: starting at step {resumed_step} (the chief's)," in worker.stdout + worker.stderr
     state = wait_until("the chief's task to end", lambda: _chief_final(), timeout=600, interval=2)
     assert state == "Exited (0)", f"chief ended {state}:\n" + "\n".join(chief_log()[-30:])
 

@@ -89,7 +89,7 @@ def test_payloads_are_the_models_variables():
     from bench import payloads
     from trainer import tasks
 
-    mlp = tasks.build(tasks.mlp, per_replica_batch=1, seed=0).model
+    mlp = tasks.build(tasks.load("mlp"), per_replica_batch=1, seed=0).model
     assert payloads.task_shapes("mlp") == [tuple(v.shape) for v in mlp.trainable_variables]
     resnet = payloads.resnet50_like()
     assert len(resnet) == 161 and round(sum(math.prod(s) for s in resnet) / 1e6, 1) == 25.6
@@ -100,7 +100,7 @@ def test_what_the_driver_writes_is_what_diagnose_reads(tmp_path, monkeypatch):
     from monitoring import diagnose
 
     out = tmp_path / "bench-comm"
-    argv = ["--where", "local", "--payloads", "", "--out", str(out)]
+    argv = ["--where", "local", "--payloads", "", "--servers", "", "--out", str(out)]
     results = [{"n": 2, "tf_version": "2.x", "timings": [t("RING/0", s, s / 1e8) for s in (4096, 1 << 20)]}]
     monkeypatch.setattr(bc, "_run_sweep", lambda endpoints, task_args: (results, 2))
     monkeypatch.setattr(bc, "tcp_throughput", lambda *a, **k: 2e8)
@@ -200,3 +200,32 @@ def test_point_and_efficiency():
     assert [p.efficiency for p in points] == pytest.approx([1.0, 0.5])
     assert "50%" in scaling.format_table(points)
     json.dumps([p.__dict__ for p in points])
+
+
+def test_the_server_ab_runs_each_setting_on_its_own_cluster_and_labels_its_rows(tmp_path, monkeypatch):
+    out = tmp_path / "bench-comm"
+    calls = []
+
+    def sweep(endpoints, task_args):
+        server = task_args[task_args.index("--server") + 1] if "--server" in task_args else "stock"
+        calls.append(server)
+        timings = [{**t("RING/0", 4096, 1e-3), "cpu": [5e-4] * 3}]
+        return [{"n": 2, "tf_version": "2.x", "server": server, "timings": timings}], 2
+
+    monkeypatch.setattr(bc, "_run_sweep", sweep)
+    monkeypatch.setattr(bc, "tcp_throughput", lambda *a, **k: 2e8)
+    monkeypatch.setattr(bc, "payload_shapes", lambda names: {})
+    argv = [
+        "--where",
+        "local",
+        "--payloads",
+        "",
+        "--servers",
+        "stock;recv_buf_max_chunk=-1",
+        "--out",
+        str(out),
+    ]
+    assert bc.main(argv) == 0
+    assert calls == ["stock", "stock", "recv_buf_max_chunk=-1"]  # the sweep, then one cluster per setting
+    variants = {r["variant"] for r in json.loads(out.with_suffix(".json").read_text())["rows"]}
+    assert {"RING/0 stock", "RING/0 recv_buf_max_chunk=-1"} <= variants

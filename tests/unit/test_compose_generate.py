@@ -9,12 +9,16 @@ import pytest
 import yaml
 
 from compose import emit, gpus
+from compose import knobs as knobs_lib
 from compose.deployment import Deployment
 from trainer.cluster import parse_tf_config
 
 
 def build(tmp_path: Path, *args: str, knobs: dict[str, str] | None = None) -> Deployment:
-    r = emit.run(["--target", "compose", "--out", str(tmp_path), *args], environ=knobs or {})
+    r = emit.run(
+        ["--target", "compose", "--out", str(tmp_path), *args],
+        environ=knobs_lib.on_command_line(**(knobs or {})),
+    )
     emit.write(r)
     return r.deployment
 
@@ -76,10 +80,12 @@ def test_environment_contract_with_the_trainer(tmp_path: Path) -> None:
         "TRAINER_SAVE_EVERY": "5",
         "TRAINER_CLUSTER_TIMEOUT": "30",
         "SUPERVISE_MAX_RESTARTS": "3",
+        "SUPERVISE_STATE_DIR": "/var/lib/supervise",
     }
 
 
 def test_unset_knobs_are_left_to_the_trainer_defaults_but_the_job_length(tmp_path: Path) -> None:
+    """Unset knobs keep the trainer's defaults, but for make up's job: its length, task and that task's rate."""
     build(tmp_path, "--workers", "1", "--gpus", "0")
     assert set(services(tmp_path)["worker-0"]["environment"]) == {
         "TF_CONFIG",
@@ -89,27 +95,36 @@ def test_unset_knobs_are_left_to_the_trainer_defaults_but_the_job_length(tmp_pat
         "TRAINER_LOGDIR",
         "TRAINER_PROFILER_PORT",
         "TRAINER_STEPS",
+        "TRAINER_TASK",
+        "TRAINER_LEARNING_RATE",
         "SUPERVISE_MAX_RESTARTS",
+        "SUPERVISE_STATE_DIR",
     }
 
 
 def test_only_the_chief_mounts_the_checkpoint_volume_every_task_the_log_volume(tmp_path: Path) -> None:
     build(tmp_path, "--workers", "2", "--gpus", "0")
     svc = services(tmp_path)
-    assert svc["chief"]["volumes"] == ["checkpoints:/checkpoints", "tensorboard-logs:/logs"]
+    assert svc["chief"]["volumes"] == [
+        "checkpoints:/checkpoints",
+        "supervise:/var/lib/supervise",
+        "tensorboard-logs:/logs",
+    ]
     for name in ("worker-0", "worker-1"):
-        assert svc[name]["volumes"] == ["tensorboard-logs:/logs"] and "/checkpoints" in svc[name]["tmpfs"]
+        assert svc[name]["volumes"] == ["supervise:/var/lib/supervise", "tensorboard-logs:/logs"]
+        assert "/checkpoints" in svc[name]["tmpfs"]
 
 
 def test_fault_handling_settings(tmp_path: Path) -> None:
     build(tmp_path, "--workers", "1", "--gpus", "0", "--max-restarts", "5")
     for service in services(tmp_path).values():
-        # The supervisor restarts a task on a retryable exit, its budget from MAX_RESTARTS; Docker never
-        # does (it would retry final exits too). SIGTERM reaches Python
+        # The supervisor restarts a task on a retryable exit, its budget from MAX_RESTARTS; Docker only
+        # brings back a container whose processes died (its state keeps a final exit final). SIGTERM reaches Python
         # through tini and the preemption save has a minute; outside names fail in 1 s, not 10.
         assert service["command"][:4] == ["python", "-m", "trainer.supervise", "--"]
         assert service["environment"]["SUPERVISE_MAX_RESTARTS"] == "5"
-        assert service["restart"] == "no" and service["init"] is True
+        assert service["restart"] == "on-failure" and service["init"] is True
+        assert service["environment"]["SUPERVISE_STATE_DIR"] == "/var/lib/supervise"
         assert service["stop_grace_period"] == "60s"
         assert service["dns_opt"] == ["timeout:1", "attempts:1"]
 
@@ -126,6 +141,8 @@ def test_script_and_data_are_read_only_binds(tmp_path: Path) -> None:
         binds = {v["target"]: v for v in service["volumes"] if isinstance(v, dict)}
         assert binds["/script"]["source"] == str(script.parent) and binds["/script"]["read_only"]
         assert binds["/data"]["source"] == str(data) and binds["/data"]["read_only"]
+        # Every task of a script sees the one checkpoint directory (BackupAndRestore restores from it).
+        assert "checkpoints:/checkpoints" in service["volumes"] and "/checkpoints" not in service["tmpfs"]
 
 
 def test_missing_script_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from compose import emit
+from compose import emit, knobs
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 FIXED = ["--base-image", "mwms/python:3.11-bookworm", "--run", "20261201T090000Z"]
-KNOBS = {"STEPS": "200"}
+KNOBS = knobs.on_command_line(STEPS="200")
 
 
 def render(workers: int, variant: str, out: Path) -> dict[str, str]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,8 @@ def task_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **environ: str) ->
     """What `make up NAME=VALUE ...` gives the chief: the Compose target reading its environment, as up.sh does."""
     for name in knobs.names():
         monkeypatch.delenv(name, raising=False)
-    for name, value in environ.items():
+    monkeypatch.delenv("TRAINER_SEED", raising=False)
+    for name, value in knobs.on_command_line(**environ).items():
         monkeypatch.setenv(name, value)
     assert emit.main(["--target", "compose", "--workers", "1", "--gpus", "0", "--out", str(tmp_path)]) == 0
     services = yaml.safe_load((tmp_path / "compose.tasks.yaml").read_text())["services"]
@@ -25,8 +28,15 @@ def task_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **environ: str) ->
 
 def test_every_trainer_flag_is_a_knob_but_what_the_stack_sets() -> None:
     fields = {f.name.upper() for f in dataclasses.fields(Config)}
-    stack_set = {"METRICS_PORT", "METRICS_LINGER", "CHECKPOINT_DIR", "DATA", "LOGDIR", "PROFILER_PORT"}
-    assert set(knobs.names()) == fields - stack_set
+    assert set(knobs.names()) == fields - {
+        "METRICS_PORT",
+        "METRICS_LINGER",
+        "CHECKPOINT_DIR",
+        "DATA",
+        "EXPORT_DIR",
+        "LOGDIR",
+        "PROFILER_PORT",
+    }
 
 
 def test_any_trainer_flag_reaches_every_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,7 +60,8 @@ def test_default_job_trains_for_minutes(
     # Prometheus scrapes every 5 s: the default job must outlast many scrapes at the measured rate.
     assert steps / knobs.MEASURED_STEPS_PER_SECOND >= 180, f"the default job trains {steps} steps"
     err = capsys.readouterr().err
-    assert f"training {steps} steps, ~4 min" in err and "STEPS=N to change" in err
+    minutes = steps / knobs.MEASURED_STEPS_PER_SECOND / 60
+    assert f"training {steps} steps, ~{minutes:.0f} min" in err and "STEPS=N to change" in err
 
 
 def test_empty_knob_keeps_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,7 +89,8 @@ def test_bad_knob_is_one_line_before_any_file(
     value: str,
     says: str,
 ) -> None:
-    monkeypatch.setenv(name, value)
+    for key, val in knobs.on_command_line(**{name: value}).items():
+        monkeypatch.setenv(key, val)
     assert (
         emit.main(["--target", "compose", "--workers", "1", "--gpus", "0", "--out", str(tmp_path / "run")])
         == 2
@@ -86,3 +98,59 @@ def test_bad_knob_is_one_line_before_any_file(
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1, err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_default_task_brings_its_rate_a_given_task_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    default = task_env(tmp_path, monkeypatch, TASK="")
+    assert (default["TRAINER_TASK"], default["TRAINER_LEARNING_RATE"]) == (
+        knobs.UP_TASK["task"],
+        knobs.UP_TASK["learning_rate"],
+    )
+    given = task_env(tmp_path, monkeypatch, TASK="mlp")
+    assert given["TRAINER_TASK"] == "mlp" and "TRAINER_LEARNING_RATE" not in given
+
+
+def test_a_shell_variable_sharing_a_flags_name_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OUTPUT_DIR", "/home/me/results")  # someone else's variable, in the user's shell
+    monkeypatch.setenv("SEED", "42")
+    env = task_env(tmp_path, monkeypatch, STEPS="7")
+    assert "TRAINER_OUTPUT_DIR" not in env and "TRAINER_SEED" not in env
+    assert env["TRAINER_STEPS"] == "7"
+
+
+def test_trainer_variables_in_the_environment_are_knobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in knobs.names():
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TRAINER_SEED", "42")
+    assert emit.main(["--target", "compose", "--workers", "1", "--gpus", "0", "--out", str(tmp_path)]) == 0
+    services = yaml.safe_load((tmp_path / "compose.tasks.yaml").read_text())["services"]
+    assert services["chief"]["environment"]["TRAINER_SEED"] == "42"
+
+
+def test_make_names_only_its_command_line_variables() -> None:
+    """The real Makefile's MAKE_COMMAND_LINE: what the emitters trust as knobs."""
+    env = {k: v for k, v in os.environ.items() if k != "MAKEFLAGS"}
+    out = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "--eval",
+            "show: ; @echo $$MAKE_COMMAND_LINE",
+            "show",
+            "STEPS=7",
+            "TASK=cnn",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**env, "OUTPUT_DIR": "/stray", "SEED": "42"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    assert sorted(out) == ["STEPS", "TASK"]

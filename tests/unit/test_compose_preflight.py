@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import contract
 from compose import preflight
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,11 +59,13 @@ def listener(addr: str = "127.0.0.1") -> socket.socket:
 def test_a_taken_port_is_refused_unless_this_project_holds_it():
     with listener() as taken:
         port = taken.getsockname()[1]
-        other = lambda cmd: f"other-stack|other-stack-prometheus-1|127.0.0.1:{port}->9090/tcp\n"  # noqa: E731
+        other = lambda cmd: (
+            f"other-stack|other-stack-prometheus-1|127.0.0.1:{port}->{contract.PROMETHEUS_PORT}/tcp\n"
+        )  # noqa: E731
         problem = preflight.port_problem("127.0.0.1", "prometheus", port, "mine", other)
         assert problem.startswith(f"127.0.0.1:{port} (prometheus) is already in use by container")
         assert "other-stack-prometheus-1" in problem and "BIND_ADDR=" in problem
-        ours = lambda cmd: f"mine|mine-prometheus-1|127.0.0.1:{port}->9090/tcp\n"  # noqa: E731
+        ours = lambda cmd: f"mine|mine-prometheus-1|127.0.0.1:{port}->{contract.PROMETHEUS_PORT}/tcp\n"  # noqa: E731
         assert preflight.port_problem("127.0.0.1", "prometheus", port, "mine", ours) is None
     assert preflight.port_problem("127.0.0.1", "prometheus", port, "mine", other) is None, "free again"
 

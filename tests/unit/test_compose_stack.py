@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compose import emit, services
+from compose import emit, knobs, services
 from compose.targets import compose as compose_target
 from compose.targets import swarm as stack
 from tests.conftest import DOCKER_CLI, need
@@ -26,7 +26,7 @@ RUN = ("--run", "20261201T090000Z")
 
 def bundle(out: Path, *extra: str, workers: int = 2) -> tuple[dict, str]:
     argv = ["--target", "swarm", "--workers", str(workers), "--image", IMAGE, "--out", str(out), *RUN, *extra]
-    emit.write(emit.run(argv, environ={"STEPS": "200"}))
+    emit.write(emit.run(argv, environ=knobs.on_command_line(STEPS="200")))
     return yaml.safe_load((out / "stack.yaml").read_text()), (out / "translation.txt").read_text()
 
 

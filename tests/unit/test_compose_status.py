@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 from pathlib import Path
 
@@ -51,14 +52,25 @@ def test_table_rows_per_task_in_order() -> None:
         "all-reduce": {"chief": 0.25},
         "input wait": {"chief": 0.05},
         "checkpoint": {"chief": 100.0},
+        "target": {"chief": 600.0, "worker-0": 0.0},
     }
     columns = {expr: col for col, expr in status.QUERIES.items()}
-    rows = status.table(states, lambda expr: values.get(columns[expr], {}))
+    query = lambda expr: values.get(columns[expr], {})  # noqa: E731
+    rows = status.table(states, query)
     assert rows[0] == status.COLUMNS
-    assert rows[1] == ("chief", "exited (0)", "120", "80.0", "0.013 s", "25%", "5%", "100")
+    assert rows[1] == ("chief", "exited (0)", "120", "20%", "80.0", "0.013 s", "25%", "5%", "100", "6s")
     assert [r[0] for r in rows[1:]] == ["chief", "worker-0", "worker-1", "worker-2", "worker-10"]
-    assert rows[2][2:4] == ("118", "-")
+    assert rows[2][2:5] == ("118", "-", "-")  # a target of 0: unknown, no progress shown
+    assert status.job_line(rows, query) == "job: step 120 of 600 (20%), ETA 6s at 80.0 steps/s"
     assert status.render(rows).splitlines()[0].startswith("task ")
+
+
+def test_progress_and_eta() -> None:
+    assert status.progress(300, 600, 10) == (0.5, 30.0)
+    assert status.progress(600, 600, math.nan) == (1.0, 0.0)  # finished: nothing left, rate gone
+    assert all(map(math.isnan, status.progress(300, 0, 10)))  # 0: the exporter's "unknown"
+    assert [status.duration(s) for s in (45, 185, 7800)] == ["45s", "3m05s", "2h10m"]
+    assert status.job_line([status.COLUMNS, ("chief",)], lambda expr: {}) is None
 
 
 def test_services_that_are_tasks() -> None:

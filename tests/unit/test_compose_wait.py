@@ -24,6 +24,10 @@ RUNNING = ("running", 0)
         ({"chief": RUNNING, "worker-1": ("exited", 137)}, None),
         ({"chief": ("exited", 201), "worker-0": ("exited", 201)}, (201, "chief")),  # everything stopped
         ({"chief": ("removed", 137), "worker-0": ("removed", 0)}, (137, "chief")),
+        # 5 echoes a peer's final exit: the task that failed first is named, once it is down too.
+        ({"chief": ("exited", 5), "worker-1": ("exited", 2)}, (2, "worker-1")),
+        ({"chief": ("exited", 5), "worker-1": RUNNING}, None),  # worker-1 is still telling its peers
+        ({"chief": ("exited", 5), "worker-1": ("exited", 5)}, (5, "chief")),
     ],
 )
 def test_judge(states: dict, over: tuple[int, str] | None) -> None:
@@ -36,8 +40,12 @@ class FakeDocker:
 
     def __init__(self, logs: dict[str, str], states: dict[str, str]) -> None:
         self.logs, self.states = logs, states
+        self.calls: list[tuple[str, ...]] = []
 
     def __call__(self, cmd: Sequence[str]) -> str:
+        if cmd[0] in ("start", "update"):
+            self.calls.append(tuple(cmd))
+            return ""
         if cmd[0] == "ps":
             return "\n".join(f"id-{s} {s}" for s in [*self.states, "prometheus"])
         if cmd[0] == "inspect":
@@ -57,11 +65,44 @@ def start(service: str) -> dict:
     return {"Action": "start", "id": f"id-{service}", "Actor": {"Attributes": {wait.SERVICE: service}}}
 
 
-def run_watch(events: Iterable[dict], logs: dict[str, str] | None = None) -> tuple[int, list[str]]:
-    job = wait.Job("p", run=FakeDocker(logs or {}, {"chief": "running 0", "worker-0": "running 0"}))
+def kill(service: str, signum: int) -> dict:
+    return {
+        "Action": "kill",
+        "id": f"id-{service}",
+        "Actor": {"Attributes": {"signal": str(signum), wait.SERVICE: service}},
+    }
+
+
+def run_watch(
+    events: Iterable[dict], logs: dict[str, str] | None = None, docker: FakeDocker | None = None
+) -> tuple[int, list[str]]:
+    job = wait.Job("p", run=docker or FakeDocker(logs or {}, {"chief": "running 0", "worker-0": "running 0"}))
     job.read()
     lines: list[str] = []
     return wait.watch(job, events, log=lines.append), lines
+
+
+def test_a_task_killed_with_docker_kill_is_started_again_but_a_stopped_one_is_not() -> None:
+    docker = FakeDocker({}, {"chief": "running 0", "worker-0": "running 0"})
+    events = [
+        kill("worker-0", 9),  # docker kill: Docker's restart policy counts it as a manual stop
+        die("worker-0", 137),
+        start("worker-0"),
+        kill("worker-0", 15),  # docker stop, then its SIGKILL after the grace period: the operator's
+        kill("worker-0", 9),
+        die("worker-0", 137),
+        die("chief", 0),
+    ]
+    code, lines = run_watch(events, docker=docker)
+    assert code == 0
+    assert lines[0] == "wait: worker-0 was killed (137, killed by SIGKILL; docker kill): started it again"
+    assert "stopped or killed from outside" in lines[1]
+    # Started once; when the job is over no task is restarted by Docker's policy either.
+    assert docker.calls == [
+        ("start", "id-worker-0"),
+        ("update", "--restart", "no", "id-chief"),
+        ("update", "--restart", "no", "id-worker-0"),
+    ]
 
 
 def test_a_configuration_error_is_reported_at_once_with_the_tasks_error_line() -> None:
@@ -120,3 +161,12 @@ def test_returns_at_the_deciding_event_without_waiting_for_more() -> None:
 
 def test_events_that_end_early_are_an_error() -> None:
     assert run_watch([])[0] == 125
+
+
+def test_every_task_killed_at_once_is_started_again_not_the_end() -> None:
+    docker = FakeDocker({}, {"chief": "running 0", "worker-0": "running 0"})
+    events = [kill("chief", 9), kill("worker-0", 9), die("chief", 137), die("worker-0", 137)]
+    events += [start("chief"), start("worker-0"), die("worker-0", 0), die("chief", 0)]
+    code, lines = run_watch(events, docker=docker)
+    assert code == 0, lines
+    assert [c for c in docker.calls if c[0] == "start"] == [("start", "id-chief"), ("start", "id-worker-0")]

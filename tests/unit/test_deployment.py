@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from compose import deployment
+from compose import deployment, knobs
 from compose.deployment import Change, Deployment
 from trainer import cluster
 from trainer.cluster import ClusterSpecError
@@ -81,8 +81,11 @@ def test_knobs_from_the_environment_in_a_fixed_order() -> None:
     p = argparse.ArgumentParser()
     deployment.add_arguments(p)
     ns = p.parse_args(["--workers", "2", "--args", "--seed 3"])
-    d = deployment.from_args(ns, None, environ={"SAVE_EVERY": "5", "STEPS": "9"})
-    assert d.knobs == (("steps", "9"), ("save_every", "5")) and d.extra_args == ("--seed", "3")
+    d = deployment.from_args(ns, None, environ=knobs.on_command_line(SAVE_EVERY="5", STEPS="9", TASK="mlp"))
+    assert d.knobs == (("steps", "9"), ("task", "mlp"), ("save_every", "5")) and d.extra_args == (
+        "--seed",
+        "3",
+    )
 
 
 def test_report_lists_each_change() -> None:

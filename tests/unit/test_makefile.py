@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import contract
 from compose import knobs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +46,7 @@ def test_project_reaches_every_command(project_stack: Path, command: str) -> Non
 
 @pytest.mark.parametrize("command", ["status", "diagnose", "report"])
 def test_the_projects_prometheus_is_asked(project_stack: Path, command: str) -> None:
-    assert "http://127.0.0.9:9090" in dry_run(command, f"PROJECT={PROJECT}")
+    assert f"http://127.0.0.9:{contract.PROMETHEUS_PORT}" in dry_run(command, f"PROJECT={PROJECT}")
 
 
 def test_stack_settings_pass_through_one_list_and_no_trainer_knob() -> None:

@@ -139,7 +139,7 @@ def test_provisioning_matches_the_dashboards_and_scrape_interval():
     prov = ROOT / "monitoring" / "config" / "grafana" / "provisioning"
     (ds,) = yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text())["datasources"]
     scrape = yaml.safe_load((ROOT / "monitoring" / "config" / "prometheus" / "prometheus.yml").read_text())
-    assert ds["uid"] == "prometheus" and ds["url"] == "http://prometheus:9090"
+    assert ds["uid"] == "prometheus" and ds["url"] == f"http://prometheus:{contract.PROMETHEUS_PORT}"
     assert ds["jsonData"]["timeInterval"] == scrape["global"]["scrape_interval"]
     (provider,) = yaml.safe_load((prov / "dashboards" / "trainer.yml").read_text())["providers"]
     assert provider["type"] == "file" and provider["folder"]

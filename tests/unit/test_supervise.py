@@ -8,12 +8,13 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from trainer import supervise
+from trainer import preflight, supervise
 from trainer.cluster import TaskId
 from trainer.errors import EXIT_GAVE_UP
 
@@ -50,7 +51,9 @@ def supervisor(tmp_path: Path, command: tuple[str, ...], max_restarts: int = 2) 
         return int(text) if text else None  # write_text truncates first: a poll can read it empty
 
     settings = supervise.Settings(command=command, max_restarts=max_restarts, restart_delay=0.01, poll=0.05)
-    return supervise.Supervisor(settings, log=lambda _m: None, progress=progress)
+    return supervise.Supervisor(
+        settings, log=lambda _m: None, progress=progress, steps=lambda _u: (None, None)
+    )
 
 
 @pytest.mark.parametrize(
@@ -183,3 +186,128 @@ def test_reads_the_checkpoint_step_from_the_trainers_own_metrics() -> None:
 )
 def test_meaning(code: int, words: str) -> None:
     assert supervise.meaning(code) == words
+
+
+def stateful(tmp_path: Path, command: tuple[str, ...], **kw) -> supervise.Supervisor:
+    """A supervisor keeping its state in tmp_path/state.json: a new one is the container restarted."""
+    settings = supervise.Settings(
+        command=command,
+        max_restarts=2,
+        restart_delay=0.01,
+        poll=0.05,
+        state_file=str(tmp_path / "state.json"),
+        **kw,
+    )
+    return supervise.Supervisor(
+        settings, log=lambda _m: None, progress=lambda _u: None, steps=lambda _u: (None, None)
+    )
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 4])
+def test_a_final_exit_stays_final_when_the_container_is_started_again(tmp_path: Path, code: int) -> None:
+    command = child(tmp_path, f"sys.exit({code})")
+    assert stateful(tmp_path, command).run() == code
+    assert stateful(tmp_path, command).run() == code  # Docker restarted the container: same code ...
+    assert runs(tmp_path) == 1  # ... and the task never ran again
+
+
+def test_a_killed_container_spends_the_budget_that_survives_it(tmp_path: Path) -> None:
+    # Run 1 of each container is killed with it (the container dies mid-run); the state says it ran.
+    command = child(tmp_path, "sys.exit(0 if run >= 2 else 137)")
+    first = stateful(tmp_path, command)
+    first.state.runs = 1  # what a container killed during its first run leaves behind
+    first._save()
+    again = stateful(tmp_path, command)
+    assert again.run() == 0
+    assert again.budget.used == 2  # the container's restart and one of the trainer's: the budget went on
+    assert runs(tmp_path) == 2
+
+
+def test_a_container_restarted_without_budget_gives_up_for_good(tmp_path: Path) -> None:
+    command = child(tmp_path, "sys.exit(137)")
+    assert stateful(tmp_path, command).run() == EXIT_GAVE_UP
+    assert runs(tmp_path) == 3
+    assert stateful(tmp_path, command).run() == EXIT_GAVE_UP
+    assert runs(tmp_path) == 3
+
+
+def test_a_final_exit_is_announced_on_the_cluster_port_with_the_tasks_reason(tmp_path: Path) -> None:
+    port = free_port()
+    reason = "configuration error: TRAINER_SEED='x': must be an integer"
+    command = child(
+        tmp_path, f"Path(os.environ['SUPERVISE_REASON_FILE']).write_text({reason!r}); sys.exit(2)"
+    )
+    sup = stateful(tmp_path, command, notice_port=port, peers=1, notice_seconds=30)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(sup.run()))
+    thread.start()
+    deadline, said = time.time() + 30, ""
+    while not said.startswith("failed") and time.time() < deadline:
+        said = preflight.probe(f"127.0.0.1:{port}")
+        time.sleep(0.05)
+    thread.join(timeout=10)
+    assert said == f"failed for good: exit 2 (bad configuration: {reason})"
+    assert result == [2]  # told its one peer, so it did not wait out the 30 s
+    assert sup.state.why == reason
+
+
+def test_a_stuck_step_gets_every_threads_stack_written_and_the_trainer_restarted(
+    tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
+    # The step advances twice, then the input blocks for ever (first run); the second run finishes.
+    body = f"""\
+        import faulthandler, threading
+        faulthandler.register(signal.{supervise.DUMP_SIGNAL.name}, all_threads=True)
+        if run >= 2:
+            sys.exit(0)
+        def blocked_input():
+            threading.Event().wait()
+        def heartbeat():  # another thread: every one is written
+            while True:
+                time.sleep(0.1)
+        threading.Thread(target=heartbeat, daemon=True).start()
+        for step in (1, 2):
+            Path({str(tmp_path / "global")!r}).write_text(str(step))
+            time.sleep(0.3)
+        blocked_input()
+        """
+    lines: list[str] = []
+    settings = supervise.Settings(
+        command=child(tmp_path, body),
+        max_restarts=1,
+        restart_delay=0.01,
+        poll=0.05,
+        stall=supervise.StallBound(multiple=20, floor=1.0, ceiling=2.0),
+    )
+
+    def steps(_url: str) -> tuple[int | None, float | None]:
+        found = tmp_path / "global"
+        return (int(found.read_text()) if found.exists() else None), 0.01  # p99 10 ms: the floor rules
+
+    sup = supervise.Supervisor(settings, log=lines.append, progress=lambda _u: None, steps=steps)
+    assert sup.run() == 0
+    assert runs(tmp_path) == 2
+    stuck = [ln for ln in lines if ln.startswith("step stuck at 2 for ")]
+    assert stuck and "(bound 1s: 20 x p99 step 0.01s, floor 1s, ceiling 2s)" in stuck[0], lines
+    assert any(ln.startswith("exited 137 (killed by SIGKILL) (step stuck at 2") for ln in lines), lines
+    dump = capfd.readouterr().err
+    assert "in blocked_input" in dump and "in heartbeat" in dump, dump[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("text", "bound"),
+    [
+        ("20,60,900", supervise.StallBound(20, 60, 900)),
+        ("0", None),
+        ("5,1,10", supervise.StallBound(5, 1, 10)),
+    ],
+)
+def test_stall_bound_from_the_environment(text: str, bound: supervise.StallBound | None) -> None:
+    assert supervise.StallBound.parse(text) == bound
+
+
+def test_stall_bound_is_a_multiple_of_the_p99_step_within_floor_and_ceiling() -> None:
+    bound = supervise.StallBound(20, 60, 900)
+    assert [bound.seconds(p) for p in (0.05, 4.0, 100.0, None)] == [60, 80, 900, 900]
+    assert supervise.p99([(0.01, 50), (0.1, 99), (1.0, 100), (float("inf"), 100)]) == 0.1
+    assert supervise.p99([(0.01, 0), (float("inf"), 0)]) is None

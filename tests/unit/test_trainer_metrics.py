@@ -25,6 +25,9 @@ CONTRACT = {
     "trainer_world_size": "gauge",
     "trainer_last_step_timestamp_seconds": "gauge",
     "trainer_last_checkpoint_step": "gauge",
+    "trainer_target_steps": "gauge",
+    "trainer_split_sampled": "gauge",
+    "trainer_split_samples_total": "counter",
     "trainer_build": "info",
     "trainer_state": "enum",
 }

@@ -93,3 +93,38 @@ def test_run_script_serves_metrics_and_returns_the_status(tmp_path):
         check=False,
     )
     assert proc.returncode == 5, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("raise_", "code"),
+    [
+        # What fit raises on a survivor of a lost peer, even wrapped by the script: retryable, 200.
+        ("raise tf.errors.UnavailableError(None, None, 'Collective ops is aborted by: ...')", 200),
+        (
+            "try:\n    raise tf.errors.AbortedError(None, None, 'aborted')\n"
+            "except Exception as e:\n    raise RuntimeError('my wrapper') from e",
+            200,
+        ),
+        ("raise tf.errors.InvalidArgumentError(None, None, 'bad shape')", 1),  # a bug: final
+        ("raise ValueError('no such file')", 1),
+    ],
+)
+def test_run_script_makes_a_lost_peer_retryable(tmp_path, raise_, code):
+    script = tmp_path / "train.py"
+    script.write_text("import tensorflow as tf\n" + raise_ + "\n")
+    reason = tmp_path / "reason"
+    env = {**os.environ, "TRAINER_METRICS_PORT": "0", "SUPERVISE_REASON_FILE": str(reason)}
+    env.pop("TF_CONFIG", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer.run_script", str(script)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert reason.read_text().startswith(
+        "a peer was lost" if code == 200 else ("InvalidArgument", "ValueError")
+    )

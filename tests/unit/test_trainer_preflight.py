@@ -2,12 +2,13 @@
 
 import logging
 import socket
+import threading
 
 import pytest
 
 from trainer import preflight
 from trainer.cluster import ClusterSpec, TaskId
-from trainer.errors import MissingPeersError
+from trainer.errors import FINAL_NOTICE, MissingPeersError, PeerFailedError
 
 SPEC = ClusterSpec(chief=("chief:2222",), worker=("worker-0:2222", "worker-1:2222"), task=TaskId("chief", 0))
 
@@ -78,3 +79,36 @@ def test_listener_releases_port_for_reuse():
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("", port))  # what TensorFlow's server does next
     s.close()
+
+
+def test_a_peer_that_failed_for_good_ends_the_wait_at_once_naming_it():
+    spec = ClusterSpec(chief=("c:1",), worker=("w0:1", "w1:1"), task=TaskId("chief", 0))
+    said = {"w0:1": None, "w1:1": "failed for good: exit 2 (bad configuration: TRAINER_SEED='x')"}
+    clock = FakeClock()
+    with pytest.raises(PeerFailedError) as err:
+        preflight.wait_for_peers(spec, 300, clock=clock, sleep=clock.sleep, probe=said.get)
+    assert str(err.value) == (
+        "worker-1 (w1:1) failed for good: exit 2 (bad configuration: TRAINER_SEED='x'); ending this task too"
+    )
+    assert err.value.exit_code == 5 and clock.now == 0
+
+
+def test_probe_reads_a_final_notice_and_ignores_other_greetings():
+    for greeting, said in [
+        (
+            FINAL_NOTICE + b"4 gave up: restart budget spent\n",
+            "failed for good: exit 4 (gave up: restart budget spent)",
+        ),
+        (b"\x00\x00\x12\x04", None),  # an HTTP/2 server's settings frame: TensorFlow's server is up
+    ]:
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        thread = threading.Thread(target=lambda s=server, g=greeting: s.accept()[0].sendall(g))
+        thread.start()
+        try:
+            assert preflight.probe(f"127.0.0.1:{port}") == said
+        finally:
+            thread.join(timeout=5)
+            server.close()

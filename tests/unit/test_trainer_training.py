@@ -5,6 +5,7 @@ Real TensorFlow, tiny models; the multi-process MWMS behaviour is in tests/clust
 
 import json
 import logging
+import math
 import os
 
 import pytest
@@ -42,6 +43,9 @@ class Recorder:
     def checkpointed(self, at):
         self.checkpoints.append(at)
 
+    def target(self, steps):
+        self.target_steps = steps
+
 
 def _train(tmp_path, **overrides):
     config = Config(
@@ -76,9 +80,15 @@ def test_mlp_loss_falls_and_beats_chance(tmp_path):
 
 
 def test_cnn_loss_falls(tmp_path):
-    rec, summary = _train(tmp_path, task="cnn", steps=100, steps_per_call=1, learning_rate=0.01)
-    assert _mean_loss(rec, -10) < 0.85 * _mean_loss(rec, 5)
-    assert summary["accuracy"] > 0.35  # 4 classes
+    """`make up`'s default job (compose/knobs.py UP_DEFAULTS) teaches: its problem is not learned in
+    the first steps (the loss starts near ln 10), and the loss falls over the run."""
+    rec, summary = _train(tmp_path, task="cnn", steps=300, per_replica_batch=96, learning_rate=0.003)
+    losses = [s["loss"] for s in rec.steps]
+    print("cnn loss every 30 steps:", [round(x, 2) for x in losses[::30]])
+    early, late = sum(losses[30:60]) / 30, sum(losses[-20:]) / 20
+    assert early > 0.8 * math.log(10)  # not learned at once (measured: 2.3 at steps 30-60)
+    assert late < 0.85 * early  # falls over the run (measured: 1.7 at steps 280-300)
+    assert summary["accuracy"] > 0.15  # 10 classes
 
 
 def plugin(*, per_replica_batch):
@@ -151,7 +161,7 @@ def test_tfrecord_shards_are_disjoint(tmp_path, caplog, num_files, policy):
     seen = []
     for i in range(3):
         ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=i, num_replicas_in_sync=3)
-        ds = records.dataset(str(tmp_path / "*.tfrecord"), prob, ctx, per_replica_batch=64)
+        ds = records.dataset(records.Source(str(tmp_path / "*.tfrecord"), prob), ctx, per_replica_batch=64)
         seen.append({int(v) for _, _, ids in ds.take(20) for v in ids.numpy()})
     assert f"auto-shard policy {policy}" in caplog.text
     assert not (seen[0] & seen[1]) and not (seen[0] & seen[2]) and not (seen[1] & seen[2])

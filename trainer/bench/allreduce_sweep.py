@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import statistics
 import sys
 import time
@@ -58,14 +59,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--shapes", default="{}", help="JSON {payload name: [shape, ...]}")
     p.add_argument("--repeats", type=int, default=REPEATS)
+    p.add_argument(
+        "--server",
+        default=None,
+        help="gRPC server settings NAME=INT,... (trainer/server_config.py; 'stock' = TF's own); "
+        "default: the trainer's",
+    )
     args = p.parse_args(argv)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
+    from trainer import server_config
     from trainer.cluster import parse_tf_config
 
     spec = parse_tf_config(os.environ.get("TF_CONFIG"))
+    server = server_config.DEFAULT if args.server is None else server_config.parse(args.server)
+    if spec is not None:
+        server_config.apply(server)  # before the strategy: it starts the server
     resolver = None
     if spec is not None:
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
@@ -84,10 +95,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for payload, shapes in payloads(args.sizes, json.loads(args.shapes)):
             size = 4 * sum(math.prod(s) for s in shapes)
-            samples = _time_all_reduce(strategy, options, shapes, iterations(size), args.repeats)
-            timings.append({"variant": variant, "payload": payload, "size": size, "samples": samples})
+            samples, cpu = _time_all_reduce(strategy, options, shapes, iterations(size), args.repeats)
+            timings.append(
+                {"variant": variant, "payload": payload, "size": size, "samples": samples, "cpu": cpu}
+            )
             print(
-                f"{variant:>11} {payload:>8} {human(size):>9}: {statistics.median(samples) * 1e3:9.3f} ms",
+                f"{variant:>11} {payload:>8} {human(size):>9}: {statistics.median(samples) * 1e3:9.3f} ms"
+                f" ({statistics.median(cpu) * 1e3:.1f} ms CPU)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -98,6 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "task": spec.task.name if spec else "chief",
                 "n": strategy.num_replicas_in_sync,
                 "tf_version": tf.__version__,
+                "server": server_config.label(server_config.in_server()),
                 "timings": timings,
             }
         ),
@@ -129,12 +144,20 @@ def _time_all_reduce(strategy, options, shapes, iters: int, repeats: int) -> lis
         return strategy.run(replica_fn)
 
     float(chain())  # trace, build the collective groups, warm up
-    samples = []
+    samples, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), _cpu_seconds()
         float(chain())  # the fetch waits for the last all-reduce (CPU: eager is synchronous anyway)
         samples.append((time.perf_counter() - start) / iters)
-    return samples
+        cpu.append((_cpu_seconds() - start_cpu) / iters)
+    return samples, cpu
+
+
+def _cpu_seconds() -> float:
+    """This process's user + system CPU time, all threads (gRPC's included): what an all-reduce costs
+    in CPU whatever else shares the cores, unlike its wall time."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

@@ -1,0 +1,105 @@
+"""What observing a user's script costs (`make bench`): a user's `model.fit` script's steps/s under
+the SCRIPT= wrapper (trainer.run_script: hooks, metrics served, the profiler sampled every 30 s,
+the recommended period) / the same script run plainly, both as a local chief + workers cluster, rounds interleaved
+(plain, observed, plain, observed, ...). Steps/s comes from the script's own epoch timing line
+(tests/scripts/fit_cnn.py prints each epoch's seconds); the first epoch (tracing) is left out.
+
+    python -m bench.script_overhead [--rounds 5] [--workers 1] [--epochs 8] [--steps-per-epoch 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from trainer.observe.config import RECOMMENDED_PERIOD_S
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
+EPOCH = re.compile(r"^\[chief\] epoch (\d+) done, loss [\d.]+, ([\d.]+) s$", re.M)
+TARGET = 0.97
+
+
+def steps_per_second(stdout: str, steps_per_epoch: int) -> float:
+    """The chief's steps/s over every epoch but the first."""
+    seconds = [float(s) for epoch, s in EPOCH.findall(stdout) if int(epoch) > 0]
+    if not seconds:
+        raise RuntimeError(f"no epoch timing lines in the run's output:\n{stdout[-2000:]}")
+    return steps_per_epoch * len(seconds) / sum(seconds)
+
+
+def one_run(module: str, args: argparse.Namespace) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="2",
+        EPOCHS=str(args.epochs),
+        STEPS_PER_EPOCH=str(args.steps_per_epoch),
+        STEPS_PER_EXECUTION=str(args.steps_per_execution),
+        TRAINER_SPLIT_PERIOD_S=str(args.period),
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.launch",
+        "--workers",
+        str(args.workers),
+        "--module",
+        module,
+        str(SCRIPT),
+    ]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200, check=False)
+    if out.returncode:
+        raise RuntimeError(f"{module} exited {out.returncode}:\n{out.stdout[-2000:]}")
+    return steps_per_second(out.stdout, args.steps_per_epoch)
+
+
+def spread(values: list[float]) -> str:
+    return f"min {min(values):.3f} / median {statistics.median(values):.3f} / max {max(values):.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.script_overhead", description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--steps-per-epoch", type=int, default=100)
+    p.add_argument("--steps-per-execution", type=int, default=10)
+    p.add_argument(
+        "--period",
+        type=float,
+        default=RECOMMENDED_PERIOD_S,
+        help="TRAINER_SPLIT_PERIOD_S of the observed runs (default: the recommended period)",
+    )
+    args = p.parse_args(argv)
+    if args.rounds < 1 or args.epochs < 2:
+        p.error("--rounds must be 1 or more and --epochs 2 or more (the first epoch is not counted)")
+    ratios, rates = [], {"plain": [], "observed": []}
+    for r in range(args.rounds):
+        plain = one_run("bench.plain_script", args)
+        observed = one_run("trainer.run_script", args)
+        rates["plain"].append(plain)
+        rates["observed"].append(observed)
+        ratios.append(observed / plain)
+        print(
+            f"script-overhead round {r + 1}/{args.rounds}: plain {plain:.1f} steps/s, "
+            f"observed {observed:.1f} steps/s, ratio {observed / plain:.3f}",
+            flush=True,
+        )
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    print(
+        f"(f) user fit script observed / plain steps/s over {args.rounds} interleaved rounds: "
+        f"{spread(ratios)} (target median >= {TARGET}); plain {spread(rates['plain'])} steps/s; "
+        f"load {load}",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

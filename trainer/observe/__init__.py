@@ -1,0 +1,30 @@
+"""A user's unmodified MWMS script, observed: the contract's per-step metrics without editing it.
+
+`install` (trainer/run_script.py calls it before running the script) wraps tf-keras' Model.fit
+(fit.py) and every tf.function call and Strategy.run (loop.py), so both training styles report each
+call of their step function to one Recorder (record.py), and starts the Sampler (sampler.py),
+which sets the compute / all-reduce / input split from short profiler windows. docs/script.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from trainer.metrics import Metrics
+from trainer.observe import config, fit, loop
+from trainer.observe.record import Recorder
+from trainer.observe.sampler import Sampler
+
+
+def install(metrics: Metrics, env: Mapping[str, str]) -> Sampler:
+    """Hooks in, sampler started; `close()` it when the script has returned."""
+    settings = config.from_env(env)
+    recorder = Recorder(metrics)
+    steps = env.get("TRAINER_STEPS", "")
+    if steps.isdigit():
+        recorder.target(int(steps))
+    fit.install(recorder)
+    loop.install(recorder)
+    sampler = Sampler(recorder, settings)
+    sampler.start()
+    return sampler

@@ -1,0 +1,92 @@
+"""Settings of TensorFlow's in-process gRPC server that MultiWorkerMirroredStrategy starts, and the one
+hook that gets them there.
+
+MWMS builds its server from a copy of the eager context's ConfigProto (`context.context().config`,
+copied into `ServerDef.default_session_config` by `_initialize_multi_worker` in
+collective_all_reduce_strategy.py). That ConfigProto starts from the context's private `_config`:
+TF 2.21 has no public setter for the fields below, so `apply` sets `_config` before the strategy is
+built, and refuses to run on a TensorFlow it was not checked against (the hook is private and may
+move). docs/communication.md has the measurements behind DEFAULT.
+
+    recv_buf_max_chunk       ConfigProto.experimental: the worker cuts each RecvBuf response (one
+                             ring chunk of a collective) into protobuf strings of this many bytes;
+                             0 = TF's default 4096, -1 = one piece (what DTensor's multi-client
+                             setup sets)
+    num_channels_per_target  ConfigProto.rpc_options: gRPC channels to each peer; 0 = TF's default 1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+FIELDS = {
+    "recv_buf_max_chunk": ("experimental", "recv_buf_max_chunk"),
+    "num_channels_per_target": ("rpc_options", "num_channels_per_target"),
+}
+"""Our short name -> (ConfigProto sub-message, field)."""
+
+DEFAULT: Mapping[str, int] = {}
+"""What the trainer and SCRIPT runs use: the bench-comm A/B winner (docs/communication.md). Empty:
+no candidate beat TF's stock settings beyond the spread (recv_buf_max_chunk=-1 cost more CPU per
+all-reduce: one 25 MB string per ring chunk is a fresh mmap, page-faulted and zeroed every time)."""
+
+CHECKED_TF = ("2.21.",)
+"""TensorFlow versions whose MWMS was read to copy `context.context()._config` into its server."""
+
+
+def parse(text: str) -> dict[str, int]:
+    """`name=value,name=value` (or '' / 'stock' for TF's defaults) -> settings; one line on a bad name."""
+    settings: dict[str, int] = {}
+    for item in filter(None, text.replace("+", ",").split(",")):
+        if item == "stock":
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or name not in FIELDS or not value.lstrip("-").isdigit():
+            raise ValueError(
+                f"server setting {item!r}: expected NAME=INT with NAME one of {', '.join(FIELDS)}"
+            )
+        settings[name] = int(value)
+    return settings
+
+
+def label(settings: Mapping[str, int]) -> str:
+    """Short name of a setting (0 = TF's default, left out); 'stock' when nothing is set."""
+    return "+".join(f"{k}={v}" for k, v in sorted(settings.items()) if v) or "stock"
+
+
+def apply(settings: Mapping[str, int]) -> None:
+    """Put `settings` into the ConfigProto MWMS will copy into its server. Call before the strategy is
+    built (afterwards the server already runs with the old values); raises on an unchecked TF."""
+    if not settings:
+        return
+    import tensorflow as tf
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.eager import context
+
+    if not tf.__version__.startswith(CHECKED_TF):
+        raise RuntimeError(
+            f"trainer.server_config: TensorFlow {tf.__version__} was not checked (checked: "
+            f"{', '.join(CHECKED_TF)}): read how its MultiWorkerMirroredStrategy builds the server's "
+            "default_session_config, then extend CHECKED_TF (tests/cluster/test_server_config.py)"
+        )
+    ctx = context.context()
+    if not hasattr(ctx, "_config"):
+        raise RuntimeError("trainer.server_config: context.context()._config is gone from this TensorFlow")
+    config = config_pb2.ConfigProto()
+    if ctx._config is not None:
+        config.CopyFrom(ctx._config)
+    for name, value in settings.items():
+        part, field = FIELDS[name]
+        setattr(getattr(config, part), field, value)
+    ctx._config = config
+
+
+def in_server() -> dict[str, int]:
+    """The settings in the running server's configuration (after the strategy started it)."""
+    from tensorflow.python.eager import context
+
+    server_def = context.context()._collective_ops_server_def
+    if server_def is None:
+        return {}
+    config = server_def.default_session_config
+    return {name: getattr(getattr(config, part), field) for name, (part, field) in FIELDS.items()}
