@@ -11,6 +11,13 @@ given directory on its own filesystem (hence a staging folder on the shared log 
 task mounts); each file is then moved to
 `<logdir>/profile/<task>/plugins/profile/<capture>/<task>.xplane.pb`, so TensorBoard's profile tab
 lists `profile/<task>/<capture>` for every task. A task that did not answer is named, exit 1.
+
+Then each new trace is opened once, one after the other, through the TensorBoard of this container
+(--board): xprof converts a trace for its Trace Viewer on the first request of a capture and keeps
+the result next to it. Two first requests at once (the page's own and a second tab, a reload, a test)
+both convert, into the same files, and one finds the other's half-written SSTABLE: `404 No Data`
+(xprof 2.24.2 logs "<task>.SSTABLE; No such file or directory"). Once converted, every request
+reads the kept result, so no view of the capture races, and the first one opens at once.
 """
 
 from __future__ import annotations
@@ -21,8 +28,12 @@ import os
 import shutil
 import sys
 import tempfile
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlencode
 
 import contract
 from trainer.tensorboard import PROFILE_RUNS
@@ -30,6 +41,10 @@ from trainer.tensorboard import PROFILE_RUNS
 log = logging.getLogger("trainer.profile_capture")
 SESSIONS = Path("plugins") / "profile"
 """Where TensorBoard's profile plugin looks for captures under a run."""
+TRACE_VIEWER = "trace_viewer@"
+"""The profile plugin's Trace Viewer (streaming): the tool whose first conversion races."""
+WARM_TIMEOUT_S = 300
+"""One conversion of a 2 s trace took 1.5-5 s on the 2 loaded cores; a slow one only warns."""
 
 
 def addresses(tasks: Sequence[str], port: int) -> str:
@@ -63,6 +78,29 @@ def file_by_task(capture: Path, tasks: Sequence[str], port: int, logdir: Path) -
     return missing
 
 
+def trace_url(board: str, task: str, capture: str) -> str:
+    """The profile plugin's data URL of one task's trace in one capture, as the PROFILE tab asks for it."""
+    run = f"{PROFILE_RUNS}/{task}/{capture}"
+    return f"{board}/data/plugin/profile/data?" + urlencode({"run": run, "tag": TRACE_VIEWER, "host": task})
+
+
+def warm(board: str, tasks: Sequence[str], capture: str, timeout: float = WARM_TIMEOUT_S) -> list[str]:
+    """Have TensorBoard convert each task's new trace once, in turn; the tasks it could not convert
+    (the trace stays filed: its first view converts it then)."""
+    failed = []
+    for task in tasks:
+        start = time.monotonic()
+        try:
+            with urllib.request.urlopen(trace_url(board, task, capture), timeout=timeout) as reply:
+                reply.read()
+        except (urllib.error.URLError, OSError) as err:
+            log.warning("%s: TensorBoard did not convert the trace (%s): its first view will", task, err)
+            failed.append(task)
+            continue
+        log.info("%s: trace viewer ready (%.1f s)", task, time.monotonic() - start)
+    return failed
+
+
 def prune(logdir: Path, keep: int) -> list[Path]:
     """Delete every task's captures but the newest `keep` (names are start times, so they sort)."""
     removed = []
@@ -80,6 +118,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--keep", type=int, default=5, help="captures kept per task (older ones are deleted)")
     p.add_argument("--port", type=int, default=contract.PROFILER_PORT)
+    p.add_argument(
+        "--board",
+        default=f"http://127.0.0.1:{contract.TENSORBOARD_PORT}",
+        help="the TensorBoard that converts each new trace once (empty: none)",
+    )
     ns = p.parse_args(argv)
     if ns.seconds <= 0:
         p.error(f"--seconds {ns.seconds:g}: must be positive (PROFILE_SECONDS)")
@@ -103,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("no task answered on port %d (%s): is a job running?", ns.port, why)
             return 1
         missing = file_by_task(capture, ns.tasks, ns.port, ns.logdir)
+    if ns.board:
+        warm(ns.board, [t for t in ns.tasks if t not in missing], capture.name)
     for old in prune(ns.logdir, ns.keep):
         log.info("removed %s (--keep %d)", old, ns.keep)
     if missing:

@@ -35,22 +35,28 @@ TASKS = ["chief"] + [f"worker-{i}" for i in range(WORKERS)]
 STACK = [f"PROJECT={PROJECT}", f"BIND_ADDR={BIND}", "OFFLINE=1", "GPUS=0"] + (
     [f"IMAGE_REPO={os.environ['IMAGE_REPO']}"] if os.environ.get("IMAGE_REPO") else []
 )
-# Running for the whole test (it ends with `make clean`); scalars every 20 steps.
-JOB = [f"WORKERS={WORKERS}", "STEPS=10000000", "LOG_EVERY=20"]
+# Running for the whole test (it ends with `make clean`); scalars every 20 steps. The light task
+# (mlp), as the session stack: its traces are small and its steps many on 2 shared cores.
+JOB = [f"WORKERS={WORKERS}", "TASK=mlp", "STEPS=10000000", "LOG_EVERY=20"]
 UP_TIMEOUT_S = 1800  # a cold machine builds the image first
 # TensorBoard up and a few intervals of scalars: seconds idle, minutes on 2 shared cores.
 READY_TIMEOUT_S = 600
 PAGE_TIMEOUT_S = 180
+API_TIMEOUT_S = 120
 DOCS = ROOT / "docs"
 
 
 @dataclass(frozen=True)
 class Board:
     url: str
+    ready_s: float
+    """Measured: from `make up`'s return to the chief's scalars in TensorBoard (TensorFlow's start, the
+    cluster, the first intervals), what a task restarted by its supervisor goes through again."""
 
     def api(self, path: str):
-        reply = requests.get(f"{self.url}/data/{path}", timeout=30)
-        reply.raise_for_status()
+        reply = requests.get(f"{self.url}/data/{path}", timeout=API_TIMEOUT_S)
+        if reply.status_code != 200:  # what xprof said, and TensorBoard's log (wait_for retries it)
+            raise requests.HTTPError(f"{path}: {reply.status_code} {reply.text[:500]}\n{_board_log()}")
         return reply.json()
 
     def profile_runs(self) -> list[str]:
@@ -82,18 +88,22 @@ def wait_for(probe, timeout: float, what: str):
 @pytest.fixture(scope="module")
 def board(docker_engine) -> Iterator[Board]:
     need("chromium")
-    make("clean", timeout=300)
+    # A throwaway stack: an earlier run's checkpoints (another task's, a final model) are not kept.
+    clean = make("clean", "FORCE=1", timeout=300)
+    assert clean.returncode == 0, f"make clean failed:\n{clean.stdout[-2000:]}\n{clean.stderr[-2000:]}"
     try:
         up = make("up", *JOB, timeout=UP_TIMEOUT_S)
         assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
         assert f"http://{BIND}:{contract.TENSORBOARD_PORT}" in up.stdout, up.stdout[-2000:]
-        b = Board(f"http://{BIND}:{contract.TENSORBOARD_PORT}")
+        url, start = f"http://{BIND}:{contract.TENSORBOARD_PORT}", time.monotonic()
         wait_for(
-            lambda: len(b.api("plugin/scalars/scalars?run=train&tag=loss")) >= 3, READY_TIMEOUT_S, "scalars"
+            lambda: len(Board(url, 0).api("plugin/scalars/scalars?run=train&tag=loss")) >= 3,
+            READY_TIMEOUT_S,
+            "scalars",
         )
-        yield b
+        yield Board(url, time.monotonic() - start)
     finally:
-        make("clean", timeout=300)
+        make("clean", "FORCE=1", timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -142,15 +152,59 @@ def dark_fraction(png: bytes, rect: list[float]) -> float:
 
 def test_make_profile_captures_every_task_and_keeps_the_last(board: Board) -> None:
     for _ in range(2):
-        run = make("profile", "PROFILE_SECONDS=2", "PROFILE_KEEP=1", timeout=600)
-        assert run.returncode == 0, f"make profile failed:\n{run.stderr[-2000:]}\n{_task_logs()}"
+        run = _profile(board)
         for task in TASKS:
             assert re.search(rf"profile: {task}: /logs/profile/{task}/plugins/profile/\S+", run.stderr), (
                 run.stderr
             )
+            assert re.search(rf"profile: {task}: trace viewer ready", run.stderr), run.stderr
     runs = wait_for(lambda: _one_per_task(board.profile_runs()), 60, f"one capture per task of {TASKS}")
     captures = {r.rsplit("/", 1)[1] for r in runs}
     assert len(captures) == 1, runs  # every task traced in the same capture: at once
+
+
+def _profile(board: Board) -> subprocess.CompletedProcess:
+    """`make profile`, which must succeed; again only after TensorFlow 2.21's profiler crashed a task
+    during the trace (a worker's trace collection dies by SIGSEGV about once in 10-60 captures here,
+    docs/tensorboard.md): its supervisor restarts the job, and the capture is taken once every task is
+    back, within 3x the start measured by the fixture. Each crash is printed."""
+    since, deadline = _now(), time.monotonic() + 3 * board.ready_s
+    while True:
+        run = make("profile", "PROFILE_SECONDS=2", "PROFILE_KEEP=1", timeout=600)
+        if run.returncode == 0:
+            return run
+        crashed = _crashes(since)
+        assert crashed and time.monotonic() < deadline, (
+            f"make profile failed:\n{run.stderr[-2000:]}\n{_task_logs()}"
+        )
+        print(f"make profile: a task crashed during the trace, capturing again: {crashed}")
+        time.sleep(5)
+
+
+def _now() -> str:
+    return subprocess.run(
+        ["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _crashes(since: str) -> list[str]:
+    """The supervisors' lines since `since` of a trainer killed by a signal (a crash, not a peer lost)."""
+    found = []
+    for task in TASKS:
+        log = subprocess.run(
+            ["docker", "logs", "--since", since, f"{PROJECT}-{task}-1"], capture_output=True, text=True
+        )
+        found += [
+            f"{task}: {line}" for line in (log.stdout + log.stderr).splitlines() if "(killed by SIG" in line
+        ]
+    return found
+
+
+def _board_log() -> str:
+    """TensorBoard's own log without its INFO lines: every request with its status, and xprof's errors."""
+    log = subprocess.run(["docker", "logs", f"{PROJECT}-tensorboard-1"], capture_output=True, text=True)
+    lines = [line for line in (log.stdout + log.stderr).splitlines() if not line.startswith("I0000")]
+    return "--- tensorboard\n" + "\n".join(lines[-40:])
 
 
 def _task_logs() -> str:

@@ -3,7 +3,9 @@ captures filed one run per task with the last K kept, and `make profile`'s task 
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,45 @@ def test_every_task_mounts_the_log_volume_and_exposes_its_profiler() -> None:
         assert contract.PROFILER_PORT in task.expose, task.name
         assert task.environment["TRAINER_LOGDIR"] == LOG_DIR
         assert task.environment["TRAINER_PROFILER_PORT"] == str(contract.PROFILER_PORT)
+
+
+class _Board(http.server.BaseHTTPRequestHandler):
+    """A stand-in TensorBoard on loopback: records each request, answers 404 for worker-1's trace."""
+
+    asked: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        _Board.asked.append(self.path)
+        self.send_response(404 if "worker-1" in self.path else 200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_each_new_trace_is_converted_once_in_turn_and_a_failure_only_warns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Board)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Board.asked = []
+    try:
+        board = f"http://127.0.0.1:{server.server_address[1]}"
+        failed = profile_capture.warm(
+            board, ["chief", "worker-0", "worker-1"], "2026_12_01_09_00_00", timeout=10
+        )
+    finally:
+        server.shutdown()
+    assert failed == ["worker-1"]
+    assert _Board.asked == [
+        f"/data/plugin/profile/data?run=profile%2F{task}%2F2026_12_01_09_00_00&tag=trace_viewer%40&host={task}"
+        for task in ("chief", "worker-0", "worker-1")
+    ]
+    assert "worker-1: TensorBoard did not convert the trace" in caplog.text
+
+
+def test_the_capture_converts_through_the_tensorboard_of_its_container() -> None:
+    ns = profile_capture.parse_args(["chief", "--logdir", "/x"])
+    assert ns.board == f"http://127.0.0.1:{contract.TENSORBOARD_PORT}"
+    assert profile.exec_args(["chief"], 2, 5)[0] == services.TENSORBOARD.name
