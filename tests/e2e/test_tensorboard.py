@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -153,6 +154,8 @@ def dark_fraction(png: bytes, rect: list[float]) -> float:
 def test_make_profile_captures_every_task_and_keeps_the_last(board: Board) -> None:
     for _ in range(2):
         run = _profile(board)
+        ready = re.findall(r"profile: (\S+): trace viewer ready \(([\d.]+) s\)", run.stderr)
+        print(f"make profile: conversions {ready}, load {Path('/proc/loadavg').read_text().split()[:3]}")
         for task in TASKS:
             assert re.search(rf"profile: {task}: /logs/profile/{task}/plugins/profile/\S+", run.stderr), (
                 run.stderr
