@@ -32,6 +32,8 @@ METRICS_LINGER_SECONDS = 12
 """Two 5 s scrape intervals (monitoring/config/prometheus/prometheus.yml) plus margin: Prometheus records the
 final step and the `done` state before a finished task's container exits."""
 CHECKPOINT_DIR = "/checkpoints"
+LOG_DIR = "/logs"
+"""TensorBoard's log volume in every task (TRAINER_LOGDIR) and in the TensorBoard service."""
 OUTPUT_DIR = "/output"
 SCRIPT_DIR = "/script"
 DATA_DIR = "/data"
@@ -149,6 +151,8 @@ def trainer_env(d: Deployment) -> dict[str, str]:
         "TRAINER_METRICS_PORT": str(METRICS_PORT),
         "TRAINER_METRICS_LINGER": str(METRICS_LINGER_SECONDS),
         "TRAINER_CHECKPOINT_DIR": CHECKPOINT_DIR,
+        "TRAINER_LOGDIR": LOG_DIR,
+        "TRAINER_PROFILER_PORT": str(contract.PROFILER_PORT),
     }
     env.update({ENV_PREFIX + name.upper(): value for name, value in d.knobs})
     if d.data:

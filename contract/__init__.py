@@ -35,6 +35,10 @@ GRAFANA_PORT = 3000
 """Grafana's port, in its container and where it is published (on BIND_ADDR)."""
 ALERTMANAGER_PORT = 9093
 """Alertmanager's port, in its container and where it is published (on BIND_ADDR)."""
+TENSORBOARD_PORT = 6006
+"""TensorBoard's web UI, in its container and where it is published (on BIND_ADDR)."""
+PROFILER_PORT = 6009
+"""Every task's TensorFlow profiler server inside the cluster network (never published; `make profile`)."""
 
 DEFAULT_PROJECT = "mwms"
 """Compose project, Swarm stack and Kubernetes job name when PROJECT (STACK, K8S_NAME) is not given."""
@@ -49,6 +53,7 @@ SHARED_SETTINGS = (
     "PROMETHEUS_PORT",
     "GRAFANA_PORT",
     "ALERTMANAGER_PORT",
+    "TENSORBOARD_PORT",
     "DEFAULT_PROJECT",
     "DEFAULT_WORKERS",
     "DEFAULT_MAX_RESTARTS",

@@ -70,6 +70,11 @@ class Config:
     """Port of the Prometheus /metrics endpoint; 0 disables metrics."""
     metrics_linger: float = 0.0
     """Seconds to keep serving /metrics after the last step, so a scraper records the final step and `done`."""
+    logdir: str = ""
+    """TensorBoard log directory: the chief writes its scalars (loss, learning rate, step breakdown) under
+    `<logdir>/train` every --log-every steps; empty writes none."""
+    profiler_port: int = 0
+    """Port of TensorFlow's profiler server in every task, for `make profile`; 0 starts none."""
     checkpoint_dir: str = ""
     """Where the chief writes checkpoints and the final model; empty disables checkpoints."""
     resume_new_settings: int = 0
@@ -104,6 +109,9 @@ class Config:
         _check(self.cluster_timeout > 0, "cluster_timeout", "must be positive (seconds)")
         _check(self.heartbeat_timeout >= 1, "heartbeat_timeout", "must be 1 or more (seconds)")
         _check(0 <= self.metrics_port < 65536, "metrics_port", "must be a port (0 disables metrics)")
+        _check(
+            0 <= self.profiler_port < 65536, "profiler_port", "must be a port (0 starts no profiler server)"
+        )
         _check(self.strategy in STRATEGIES, "strategy", f"must be one of {', '.join(STRATEGIES)}")
         _check(
             self.allreduce_mode in ALLREDUCE_MODES,

@@ -33,6 +33,7 @@ from trainer import (
     summary,
     tasks,
     taskspec,
+    tensorboard,
 )
 from trainer.checkpoint import Checkpointer, NoCheckpoints, Place, SaveError, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
@@ -165,6 +166,7 @@ def _run(ctx: Context, metrics) -> None:
         mine = agreement.fingerprints(ctx.spec, ctx.config, tf.__version__, trainer.__version__)
         agreement.check([t.name for t in ctx.spec.tasks], agreement.gather(ctx.strategy, mine))
     _describe(ctx, metrics)
+    tensorboard.start_profiler(ctx.config.profiler_port, ctx.task_id.name)
     log.info(
         "%s: %s", ctx.task_id.name, device.describe(_gpu_names(), tf.sysconfig.get_build_info(), os.environ)
     )
@@ -314,6 +316,12 @@ def _train(
                 progress.Job(ctx.task_id.name, config.steps, ctx.global_batch), config.log_every
             ),
             *preemption,
+            tensorboard.scalars(
+                config.logdir,
+                ctx.is_chief,
+                config.log_every,
+                tensorboard.rate_at(step.learning_rate(config, ctx.strategy.num_replicas_in_sync)),
+            ),
         ),
     )
     metrics.target(config.steps)

@@ -45,6 +45,8 @@ def test_trainer_env_is_the_same_for_every_target() -> None:
         "TRAINER_METRICS_PORT": "8000",
         "TRAINER_METRICS_LINGER": "12",
         "TRAINER_CHECKPOINT_DIR": "/checkpoints",
+        "TRAINER_LOGDIR": "/logs",
+        "TRAINER_PROFILER_PORT": "6009",
         "TRAINER_STEPS": "7",
         "TRAINER_SAVE_EVERY": "5",
         "TRAINER_DATA": "/data",
