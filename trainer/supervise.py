@@ -41,8 +41,8 @@ unreadable), ends its task: SIGUSR2 (the trainer's faulthandler writes every thr
 the log), then SIGKILL: exit 137, retryable. Its peers' collectives then fail (exit 200) and every
 task restarts from the last checkpoint, or ends with that line when the budget is spent; the next run
 exports the stuck step and time (SUPERVISE_STUCK to the child; contract.STUCK_STEP, STUCK_TIME). A
-supervisor whose task is not behind leaves it to the named task's supervisor, and ends its own task
-too only if the step is still frozen one more bound later.
+supervisor whose task is not behind (or that cannot read a peer: being ended) leaves it to that
+task's supervisor, and ends its own task too only if the step is still frozen DEFER_BOUNDS bounds later.
 
 Signals: SIGTERM and SIGINT are forwarded to the child (its own session, so a terminal's Ctrl-C
 reaches it once), and then the child is not restarted: the container itself is being stopped
@@ -102,6 +102,9 @@ STALL_ENV = "SUPERVISE_STALL"
 DUMP_SIGNAL = getattr(signal, DUMP_SIGNAL_NAME)
 """The trainer's faulthandler writes every thread's stack on it (trainer/__main__.py, trainer/run_script.py)."""
 DUMP_GRACE_S = 2.0
+DEFER_BOUNDS = 2.0
+"""A task not behind waits this many stall bounds for the named task's end to fail its collective (the
+peers notice within the heartbeat timeout) before it ends itself."""
 INPUT_LINE = re.compile(rf"^{contract.INPUT_STEP.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 STEP_LINE = re.compile(rf"^{contract.GLOBAL_STEP.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 BUCKET_LINE = re.compile(rf'^{contract.STEP.name}_bucket{{[^}}]*le="([^"]+)"[^}}]*}} (\S+)$', re.MULTILINE)
@@ -477,22 +480,25 @@ class Supervisor:
                     self._on_stuck(why, watch)
 
     def _on_stuck(self, why: str, watch: StallWatch) -> None:
-        """Name the task behind; end this one if it is behind, if nobody is, or if the one named was
-        not ended one more bound later."""
+        """Name the task behind; end this one if it is behind, or if nobody is and every peer answers;
+        else wait: the task named (or a peer not answering: being ended) is its own supervisor's, and
+        its end fails this task's collective too. Still frozen DEFER_BOUNDS bounds later: end this one."""
         me = self._s.task
         inputs = {me: self._inputs(self._s.metrics_url)}
         inputs |= {name: self._inputs(url) for name, url in self._s.peer_metrics}
         late = behind(inputs)
+        gone = [t for t, step in inputs.items() if step is None and t != me]
         shown = ", ".join(f"{t} {'?' if s is None else s}" for t, s in inputs.items())
-        if not late or me in late:
+        if me in late or not (late or gone):
             who = f"{me} is behind its peers, not in the collective" if late else "no task is behind"
             return self._end_stuck(f"{why}; {who} (input steps: {shown})", watch.step)
-        now = self._clock()
+        whom = f"{', '.join(late)} behind" if late else f"{', '.join(gone)} not answering"
+        now, grace = self._clock(), DEFER_BOUNDS * watch.bound_s
         if self._deferred is None:
             self._deferred = now
-            self._log(f"{why}; {', '.join(late)} behind (input steps: {shown}): its supervisor ends it")
-        elif now - self._deferred > watch.bound_s:
-            self._end_stuck(f"{why}; {', '.join(late)} was not ended {watch.bound_s:.0f}s later", watch.step)
+            self._log(f"{why}; {whom} (input steps: {shown}): its supervisor ends it")
+        elif now - self._deferred > grace:
+            self._end_stuck(f"{why}; {whom}, still frozen {grace:.0f}s later: ending this task too", watch.step)
 
     def _end_stuck(self, why: str, step: int | None) -> None:
         """Every thread's stack into the log, then SIGKILL: the run ends with a retryable 137."""

@@ -37,6 +37,7 @@ STALL = "20,10,60"
 BOUND = StallBound.parse(STALL)
 PROJECT = os.environ.get("STUCK_PROJECT", "mwms-stuck")
 BIND = os.environ.get("STUCK_BIND", "127.0.0.3")
+TASKS = ("chief", "worker-0", "worker-1")
 STUCK_LINE = re.compile(r"^(\S+) supervise: stuck: step stuck at (\d+) for (\d+)s \(bound (\d+)s")
 
 
@@ -59,13 +60,17 @@ def stack(kind: str) -> FaultStack:
 
 
 @pytest.fixture(params=["input-block", "hang"])
-def stuck_stack(request):
+def stuck_stack(request, tmp_path_factory):
     engine_ready()
     s = stack(request.param)
     s.make("clean", "FORCE=1", timeout=300)
     up = s.make("up", timeout=1800)
     assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
     yield s, request.param
+    kept = tmp_path_factory.mktemp(f"stuck-{request.param}")  # every task's log, for a failure's post-mortem
+    for service in TASKS:
+        (kept / f"{service}.log").write_text("\n".join(s.logs(service)))
+    print(f"\nlogs of the {request.param} run: {kept}", file=sys.stderr)
     s.make("clean", "FORCE=1", timeout=300)
 
 
@@ -106,7 +111,8 @@ def test_a_stuck_task_is_named_dumped_alerted_and_the_job_resumes(stuck_stack) -
     line = next(ln for ln in log if " supervise: stuck: " in ln)
     assert "worker-1 is behind its peers, not in the collective (input steps: worker-1 " in line, line
     for peer in ("chief", "worker-0"):
-        assert not any(" supervise: stuck: " in ln for ln in s.logs(peer)), peer
+        said = [ln for ln in s.logs(peer) if " supervise: " in ln]
+        assert not any(" supervise: stuck: " in ln for ln in said), (peer, said)
     # Its stack: every thread, with the frame where it blocks (trainer/fault.py's fire).
     dump = text[text.index(line) :]
     assert "Current thread" in dump or "Thread 0x" in dump, dump[:3000]
