@@ -288,7 +288,9 @@ def test_a_stuck_step_gets_every_threads_stack_written_and_the_trainer_restarted
     assert sup.run() == 0
     assert runs(tmp_path) == 2
     stuck = [ln for ln in lines if ln.startswith("stuck: step stuck at 2 for ")]
-    assert stuck and "(bound 1s: 20 x p99 step 0.01s, floor 1s, ceiling 2s); no task is behind" in stuck[0], lines
+    assert stuck and "(bound 1s: 20 x p99 step 0.01s, floor 1s, ceiling 2s); no task is behind" in stuck[0], (
+        lines
+    )
     assert any(ln.startswith("exited 137 (killed by SIGKILL) (step stuck at 2") for ln in lines), lines
     dump = capfd.readouterr().err
     assert "in blocked_input" in dump and "in heartbeat" in dump, dump[-2000:]
@@ -394,7 +396,12 @@ def test_a_peer_not_answering_is_being_ended_by_its_own_supervisor(tmp_path: Pat
     inputs = {"chief": 3, "worker-0": 3, "worker-1": None}
     sup, lines = stuck_supervisor(tmp_path, "chief", inputs)
     assert sup.run() == 0
-    assert any(ln.endswith("worker-1 not answering (input steps: chief 3, worker-0 3, worker-1 ?): its supervisor ends it") for ln in lines), lines
+    assert any(
+        ln.endswith(
+            "worker-1 not answering (input steps: chief 3, worker-0 3, worker-1 ?): its supervisor ends it"
+        )
+        for ln in lines
+    ), lines
 
 
 def test_the_next_run_is_told_where_its_task_was_stuck(tmp_path: Path) -> None:
