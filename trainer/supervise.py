@@ -105,6 +105,10 @@ DUMP_GRACE_S = 2.0
 DEFER_BOUNDS = 2.0
 """A task not behind waits this many stall bounds for the named task's end to fail its collective (the
 peers notice within the heartbeat timeout) before it ends itself."""
+STATE_LINE = re.compile(
+    rf'^{contract.STATE.name}{{[^}}]*{contract.STATE.client_name}="([a-z_]+)"[^}}]*}} 1(?:\.0)?$',
+    re.MULTILINE,
+)
 INPUT_LINE = re.compile(rf"^{contract.INPUT_STEP.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 STEP_LINE = re.compile(rf"^{contract.GLOBAL_STEP.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 BUCKET_LINE = re.compile(rf'^{contract.STEP.name}_bucket{{[^}}]*le="([^"]+)"[^}}]*}} (\S+)$', re.MULTILINE)
@@ -221,6 +225,9 @@ def step_and_p99(url: str) -> tuple[int | None, float | None]:
     except (OSError, ValueError):
         return None, None
     steps = [int(float(v)) for v in STEP_LINE.findall(text)]
+    states = STATE_LINE.findall(text)
+    if states and "training" not in states:  # saving, done (the final export, the metrics linger): not stuck
+        steps = []
     return (max(steps) if steps else None), p99(
         [(float(le), float(count)) for le, count in BUCKET_LINE.findall(text)]
     )
@@ -354,7 +361,8 @@ class Supervisor:
     ) -> None:
         self._s, self._log, self._progress, self._steps, self._clock = settings, log, progress, steps, clock
         self._inputs, self._wall = inputs, wall
-        self._deferred: float | None = None
+        self._deferred: tuple[str, float] | None = None
+        """(whom this task waits for, since when) while another task is named stuck."""
         self.stuck: str = ""
         """Why the last run was ended as stuck, if it was."""
         self._child: subprocess.Popen | None = None
@@ -463,7 +471,9 @@ class Supervisor:
 
     def _run_once(self) -> int:
         Path(self._reason).unlink(missing_ok=True)
-        env = {**os.environ, REASON_ENV: self._reason} | ({STUCK_ENV: self.state.stuck} if self.state.stuck else {})
+        env = {**os.environ, REASON_ENV: self._reason} | (
+            {STUCK_ENV: self.state.stuck} if self.state.stuck else {}
+        )
         self._child = subprocess.Popen(self._s.command, start_new_session=True, env=env)
         if self._stopping is not None:  # a signal between two runs: pass it on
             self._child.send_signal(self._stopping)
@@ -494,18 +504,24 @@ class Supervisor:
             return self._end_stuck(f"{why}; {who} (input steps: {shown})", watch.step)
         whom = f"{', '.join(late)} behind" if late else f"{', '.join(gone)} not answering"
         now, grace = self._clock(), DEFER_BOUNDS * watch.bound_s
-        if self._deferred is None:
-            self._deferred = now
+        if (
+            self._deferred is None or self._deferred[0] != whom
+        ):  # news (e.g. the one behind is gone now): wait anew
+            self._deferred = (whom, now)
             self._log(f"{why}; {whom} (input steps: {shown}): its supervisor ends it")
-        elif now - self._deferred > grace:
-            self._end_stuck(f"{why}; {whom}, still frozen {grace:.0f}s later: ending this task too", watch.step)
+        elif now - self._deferred[1] > grace:
+            self._end_stuck(
+                f"{why}; {whom}, still frozen {grace:.0f}s later: ending this task too", watch.step
+            )
 
     def _end_stuck(self, why: str, step: int | None) -> None:
         """Every thread's stack into the log, then SIGKILL: the run ends with a retryable 137."""
         self.stuck = why
         self.state.stuck = f"{step if step is not None else -1} {self._wall():.3f}"
         self._save()
-        self._log(f"stuck: {why}: writing every thread's stack to the log ({DUMP_SIGNAL.name}), then restarting")
+        self._log(
+            f"stuck: {why}: writing every thread's stack to the log ({DUMP_SIGNAL.name}), then restarting"
+        )
         assert self._child is not None
         try:
             self._child.send_signal(DUMP_SIGNAL)
@@ -527,6 +543,7 @@ class StallWatch:
         self._step: int | None = None
         self._since = 0.0
         self._armed = False
+        self._paused = False
         self.bound_s = 0.0
         """The bound of the last stall seen, seconds."""
 
@@ -535,10 +552,16 @@ class StallWatch:
         return self._step
 
     def saw(self, step: int | None, p99_s: float | None) -> str:
-        """ "" or why the step counts as stuck."""
-        if self._bound is None or step is None:
+        """ "" or why the step counts as stuck. A step of None (not training: saving, done; or no
+        metrics) stops the clock: the frozen time counts from the next step seen."""
+        if self._bound is None:
             return ""
         now = self._clock()
+        if step is None:
+            self._paused = True
+            return ""
+        if self._paused:
+            self._paused, self._since = False, now
         if step != self._step:
             self._armed = self._step is not None
             self._step, self._since = step, now
@@ -609,9 +632,7 @@ def _peer_metrics(tf_config: str | None, port: str) -> tuple[str, tuple[tuple[st
         return contract.CHIEF, ()
     if port in ("", "0"):
         return spec.task.name, ()
-    urls = tuple(
-        (p.name, f"http://{spec.address(p).rpartition(':')[0]}:{port}/metrics") for p in spec.peers
-    )
+    urls = tuple((p.name, f"http://{spec.address(p).rpartition(':')[0]}:{port}/metrics") for p in spec.peers)
     return spec.task.name, urls
 
 

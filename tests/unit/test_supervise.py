@@ -169,6 +169,31 @@ def test_reads_the_checkpoint_step_from_the_trainers_own_metrics() -> None:
     assert supervise.checkpoint_step(url) is None  # the child is gone
 
 
+def test_the_step_counts_as_frozen_only_while_the_trainer_trains() -> None:
+    from trainer import metrics as metrics_lib
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    metrics, server = metrics_lib.for_task(TaskId("worker", 1), port=port)
+    try:
+        metrics.state("training")
+        metrics.global_step.set(600)
+        metrics.watch_input(lambda: 601)
+        assert supervise.step_and_p99(url)[0] == 600 and supervise.input_step(url) == 601
+        for state in ("checkpointing", "done"):  # the final save and export, the metrics linger
+            metrics.state(state)
+            assert supervise.step_and_p99(url)[0] is None, state
+    finally:
+        server.close()
+    clock = [0.0]
+    watch = supervise.StallWatch(supervise.StallBound(20, 10, 60), lambda: clock[0])
+    for t, step in ((0, 1), (1, 2), (5, None), (14, 2), (15, 2)):  # saving from 5 s: the clock starts at 14
+        clock[0] = t
+        assert watch.saw(step, 0.01) == ""
+    clock[0] = 25
+    assert watch.saw(2, 0.01).startswith("step stuck at 2 for 11s")
+
+
 @pytest.mark.parametrize(
     ("code", "words"),
     [
