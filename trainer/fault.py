@@ -51,10 +51,12 @@ class Fault:
         """This task's fault of this kind, not yet fired in this container."""
         return self.task == task and self.kind == kind and not self._marker.exists()
 
-    def fire(self) -> None:
+    def fire(self, step: int) -> None:
         """Mark the fault fired (the next run trains through), say so, and block this thread for ever."""
         self._marker.touch()
-        log.warning("%s: fault injected (%s): %s at step %d, blocking for ever", self.task, FLAG, self.kind, self.step)
+        log.warning(
+            "%s: fault injected (%s): %s at step %d, blocking for ever", self.task, FLAG, self.kind, step
+        )
         threading.Event().wait()
 
     @property
@@ -73,7 +75,7 @@ def hang_action(fault: Fault | None):
 
     def act(out) -> None:
         if fault is not None and out.step >= fault.step:
-            fault.fire()
+            fault.fire(out.step)
 
     return act
 
@@ -84,7 +86,7 @@ def block_input(dataset, first_step: int, fault: Fault):
 
     def check(k):
         if first_step + int(k) + 1 == fault.step:
-            fault.fire()
+            fault.fire(fault.step)
         return k
 
     def fn(k, batch):

@@ -89,7 +89,8 @@ def wait_for_line(s: FaultStack, service: str, pattern: re.Pattern, timeout: flo
             return found[0]
         time.sleep(1)
     raise AssertionError(
-        f"no {pattern.pattern!r} in {service}'s log within {timeout:.0f}s:\n" + "\n".join(s.logs(service)[-30:])
+        f"no {pattern.pattern!r} in {service}'s log within {timeout:.0f}s:\n"
+        + "\n".join(s.logs(service)[-30:])
     )
 
 
@@ -107,12 +108,19 @@ def test_a_stuck_task_is_named_dumped_alerted_and_the_job_resumes(stuck_stack) -
     text = "\n".join(log)
     assert code == 0, text[-4000:]
 
-    # Named: worker-1's supervisor ended it as the task behind; its peers' supervisors did not end theirs.
+    # Named: worker-1's supervisor ended it as the task behind. Its peers' supervisors named it too and
+    # waited; one ends its own task only as a fallback, when its collective has not failed two bounds
+    # after worker-1 went away (never as the one behind, nor before worker-1 was ended).
     line = next(ln for ln in log if " supervise: stuck: " in ln)
     assert "worker-1 is behind its peers, not in the collective (input steps: worker-1 " in line, line
     for peer in ("chief", "worker-0"):
         said = [ln for ln in s.logs(peer) if " supervise: " in ln]
-        assert not any(" supervise: stuck: " in ln for ln in said), (peer, said)
+        assert any(f"step stuck at {stuck_step} " in ln and "worker-1 behind" in ln for ln in said), (
+            peer,
+            said,
+        )
+        ended = [ln for ln in said if " supervise: stuck: " in ln]
+        assert all("still frozen" in ln and stamp(ln) > named_at for ln in ended), (peer, said)
     # Its stack: every thread, with the frame where it blocks (trainer/fault.py's fire).
     dump = text[text.index(line) :]
     assert "Current thread" in dump or "Thread 0x" in dump, dump[:3000]

@@ -39,7 +39,7 @@ def test_only_the_task_named_acts_and_only_once_per_container(tmp_path: Path) ->
         and not f.armed("worker-0", "hang")
         and not f.armed("worker-1", "input-block")
     )
-    blocked = threading.Thread(target=f.fire, daemon=True)
+    blocked = threading.Thread(target=f.fire, args=(5,), daemon=True)
     blocked.start()
     blocked.join(timeout=0.5)
     assert blocked.is_alive(), "fire blocks for ever"
