@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -67,7 +68,10 @@ def stuck_stack(request, tmp_path_factory):
     up = s.make("up", timeout=1800)
     assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
     yield s, request.param
-    kept = tmp_path_factory.mktemp(f"stuck-{request.param}")  # every task's log, for a failure's post-mortem
+    # Every task's log, for a failure's post-mortem (STUCK_LOGS: a folder that outlives pytest's rotation).
+    kept = Path(os.environ["STUCK_LOGS"]) / request.param if os.environ.get("STUCK_LOGS") else None
+    kept = kept or tmp_path_factory.mktemp(f"stuck-{request.param}")
+    kept.mkdir(parents=True, exist_ok=True)
     for service in TASKS:
         (kept / f"{service}.log").write_text("\n".join(s.logs(service)))
     print(f"\nlogs of the {request.param} run: {kept}", file=sys.stderr)
