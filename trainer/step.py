@@ -43,6 +43,8 @@ from trainer.timing import StepFns
 
 # The step's last timestamp (named so that tests can find it in the traced graph).
 END_MARK = "step_end"
+# The input step's increment: telemetry, not the step's state, so no mark waits for it.
+INPUT_MARK = "input_step_taken"
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ class _StepGraph:
         with tf.control_dependencies([after] + t_start):  # steps in sequence, timed or not
             batch = next(iterator)
         with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
-            self.taken.assign_add(1)
+            self.taken.assign_add(1, name=INPUT_MARK)
         marks, stats, ids = self.strategy.run(self.replica_step, args=(batch, timed))
         ids = tf.concat(self.strategy.experimental_local_results(ids), 0)
         return tf.concat([_stack(t_start), self.first(marks)], 0), self.first(stats), ids
