@@ -109,6 +109,7 @@ STATE_LINE = re.compile(
     rf'^{contract.STATE.name}{{[^}}]*{contract.STATE.client_name}="([a-z_]+)"[^}}]*}} 1(?:\.0)?$',
     re.MULTILINE,
 )
+TARGET_LINE = re.compile(rf"^{contract.TARGET_STEPS.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 INPUT_LINE = re.compile(rf"^{contract.INPUT_STEP.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 STEP_LINE = re.compile(rf"^{contract.GLOBAL_STEP.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 BUCKET_LINE = re.compile(rf'^{contract.STEP.name}_bucket{{[^}}]*le="([^"]+)"[^}}]*}} (\S+)$', re.MULTILINE)
@@ -226,8 +227,11 @@ def step_and_p99(url: str) -> tuple[int | None, float | None]:
         return None, None
     steps = [int(float(v)) for v in STEP_LINE.findall(text)]
     states = STATE_LINE.findall(text)
+    targets = [float(v) for v in TARGET_LINE.findall(text)]
     if states and "training" not in states:  # saving, done (the final export, the metrics linger): not stuck
         steps = []
+    if steps and targets and 0 < max(targets) <= max(steps):  # the last step is done: the end of the job
+        steps = []  # (final collectives, save, export) waits for the slowest task, it is no frozen step
     return (max(steps) if steps else None), p99(
         [(float(le), float(count)) for le, count in BUCKET_LINE.findall(text)]
     )

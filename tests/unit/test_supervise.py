@@ -183,6 +183,11 @@ def test_the_step_counts_as_frozen_only_while_the_trainer_trains() -> None:
         for state in ("checkpointing", "done"):  # the final save and export, the metrics linger
             metrics.state(state)
             assert supervise.step_and_p99(url)[0] is None, state
+        metrics.state("training")
+        metrics.target(600)  # the last step done: the end of the job waits for the slowest task
+        assert supervise.step_and_p99(url)[0] is None
+        metrics.target(700)
+        assert supervise.step_and_p99(url)[0] == 600
     finally:
         server.close()
     clock = [0.0]
