@@ -147,10 +147,13 @@ def test_a_stuck_task_is_named_dumped_alerted_and_the_job_resumes(stuck_stack) -
     assert "stuck" in said and "worker-1" in said and f"step {stuck_step}" in said, said
     assert "make logs SERVICE=worker-1" in said, said
 
+    taken = int(re.search(r"input steps: worker-1 (\d+)", line)[1])
+    redone = taken - resumed_step
     print(
         f"\n{kind} on worker-1 at step {FAULT_STEP}: step {per_step * 1000:.0f} ms, bound {bound} s, "
         f"named {named_at - frozen_at:.1f} s after the step froze, recovery {first_after - frozen_at:.1f} s "
         f"(frozen -> first step after the resume), steps lost {stuck_step - resumed_step} "
-        f"(stuck at {stuck_step}, resumed at {resumed_step}); load {open('/proc/loadavg').read().split()[:3]}",
+        f"(stuck at {stuck_step}, resumed at {resumed_step}), steps run again {redone} (the hung call's "
+        f"steps before the stuck batch: input step {taken} - {resumed_step}); load {open('/proc/loadavg').read().split()[:3]}",
         file=sys.stderr,
     )
