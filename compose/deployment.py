@@ -67,6 +67,9 @@ class Deployment:
     (compose/knobs.py reads them from the environment: STEPS=, TASK=, ...)."""
     max_restarts: int = contract.DEFAULT_MAX_RESTARTS
     """Restart budget: automatic restarts before the run fails for good."""
+    stall: str = ""
+    """When a frozen step counts as stuck (SUPERVISE_STALL=multiple,floor,ceiling, trainer.supervise);
+    empty: the supervisor's default."""
     checkpoint_storage: str = "1Gi"
     """Size of the checkpoint volume where a target needs one declared (a Kubernetes PVC)."""
     script: str | None = None
@@ -91,6 +94,8 @@ class Deployment:
     def __post_init__(self) -> None:
         if self.max_restarts < 0:
             raise ValueError(f"MAX_RESTARTS={self.max_restarts}: must be 0 or more")
+        if self.stall:
+            supervise.StallBound.parse(self.stall)  # its error names SUPERVISE_STALL
         for name, _ in self.knobs:
             if name not in KNOB_FIELDS:
                 raise ValueError(f"trainer knob {name!r} is not a trainer setting (python -m trainer --help)")
@@ -158,6 +163,8 @@ def trainer_env(d: Deployment) -> dict[str, str]:
     if d.data:
         env["TRAINER_DATA"] = DATA_DIR
     env[supervise.MAX_RESTARTS_ENV] = str(d.max_restarts)
+    if d.stall:
+        env[supervise.STALL_ENV] = d.stall
     return env
 
 
@@ -231,6 +238,7 @@ def from_args(
         gpu_ids=gpu_ids,
         knobs=trainer_knobs.from_environ(environ or {}),
         max_restarts=ns.max_restarts,
+        stall=(environ or {}).get(supervise.STALL_ENV, ""),
         script=ns.script,
         data=ns.data,
         output=ns.output,

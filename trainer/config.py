@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import contract
-from trainer import taskspec
+from trainer import fault, taskspec
 from trainer.errors import ConfigError
 
 ENV_PREFIX = "TRAINER_"
@@ -91,6 +91,9 @@ class Config:
     """Seconds to wait for every peer to accept a connection before exiting with code 3."""
     heartbeat_timeout: float = 10.0
     """Seconds without a heartbeat after which a task is declared dead and every collective aborts (exit 200)."""
+    fault: str = ""
+    """Fault-injection hook of the fault tests, not a setting (trainer/fault.py, docs/faults.md):
+    `TASK:input-block@STEP` or `TASK:hang@STEP` makes that task stuck there, once per container."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "per_replica_batch", "measure_every", "log_every"):
@@ -124,6 +127,7 @@ class Config:
             f"must be one of {', '.join(ALLREDUCE_DTYPES)}",
         )
         _check(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")
+        _check(_fault_ok(self.fault), "fault", "must be TASK:input-block@STEP or TASK:hang@STEP")
         _check(
             _task_found(self.task),
             "task",
@@ -141,6 +145,14 @@ def _task_found(task: str) -> bool:
     if not sep or not function.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
         return False
     return importlib.util.find_spec(module.split(".")[0]) is not None
+
+
+def _fault_ok(text: str) -> bool:
+    try:
+        fault.Fault.parse(text)
+    except ConfigError:
+        return False
+    return True
 
 
 def _check(ok: bool, name: str, problem: str) -> None:
