@@ -55,6 +55,8 @@ class StepOptions:
     """What the gradients are cast to for the all-reduce (cast back to float32 before the update)."""
     bytes_per_pack: int = 0
     """Packs of the all-reduce (CommunicationOptions.bytes_per_pack); 0 = one pack."""
+    first_step: int = 0
+    """The step the run starts at, where the input step count (trainer_input_step) starts."""
 
     @classmethod
     def of(cls, config) -> StepOptions:
@@ -69,15 +71,13 @@ def build(
     optimizer,
     global_batch: int,
     options: StepOptions = StepOptions(),
-    first_step: int = 0,
 ) -> StepFns:
     """Functions running n steps per call: one dispatch serves n steps (n=1 is a plain step).
 
     Per call the host pays a function dispatch of a few ms (measured 2-11 ms on 2 shared cores);
     looping inside the function spreads it over n steps. The marks still time every step.
-    `first_step`: the step the run starts at, where the input step count starts.
     """
-    graph = _StepGraph(strategy, task, optimizer, global_batch, options, first_step)
+    graph = _StepGraph(strategy, task, optimizer, global_batch, options)
     timed_steps, plain_steps = _functions(graph)
 
     def timed(iterator, n: int):
@@ -122,14 +122,12 @@ class _StepGraph:
     t1 (gradients), t2 (all-reduced), t3 (applied). The methods run while tracing, top-down:
     steps -> one_step -> replica_step -> all_reduce, apply."""
 
-    def __init__(
-        self, strategy, task: Task, optimizer, global_batch: int, options: StepOptions, first_step: int = 0
-    ) -> None:
+    def __init__(self, strategy, task: Task, optimizer, global_batch: int, options: StepOptions) -> None:
         self.strategy, self.task, self.optimizer, self.global_batch = strategy, task, optimizer, global_batch
         # Counted in the graph as each batch is taken, read by the exporter while a call runs: of a
         # stuck job's tasks, the one behind never took the batch its peers are all-reducing.
         # Not under the strategy's scope (one plain variable per task) and not in any checkpoint.
-        self.taken = tf.Variable(first_step, dtype=tf.int64, trainable=False, name="input_step")
+        self.taken = tf.Variable(options.first_step, dtype=tf.int64, trainable=False, name="input_step")
         self.mode = options.mode
         self.variables = task.model.trainable_variables
         self.on_gpu = bool(tf.config.list_logical_devices("GPU"))

@@ -351,20 +351,24 @@ def announce(port: int, peers: int, text: bytes, seconds: float) -> int:
     return len(told)
 
 
+@dataclass(frozen=True)
+class Probes:
+    """What the supervisor reads of its task and its peers (tests give their own)."""
+
+    progress: Callable[[str], int | None] = checkpoint_step
+    steps: Callable[[str], tuple[int | None, float | None]] = step_and_p99
+    inputs: Callable[[str], int | None] = input_step
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+
+
 class Supervisor:
     def __init__(
-        self,
-        settings: Settings,
-        *,
-        log: Callable[[str], None],
-        progress: Callable[[str], int | None] = checkpoint_step,
-        steps: Callable[[str], tuple[int | None, float | None]] = step_and_p99,
-        inputs: Callable[[str], int | None] = input_step,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        self, settings: Settings, *, log: Callable[[str], None], probes: Probes | None = None
     ) -> None:
-        self._s, self._log, self._progress, self._steps, self._clock = settings, log, progress, steps, clock
-        self._inputs, self._wall = inputs, wall
+        probes = probes or Probes()
+        self._s, self._log, self._progress, self._steps = settings, log, probes.progress, probes.steps
+        self._inputs, self._clock, self._wall = probes.inputs, probes.clock, probes.wall
         self._deferred: tuple[str, float] | None = None
         """(whom this task waits for, since when) while another task is named stuck."""
         self.stuck: str = ""

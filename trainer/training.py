@@ -307,9 +307,8 @@ def _train(
         classify=job.task.classify,
         record_ids=bool(config.output_dir),
     )
-    fns = step.build(
-        ctx.strategy, job.task, job.optimizer, ctx.global_batch, step.StepOptions.of(config), first_step=start
-    )
+    options = dataclasses.replace(step.StepOptions.of(config), first_step=start)
+    fns = step.build(ctx.strategy, job.task, job.optimizer, ctx.global_batch, options)
     metrics.watch_input(fns.input_step)
     controller = loop.Controller(
         fns=fns,

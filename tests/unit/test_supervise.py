@@ -52,7 +52,9 @@ def supervisor(tmp_path: Path, command: tuple[str, ...], max_restarts: int = 2) 
 
     settings = supervise.Settings(command=command, max_restarts=max_restarts, restart_delay=0.01, poll=0.05)
     return supervise.Supervisor(
-        settings, log=lambda _m: None, progress=progress, steps=lambda _u: (None, None)
+        settings,
+        log=lambda _m: None,
+        probes=supervise.Probes(progress=progress, steps=lambda _u: (None, None)),
     )
 
 
@@ -229,7 +231,9 @@ def stateful(tmp_path: Path, command: tuple[str, ...], **kw) -> supervise.Superv
         **kw,
     )
     return supervise.Supervisor(
-        settings, log=lambda _m: None, progress=lambda _u: None, steps=lambda _u: (None, None)
+        settings,
+        log=lambda _m: None,
+        probes=supervise.Probes(progress=lambda _u: None, steps=lambda _u: (None, None)),
     )
 
 
@@ -314,7 +318,9 @@ def test_a_stuck_step_gets_every_threads_stack_written_and_the_trainer_restarted
         found = tmp_path / "global"
         return (int(found.read_text()) if found.exists() else None), 0.01  # p99 10 ms: the floor rules
 
-    sup = supervise.Supervisor(settings, log=lines.append, progress=lambda _u: None, steps=steps)
+    sup = supervise.Supervisor(
+        settings, log=lines.append, probes=supervise.Probes(progress=lambda _u: None, steps=steps)
+    )
     assert sup.run() == 0
     assert runs(tmp_path) == 2
     stuck = [ln for ln in lines if ln.startswith("stuck: step stuck at 2 for ")]
@@ -390,10 +396,12 @@ def stuck_supervisor(tmp_path: Path, task: str, inputs: dict[str, int]) -> tuple
     sup = supervise.Supervisor(
         settings,
         log=lines.append,
-        progress=lambda _u: None,
-        steps=steps,
-        inputs=lambda url: inputs[task if url == "own" else url],
-        wall=lambda: 1234.5,
+        probes=supervise.Probes(
+            progress=lambda _u: None,
+            steps=steps,
+            inputs=lambda url: inputs[task if url == "own" else url],
+            wall=lambda: 1234.5,
+        ),
     )
     return sup, lines
 
@@ -443,7 +451,9 @@ def test_the_next_run_is_told_where_its_task_was_stuck(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
     supervise.State(stuck="40 1234.500").save(str(state))
     settings = supervise.Settings(command=child(tmp_path, body), state_file=str(state), poll=0.05)
-    supervise.Supervisor(settings, log=lambda _m: None, progress=lambda _u: None).run()
+    supervise.Supervisor(
+        settings, log=lambda _m: None, probes=supervise.Probes(progress=lambda _u: None)
+    ).run()
     assert seen.read_text() == "40 1234.500"
 
 

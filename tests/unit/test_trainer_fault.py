@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -60,7 +61,7 @@ def test_the_input_step_moves_inside_a_call_and_stops_below_the_blocked_batch(tm
         opt = step.optimizer(cfg, 1)
         opt.build(task.model.trainable_variables)
     start, blocked = 100, fault.Fault("chief", "input-block", 106, marker_dir=str(tmp_path))
-    fns = step.build(strategy, task, opt, 8, step.StepOptions.of(cfg), first_step=start)
+    fns = step.build(strategy, task, opt, 8, dataclasses.replace(step.StepOptions.of(cfg), first_step=start))
     iterator = iter(
         strategy.distribute_datasets_from_function(
             lambda ctx: fault.block_input(task.dataset_fn(ctx), start, blocked)
