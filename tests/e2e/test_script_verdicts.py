@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from contract import ALLREDUCE_BYTES, COMPUTE, SPLIT_SAMPLES, STEP, STEPS
+from contract import ALLREDUCE_BYTES, COMPUTE, RUN_LABEL, SPLIT_SAMPLES, STEP, STEPS
 from tests.e2e.conftest import ROOT, engine_ready
 from tests.e2e.faultstack import FaultStack
 
@@ -101,11 +101,18 @@ def up(script: str, args: str = "") -> FaultStack:
     result = stack.make("up", timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     deadline = time.monotonic() + FIRST_SPLIT_TIMEOUT_S
-    while len(_safe(stack, f"{SPLIT_SAMPLES.name} > 0")) < len(TASKS):
+    this_run = f'{{{RUN_LABEL}="{run_id(stack)}"}}'  # not the previous run's series, still in the lookback
+    while len(_safe(stack, f"{SPLIT_SAMPLES.name}{this_run} > 0")) < len(TASKS):
         assert time.monotonic() < deadline, f"no sampled split on every task:\n{logs(stack)}"
         time.sleep(5)
     print(f"{script} {args}: every task sampled {time.monotonic() - started:.0f} s after make up")
     return stack
+
+
+def run_id(stack: FaultStack) -> str:
+    """The run the project's last `make up` started (every series carries it)."""
+    env = (ROOT / stack.run_dir / "stack.env").read_text()
+    return next(line.split("=", 1)[1] for line in env.splitlines() if line.startswith("RUN="))
 
 
 def logs(stack: FaultStack) -> str:
@@ -153,10 +160,11 @@ def wait_for(stack: FaultStack, verdict: str, tasks: tuple[str, ...] | None = No
 
 
 def rate_ratio(stack: FaultStack, numerator: str, denominator: str) -> float:
-    """The largest per-task ratio of two counters' rates over MEASURE_WINDOW."""
-    by = "by (task_type, task_index)"
+    """The largest per-task ratio of two counters' rates over MEASURE_WINDOW, in this run."""
+    by, run = "by (task_type, task_index)", f'{{{RUN_LABEL}="{run_id(stack)}"}}'
     per_task = stack.prom(
-        f"sum {by} (rate({numerator}[{MEASURE_WINDOW}])) / sum {by} (rate({denominator}[{MEASURE_WINDOW}]))"
+        f"sum {by} (rate({numerator}{run}[{MEASURE_WINDOW}]))"
+        f" / sum {by} (rate({denominator}{run}[{MEASURE_WINDOW}]))"
     )
     assert per_task, f"no data for {numerator} / {denominator}"
     return max(per_task.values())
@@ -164,13 +172,16 @@ def rate_ratio(stack: FaultStack, numerator: str, denominator: str) -> float:
 
 def measure(stack: FaultStack) -> Healthy:
     """The run before its fault: diagnose's verdict, then rates over a whole MEASURE_WINDOW."""
-    report = diagnose(stack)
+    deadline = time.monotonic() + RULE_WINDOW_S + SPLIT_PERIOD_S
+    while (report := diagnose(stack))["verdict"] == "no-data" and time.monotonic() < deadline:
+        time.sleep(5)  # the 1 minute rules still hold steps from before the first window
     time.sleep(30)
-    cores = stack.prom(f"rate(process_cpu_seconds_total[{MEASURE_WINDOW}])")
+    run = f'{RUN_LABEL}="{run_id(stack)}"'
+    cores = stack.prom(f"rate(process_cpu_seconds_total{{{run}}}[{MEASURE_WINDOW}])")
     by = "by (task_type, task_index)"
     computes = stack.prom(
-        f"sum {by} (rate({COMPUTE.name}_sum[{MEASURE_WINDOW}]))"
-        f" / sum {by} (rate({COMPUTE.name}_count[{MEASURE_WINDOW}]))"
+        f"sum {by} (rate({COMPUTE.name}_sum{{{run}}}[{MEASURE_WINDOW}]))"
+        f" / sum {by} (rate({COMPUTE.name}_count{{{run}}}[{MEASURE_WINDOW}]))"
     )
     healthy = Healthy(
         verdict=report["verdict"],
