@@ -146,13 +146,26 @@ def test_split_sampling_reaches_a_scripts_tasks_and_only_a_scripts(tmp_path: Pat
     script.write_text("print('hi')\n")
     split = {"TRAINER_SPLIT_PERIOD_S": "30", "TRAINER_SPLIT_WINDOW_S": "2"}
     r = emit.run(
-        ["--target", "compose", "--out", str(tmp_path), "--workers", "1", "--gpus", "0", "--script", str(script)],
+        [
+            "--target",
+            "compose",
+            "--out",
+            str(tmp_path),
+            "--workers",
+            "1",
+            "--gpus",
+            "0",
+            "--script",
+            str(script),
+        ],
         environ=split,
     )
     emit.write(r)
     for service in services(tmp_path).values():
         assert split.items() <= service["environment"].items()
-    r = emit.run(["--target", "compose", "--out", str(tmp_path / "b"), "--workers", "1", "--gpus", "0"], environ=split)
+    r = emit.run(
+        ["--target", "compose", "--out", str(tmp_path / "b"), "--workers", "1", "--gpus", "0"], environ=split
+    )
     emit.write(r)
     for service in services(tmp_path / "b").values():
         assert "TRAINER_SPLIT_PERIOD_S" not in service["environment"]
