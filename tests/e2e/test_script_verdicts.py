@@ -39,8 +39,8 @@ SPLIT_PERIOD_S = 30
 RULE_WINDOW_S = 60
 """The `task:…1m` recording rules diagnose reads."""
 VERDICT_TIMEOUT_S = RULE_WINDOW_S + 2 * SPLIT_PERIOD_S + 60
-"""After a fault: the next window samples it, then the 1 minute window fills with it (plus slack
-for one restart of every task, should the profiler's stop crash a worker: docs/script.md)."""
+"""After a fault: the next window samples it, then the 1 minute window fills with it, plus a minute
+of slack (a restart of every task, should the profiler's stop crash a worker: docs/script.md)."""
 FIRST_SPLIT_TIMEOUT_S = 420
 """make up, TensorFlow's start-up and the cluster forming on a loaded machine, then the first window."""
 MEASURE_WINDOW = "30s"
@@ -48,8 +48,8 @@ FAULT_FACTOR = 4
 """Each fault costs this many healthy steps per step: far past every threshold (20 % input wait,
 50 % all-reduce, 1.5x the others' compute), whatever the load made the healthy step."""
 STARVE_FACTOR = 3
-"""worker-0 gets this fraction of the cores it used: 3x its compute, twice the 1.5x threshold (a
-quarter, 0.07 of the 0.29 cores used under load, was followed by chief and worker-0 starting over)."""
+"""The starved worker gets this fraction of the cores it used: ~3x its compute, twice the 1.5x
+threshold (a quarter, 0.07 of 0.29 cores under load, was followed by chief and worker-0 starting over)."""
 TASKS = ("chief", "worker-0", "worker-1")
 STACK = FaultStack(
     os.environ.get("VERDICTS_PROJECT", "verdicts"),
