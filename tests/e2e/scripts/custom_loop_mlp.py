@@ -2,7 +2,7 @@
 `tf.function`, `distribute_datasets_from_function`, a wide MLP (its gradients are what the network
 carries). Nothing of this project is imported.
 
-    python custom_loop_mlp.py [--batch 1024] [--steps 100000000]
+    python custom_loop_mlp.py [--batch 2048] [--steps 100000000]
 """
 
 import argparse
@@ -12,7 +12,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import tensorflow as tf  # noqa: E402
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--batch", type=int, default=1024, help="per replica")
+parser.add_argument("--batch", type=int, default=2048, help="per replica")
 parser.add_argument("--steps", type=int, default=100_000_000)
 args = parser.parse_args()
 
