@@ -32,7 +32,7 @@ venv: $(VENV)/.stamp ## Create the project venv (.venv) from requirements.lock
 # make remakes this generated fragment when the contract changes (tests/unit/test_defaults_once.py).
 include contract/defaults.mk
 contract/defaults.mk: contract/__init__.py contract/__main__.py
-	$(PYTHON) -m contract --make > $@
+	@$(PYTHON) -m contract --make > $@
 
 include trainer/trainer.mk
 include compose/compose.mk

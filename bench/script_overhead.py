@@ -1,6 +1,6 @@
 """What observing a user's script costs (`make bench`): a user's `model.fit` script's steps/s under
-the SCRIPT= wrapper (trainer.run_script: hooks, metrics served, the profiler sampled every 30 s,
-the recommended period) / the same script run plainly, both as a local chief + workers cluster, rounds interleaved
+the SCRIPT= wrapper (trainer.run_script: hooks, every step's split marked in its graph, metrics
+served, as a team gets it by default) / the same script run plainly, both as a local chief + workers cluster, rounds interleaved
 (plain, observed, plain, observed, ...). Steps/s comes from the script's own epoch timing line
 (tests/scripts/fit_cnn.py prints each epoch's seconds); the first epoch (tracing) is left out.
 
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainer.observe.config import RECOMMENDED_PERIOD_S
+from trainer.observe.config import ObserveConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--period",
         type=float,
-        default=RECOMMENDED_PERIOD_S,
-        help="TRAINER_SPLIT_PERIOD_S of the observed runs (default: the recommended period)",
+        default=ObserveConfig().period_s,
+        help="TRAINER_SPLIT_PERIOD_S of the observed runs (default: the wrapper's, no profiler windows)",
     )
     args = p.parse_args(argv)
     if args.rounds < 1 or args.epochs < 2:

@@ -127,7 +127,7 @@ def _metric(name: str, kind: str, help_text: str, unit: str = "") -> Metric:
 
 
 STEP = _metric("step_duration", HISTOGRAM, "Whole training step, host wall clock", "seconds")
-SAMPLED_NOTE = "; sampled on SCRIPT= runs (trainer_split_sampled)"
+SAMPLED_NOTE = "; on SCRIPT= runs sampled where trainer_split_sampled is 1"
 INPUT_WAIT = _metric(
     "input_wait", HISTOGRAM, "Waiting for the next distributed batch" + SAMPLED_NOTE, "seconds"
 )

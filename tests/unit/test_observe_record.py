@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 import contract as c
 from trainer.cluster import TaskId
 from trainer.metrics import Metrics
-from trainer.observe import config
+from trainer.observe import config, marks
 from trainer.observe.record import Ratios, Recorder
 from trainer.observe.sampler import Window
 from trainer.observe.trace import Parts
@@ -84,3 +84,46 @@ def test_fit_keeps_the_users_callbacks_wherever_they_are_passed():
     given = CallbackList([theirs])
     assert _with_callback((1,), {"callbacks": given}, ours)[1]["callbacks"] is given
     assert given.items == [theirs, ours]
+
+
+def test_marked_calls_export_their_own_split_every_step():
+    """The graph's marks (trainer/observe/marks.py) give each call its measured all-reduce and input
+    wait; compute is the rest of the call's host time; no sample needed, none claimed."""
+    registry = CollectorRegistry()
+    rec = Recorder(Metrics(registry, TaskId("worker", 1)), clock=lambda: 100.0)
+    rec.begin_call()
+    rec.marks.add(marks.ALLREDUCE, 10.0, 10.3)
+    rec.marks.add(marks.ALLREDUCE, 10.2, 10.4)  # overlapping packs count once
+    rec.marks.add(marks.INPUT, 9.9, 10.0)
+    rec.call(1.0, 10, global_step=10)
+    assert _value(registry, c.ALLREDUCE.sum) == pytest.approx(0.4)
+    assert _value(registry, c.INPUT_WAIT.sum) == pytest.approx(0.1)
+    assert _value(registry, c.COMPUTE.sum) == pytest.approx(0.5) and _value(registry, c.COMPUTE.count) == 10
+    assert _value(registry, c.SPLIT_SAMPLED.name) == 0 and "marked in every step" in rec.summary()
+
+
+def test_a_call_that_traced_counts_its_steps_but_not_its_time():
+    registry = CollectorRegistry()
+    rec = Recorder(Metrics(registry, TaskId("worker", 1)), clock=lambda: 100.0)
+    rec.begin_call()
+    rec.marks.add(marks.ALLREDUCE, 10.0, 10.3)
+    rec.traced(10, global_step=10, examples_per_step=None, loss=None)  # seen: 14 s to trace
+    assert _value(registry, c.STEPS.name) == 10 and _value(registry, c.GLOBAL_STEP.name) == 10
+    assert _value(registry, c.STEP.count) == 0 and _value(registry, c.ALLREDUCE.count) == 0
+    rec.begin_call()
+    rec.call(0.5, 10, global_step=20)  # no marks of its own: the traced call's are not carried over
+    assert _value(registry, c.STEP.count) == 10 and _value(registry, c.ALLREDUCE.count) == 0
+
+
+def test_union_seconds_counts_overlaps_once():
+    assert marks.union_seconds([(0.0, 1.0), (0.5, 2.0), (3.0, 3.5)]) == pytest.approx(2.5)
+    assert marks.union_seconds([]) == 0.0
+
+
+def test_split_check_names_one_task_or_every_task():
+    chief = '{"cluster": {}, "task": {"type": "chief", "index": 0}}'
+    worker = '{"cluster": {}, "task": {"type": "worker", "index": 1}}'
+    assert config.from_env({config.CHECK_ENV: "chief", "TF_CONFIG": chief}).check
+    assert not config.from_env({config.CHECK_ENV: "chief", "TF_CONFIG": worker}).check
+    assert config.from_env({config.CHECK_ENV: "worker-1", "TF_CONFIG": worker}).check
+    assert config.from_env({config.CHECK_ENV: "1", "TF_CONFIG": worker}).check

@@ -68,3 +68,19 @@ def test_an_async_get_next_waits_on_the_iterator_thread():
 
 def test_no_calls_no_parts():
     assert trace.split([(0.0, 1.0, "MatMul")]) == trace.Parts()
+
+
+def test_the_collective_counts_the_scheduling_around_it():
+    """Its input ready at 2 (the pack's concat ends), the collective runs 3..5, the next op starts at
+    6: the step waited 2..6 for it, as the marks count it. An idle gap with no op before the
+    collective in the call is not added (nothing says the input was ready then)."""
+    events = [
+        (0.0, 10.0, "call:__inference_train_function_3"),
+        (1.0, 2.0, "ConcatV2"),
+        (2.0, 2.0, "Timestamp"),  # a mark is no neighbour
+        (3.0, 5.0, "CollectiveReduceV2"),
+        (6.0, 7.0, "SplitV"),
+        (20.0, 30.0, "call:__inference_train_function_3"),
+        (24.0, 25.0, "CollectiveReduceV2"),
+    ]
+    assert trace.split(sorted(events)).allreduce == pytest.approx(4.0 + 1.0)

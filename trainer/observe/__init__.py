@@ -2,8 +2,10 @@
 
 `install` (trainer/run_script.py calls it before running the script) wraps tf-keras' Model.fit
 (fit.py) and every tf.function call and Strategy.run (loop.py), so both training styles report each
-call of their step function to one Recorder (record.py), and starts the Sampler (sampler.py),
-which sets the compute / all-reduce / input split from short profiler windows. docs/script.md.
+call of their step function to one Recorder (record.py); it wraps MWMS's all-reduce and the
+distributed iterator (marks.py), so every step's graph measures its own all-reduce and input wait;
+and it starts the Sampler (sampler.py), whose profiler windows (off unless TRAINER_SPLIT_PERIOD_S)
+split the steps nothing marks (XLA-compiled) and check the marks (TRAINER_SPLIT_CHECK). docs/script.md.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
 def install(metrics: Metrics, env: Mapping[str, str]) -> Sampler:
     """Hooks in, sampler started; `close()` it when the script has returned. Imported here, not at the
     top: the stack's emitter (a bare python3) reads trainer.observe.config without prometheus_client."""
-    from trainer.observe import config, fit, loop
+    from trainer.observe import config, fit, loop, marks
     from trainer.observe.record import Recorder
     from trainer.observe.sampler import Sampler
 
@@ -28,6 +30,7 @@ def install(metrics: Metrics, env: Mapping[str, str]) -> Sampler:
     steps = env.get("TRAINER_STEPS", "")
     if steps.isdigit():
         recorder.target(int(steps))
+    marks.install(recorder.marks)
     fit.install(recorder)
     loop.install(recorder)
     sampler = Sampler(recorder, settings)

@@ -11,20 +11,23 @@ CHECK_ENV = "TRAINER_SPLIT_CHECK"
 ENV_NAMES = (PERIOD_ENV, WINDOW_ENV)
 """What a stack passes from `make up` to a SCRIPT= run's tasks (compose/deployment.py)."""
 RECOMMENDED_PERIOD_S = 30.0
-"""The period `make bench` (f) measures: a 1 s window every 30 s."""
+"""The period to turn sampling on with (XLA-compiled steps): a 1 s window every 30 s."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ObserveConfig:
     period_s: float = 0.0
-    """Seconds between profiler windows (TRAINER_SPLIT_PERIOD_S); 0 (the default) turns the split
-    off: TensorFlow 2.21's profiler stop() crashed MWMS worker processes here about once in 20 to
-    60 windows (docs/script.md, "Known limitation"). RECOMMENDED_PERIOD_S when turned on."""
+    """Seconds between profiler windows (TRAINER_SPLIT_PERIOD_S); 0 (the default): none. The marks
+    split every step without them; windows split only steps nothing marks (XLA-compiled), and
+    TensorFlow 2.21's profiler stop() crashed MWMS worker processes here about once in 20 to 60
+    windows (docs/script.md). RECOMMENDED_PERIOD_S when turned on."""
     window_s: float = 1.0
     """Seconds each window traces (TRAINER_SPLIT_WINDOW_S), lengthened when it holds too few calls."""
     check: bool = False
-    """TRAINER_SPLIT_CHECK=1: trace back to back as well and print the near-full trace's split at
-    exit next to the exported one (costs the profiler's overhead all run long: for verification)."""
+    """TRAINER_SPLIT_CHECK=1 (every task) or =<task> (e.g. chief: that task only): trace back to back
+    and print the near-full trace's split at exit next to the exported one, over the same calls
+    (costs the profiler's overhead all run long: for verification; the profiler's stop crashed MWMS
+    workers here about once in 20 to 60 windows, hence one task)."""
 
     def __post_init__(self) -> None:
         if self.period_s < 0:
@@ -47,5 +50,14 @@ def from_env(env: Mapping[str, str]) -> ObserveConfig:
     return ObserveConfig(
         period_s=number(PERIOD_ENV, defaults.period_s),
         window_s=number(WINDOW_ENV, defaults.window_s),
-        check=env.get(CHECK_ENV, "") == "1",
+        check=env.get(CHECK_ENV, "") in ("1", task_name(env.get("TF_CONFIG", ""))),
     )
+
+
+def task_name(tf_config: str) -> str:
+    """ "chief", "worker-0", ... from TF_CONFIG; "chief" alone without one."""
+    import json
+
+    task = json.loads(tf_config).get("task", {}) if tf_config else {}
+    kind, index = task.get("type", "chief"), task.get("index", 0)
+    return "chief" if kind == "chief" else f"{kind}-{index}"

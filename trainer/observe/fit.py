@@ -57,7 +57,7 @@ def make_callback(recorder: Recorder, examples: int | None):
         def __init__(self) -> None:
             super().__init__()
             self._supports_tf_logs = True
-            self._begin = (0.0, 0)
+            self._begin = (0.0, 0, 0)
             self._step = 0
 
         def on_train_begin(self, logs=None) -> None:
@@ -75,23 +75,29 @@ def make_callback(recorder: Recorder, examples: int | None):
                 recorder.say_once("examples", "observe: fit's batch size is not static: no examples counted")
 
         def on_train_batch_begin(self, batch, logs=None) -> None:
-            recorder.boundary()
-            self._begin = (time.perf_counter(), batch)
+            recorder.begin_call()
+            self._begin = (time.perf_counter(), batch, _tracings(self.model))
 
         def on_train_batch_end(self, batch, logs=None) -> None:
-            t0, first = self._begin
+            t0, first, tracings = self._begin
             steps = batch - first + 1
             self._step += steps
             loss = (logs or {}).get("loss")
-            recorder.call(
-                time.perf_counter() - t0,
-                steps,
-                global_step=self._step,
-                examples_per_step=examples,
-                loss=None if loss is None else float(loss),
-            )
+            loss = None if loss is None else float(loss)
+            if _tracings(self.model) != tracings:
+                recorder.traced(steps, global_step=self._step, examples_per_step=examples, loss=loss)
+                return
+            seconds = time.perf_counter() - t0
+            recorder.call(seconds, steps, global_step=self._step, examples_per_step=examples, loss=loss)
 
     return Observe()
+
+
+def _tracings(model) -> int:
+    """How often fit's train_function has been traced (a call that traces it is not a step's time)."""
+    function = getattr(model, "train_function", None)
+    count = getattr(function, "experimental_get_tracing_count", None)
+    return count() if count else 0
 
 
 def _with_callback(args: tuple, kwargs: dict, callback) -> tuple[tuple, dict]:

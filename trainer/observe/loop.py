@@ -96,7 +96,7 @@ class LoopHook:
                 calls.pop()
                 if not calls:
                     _tracing[0] = None
-        self.recorder.boundary()
+        self.recorder.begin_call()
         before = self._iterations(info)
         t0 = time.perf_counter()
         calls.append(function)

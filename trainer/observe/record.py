@@ -1,9 +1,10 @@
-"""Every step of a user's script into the contract's metrics, and the split scaled onto it.
+"""Every step of a user's script into the contract's metrics, with its split.
 
-The hooks (fit.py, loop.py) report each call of the step function as the host saw it; the
-sampler (sampler.py) sets the split's ratios from its last profiler window. Step time, the counters,
-the global step and the loss come from every call; compute, all-reduce and input wait of each step
-are its host time times the last sample's ratios (none before the first sample).
+The hooks (fit.py, loop.py) report each call of the step function as the host saw it. Step time,
+the counters, the global step and the loss come from every call. The split comes from the marks the
+call's own graph handed over (marks.py): all-reduce and input wait measured in every step, compute
+the rest. A step function without marks (XLA-compiled) gets its host time times the ratios of the
+last profiler window instead, when the sampler (sampler.py) is turned on; else no split.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 import contract as c
 from trainer.metrics import Metrics
+from trainer.observe.marks import ALLREDUCE, INPUT, Marks
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +33,23 @@ class Ratios:
 
 
 @dataclass(frozen=True)
+class Split:
+    """Seconds of one call of the step function, by part; the rest is dispatch and host."""
+
+    compute: float
+    allreduce: float
+    input: float
+
+
+@dataclass(frozen=True)
 class HostCall:
     end: float
     """Unix time the call returned."""
     seconds: float
     steps: int
+    split: Split | None = None
+    """What the call's split was exported as (marked, or from the last sample)."""
+    traced: bool = False
 
 
 def variable_bytes(variables) -> int:
@@ -59,8 +73,15 @@ class Recorder:
         self.gradient_bytes = 0
         self._total = 0
         self.boundary: Callable[[], None] = lambda: None
-        """Called by the hooks between two calls of the step function, on the calling thread (the
-        sampler starts and stops the profiler there)."""
+        """Called between two calls of the step function, on the calling thread (the sampler starts
+        and stops the profiler there)."""
+        self.marks = Marks()
+        """What the step functions' graphs measure (marks.install wraps TensorFlow to feed it)."""
+
+    def begin_call(self) -> None:
+        """A call of the step function starts (the hooks call it): what its graph marks is its own."""
+        self.marks.clear()
+        self.boundary()
 
     def say_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._said:
@@ -101,20 +122,37 @@ class Recorder:
         if steps <= 0:
             return
         m, now, per = self.metrics, self.clock(), seconds / steps
+        marked = self.marks.take()
         with self._lock:
-            ratios = self._ratios
-            self._calls.append(HostCall(now, seconds, steps))
+            split = self._split(seconds, marked, self._ratios)
+            self._calls.append(HostCall(now, seconds, steps, split))
             self._total += 1
         for _ in range(steps):
             m.step.observe(per)
-            if ratios:
-                m.compute.observe(per * ratios.compute)
-                m.allreduce.observe(per * ratios.allreduce)
-                m.input.observe(per * ratios.input)
-        if ratios:
+            if split:
+                m.compute.observe(split.compute / steps)
+                m.allreduce.observe(split.allreduce / steps)
+                m.input.observe(split.input / steps)
+        if split:
             for part in ("compute", "allreduce", "input"):
-                self.totals[part] += seconds * getattr(ratios, part)
+                self.totals[part] += getattr(split, part)
             self.totals["step"] += seconds
+        self._count(steps, global_step, examples_per_step, loss)
+
+    def traced(
+        self, steps: int, *, global_step: int, examples_per_step: int | None, loss: float | None
+    ) -> None:
+        """A call that traced the step function: its time went into building the graph (seen: 14 s,
+        against 0.5 s per later call). Its steps count; its time goes into neither the step
+        histogram nor the split."""
+        self.marks.clear()
+        with self._lock:
+            self._calls.append(HostCall(self.clock(), 0.0, steps, None, traced=True))
+            self._total += 1
+        self._count(steps, global_step, examples_per_step, loss)
+
+    def _count(self, steps: int, global_step: int, examples_per_step: int | None, loss: float | None) -> None:
+        m = self.metrics
         m.steps.inc(steps)
         m.allreduce_bytes.inc(self.gradient_bytes * steps)
         if examples_per_step:
@@ -122,7 +160,21 @@ class Recorder:
         m.global_step.set(global_step)
         if loss is not None:
             m.loss.set(loss)
-        m.last_step.set(now)
+        m.last_step.set(self.clock())
+
+    def _split(self, seconds: float, marked: dict[str, float] | None, ratios: Ratios | None) -> Split | None:
+        """The call's seconds of compute, all-reduce and input wait: marked, else sampled, else none."""
+        if marked:
+            self.metrics.split_sampled.set(0)
+            rest = max(seconds - marked[ALLREDUCE] - marked[INPUT], 0.0)
+            return Split(compute=rest, allreduce=marked[ALLREDUCE], input=marked[INPUT])
+        if ratios:
+            return Split(
+                compute=seconds * ratios.compute,
+                allreduce=seconds * ratios.allreduce,
+                input=seconds * ratios.input,
+            )
+        return None
 
     def calls_since(self, first: int, last: int) -> list[HostCall]:
         """Host calls number first..last-1 (counted from the start), those still kept."""
@@ -143,9 +195,14 @@ class Recorder:
         rate = f", {seconds / steps * 1000:.1f} ms/step" if steps else ""
         return (
             f"observe: {steps:.0f} steps{rate}, global step {m.global_step._value.get():.0f}, "
-            f"{m.examples._value.get():.0f} examples, split from {m.split_samples._value.get():.0f} "
-            f"profiler windows (functions: {', '.join(sorted(self.functions)) or 'none seen'})"
+            f"{m.examples._value.get():.0f} examples, split {self._split_source()} "
+            f"(functions: {', '.join(sorted(self.functions)) or 'none seen'})"
         )
+
+    def _split_source(self) -> str:
+        if self.marks.seen:
+            return "marked in every step"
+        return f"from {self.metrics.split_samples._value.get():.0f} profiler windows"
 
     def set_ratios(self, ratios: Ratios) -> None:
         with self._lock:

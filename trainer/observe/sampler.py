@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 MIN_CALLS = 3
 MAX_WINDOW_S = 20.0
 WARM_CALLS = 3
+PARTS = ("compute", "allreduce", "input")
 """Calls seen before the first window: the first calls trace and compile the function."""
 
 
@@ -77,6 +78,8 @@ class Sampler:
         self.window_s = config.window_s
         self.reference = Window(trace.Parts(), 0.0, 0)
         self.sampled = Window(trace.Parts(), 0.0, 0)
+        self.compared = dict.fromkeys(("step", *PARTS), 0.0)
+        """Exported seconds of the calls in the reference windows (check mode)."""
         self._stop = threading.Event()
         self._traced: queue.Queue[Traced | None] = queue.Queue()
         self._open: tuple[str, int, bool] | None = None
@@ -94,6 +97,8 @@ class Sampler:
 
     def boundary(self) -> None:
         """Between two calls, on the calling thread: close a window that is over, open one that is due."""
+        if self.recorder.marks.seen and not self.config.check:
+            return  # every step is marked: no profiler needed (check mode traces as the reference)
         now = time.monotonic()
         if self._open and now >= self._deadline:
             self._close_window()
@@ -152,10 +157,13 @@ class Sampler:
         if window.parts.calls < MIN_CALLS:
             per_call = window.host_seconds / window.host_calls if window.host_calls else self.window_s
             self.window_s = min(MAX_WINDOW_S, max(self.window_s, (MIN_CALLS + 1) * per_call))
-        if self.config.check:
+        if self.config.check and _comparable(window, host):
             self.reference = _sum(self.reference, window)
+            for part in PARTS:
+                self.compared[part] += sum(getattr(c.split, part) for c in host)
+            self.compared["step"] += window.host_seconds
         ratios = window.ratios()
-        if not (traced.due and ratios):
+        if not (traced.due and ratios) or self.recorder.marks.seen:
             return
         self.recorder.set_ratios(ratios)
         self.sampled = _sum(self.sampled, window)
@@ -169,19 +177,25 @@ class Sampler:
         )
 
     def check_result(self) -> dict:
-        totals = self.recorder.totals
+        """The exported split of the calls the reference windows hold whole, next to the trace's."""
+        totals = self.compared
         step = totals["step"] or float("nan")
         ref = self.reference
         per_host = ref.host_calls / ref.host_seconds if ref.parts.calls and ref.host_seconds else float("nan")
         share = lambda x: x / ref.parts.calls * per_host if ref.parts.calls else float("nan")  # noqa: E731
         return {
-            "exported": {k: totals[k] / step for k in ("compute", "allreduce", "input")},
-            "reference": {k: share(getattr(ref.parts, k)) for k in ("compute", "allreduce", "input")},
+            "exported": {k: totals[k] / step for k in PARTS},
+            "reference": {k: share(getattr(ref.parts, k)) for k in PARTS},
             "reference_calls": ref.parts.calls,
             "host_calls": self.recorder.calls_total(),
             "samples": self.sampled.parts.calls,
             "pid": os.getpid(),
         }
+
+
+def _comparable(window: Window, host: list) -> bool:
+    """The trace holds every host call of the window, each exported with a split (none traced)."""
+    return bool(host) and window.parts.calls == len(host) and all(c.split and not c.traced for c in host)
 
 
 def _sum(a: Window, b: Window) -> Window:

@@ -4,12 +4,13 @@ The op classification bench/tracecheck.py also uses (one list): collectives are 
 iterator's GetNext ops are input wait, everything else the function ran is compute. A call is one
 execution of the step function, found in the trace by its `EagerLocalExecute: __inference_<name>_<id>` event, so no
 clock has to be lined up with the host's. Per call: all-reduce = the union of the collective ops'
-intervals, input = the union of the GetNext intervals outside them, compute = the rest of the
+intervals, each widened by the executor's scheduling around it (with_scheduling), input = the union of the GetNext intervals outside them, compute = the rest of the
 function's span (gaps between ops inside the graph included, as tracecheck counts them).
 """
 
 from __future__ import annotations
 
+import bisect
 import glob
 import os
 from collections.abc import Iterable, Sequence
@@ -143,13 +144,32 @@ def calls(events: Sequence[Event]) -> list[Interval]:
     return union((s, e) for s, e, kind in events if kind.startswith("call:"))
 
 
+NOT_NEIGHBOURS = (*COLLECTIVES, *MARKS, LAUNCH, "PyFunc")
+"""Ops that do not bound a collective's wait: other collectives, marks and their hand-over."""
+
+
+def with_scheduling(events: Sequence[Event], begin: float, end: float) -> list[Interval]:
+    """Each collective of the call (begin, end) from the end of the call's last op that ended before
+    it (its input is ready by then) to the start of the first that started after it: the executor's
+    scheduling around the collective is time the step waits for it too, as the marks' t1..t2 count
+    it. A lower bound: an unrelated op nearer in time shortens it, nothing lengthens it."""
+    inside = [(s, e, k) for s, e, k in events if begin <= s and e <= end and not k.startswith("call:")]
+    others = [(s, e) for s, e, k in inside if k not in NOT_NEIGHBOURS]
+    starts, ends = sorted(s for s, _ in others), sorted(e for _, e in others)
+    out = []
+    for s, e, k in inside:
+        if k in COLLECTIVES:
+            i, j = bisect.bisect_right(ends, s), bisect.bisect_left(starts, e)
+            out.append((ends[i - 1] if i else s, starts[j] if j < len(starts) else e))
+    return out
+
+
 def split(events: Sequence[Event]) -> Parts:
     """Summed parts of every call the trace holds whole."""
-    collectives = union((s, e) for s, e, k in events if k in COLLECTIVES)
     inputs = union((s, e) for s, e, k in events if k in INPUT)
     total = Parts()
     for begin, end in calls(events):
-        reduce_ = clip(collectives, begin, end)
+        reduce_ = union(with_scheduling(events, begin, end))
         wait = minus(clip(inputs, begin, end), reduce_)
         a, i = length(reduce_), length(wait)
         total += Parts(span=end - begin, compute=end - begin - a - i, allreduce=a, input=i, calls=1)
