@@ -36,6 +36,7 @@ contract/defaults.mk: contract/__init__.py contract/__main__.py
 
 include trainer/trainer.mk
 include compose/compose.mk
+include compose/tensorboard.mk
 include compose/k8s.mk
 include compose/swarm.mk
 include images/images.mk

@@ -33,6 +33,8 @@ METRICS_LINGER_SECONDS = 12
 """Two 5 s scrape intervals (monitoring/config/prometheus/prometheus.yml) plus margin: Prometheus records the
 final step and the `done` state before a finished task's container exits."""
 CHECKPOINT_DIR = "/checkpoints"
+LOG_DIR = "/logs"
+"""TensorBoard's log volume in every task (TRAINER_LOGDIR) and in the TensorBoard service."""
 OUTPUT_DIR = "/output"
 SCRIPT_DIR = "/script"
 DATA_DIR = "/data"
@@ -66,6 +68,9 @@ class Deployment:
     (compose/knobs.py reads them from the environment: STEPS=, TASK=, ...)."""
     max_restarts: int = contract.DEFAULT_MAX_RESTARTS
     """Restart budget: automatic restarts before the run fails for good."""
+    stall: str = ""
+    """When a frozen step counts as stuck (SUPERVISE_STALL=multiple,floor,ceiling, trainer.supervise);
+    empty: the supervisor's default."""
     checkpoint_storage: str = "1Gi"
     """Size of the checkpoint volume where a target needs one declared (a Kubernetes PVC)."""
     script: str | None = None
@@ -93,6 +98,8 @@ class Deployment:
     def __post_init__(self) -> None:
         if self.max_restarts < 0:
             raise ValueError(f"MAX_RESTARTS={self.max_restarts}: must be 0 or more")
+        if self.stall:
+            supervise.StallBound.parse(self.stall)  # its error names SUPERVISE_STALL
         for name, _ in self.knobs:
             if name not in KNOB_FIELDS:
                 raise ValueError(f"trainer knob {name!r} is not a trainer setting (python -m trainer --help)")
@@ -153,6 +160,8 @@ def trainer_env(d: Deployment) -> dict[str, str]:
         "TRAINER_METRICS_PORT": str(METRICS_PORT),
         "TRAINER_METRICS_LINGER": str(METRICS_LINGER_SECONDS),
         "TRAINER_CHECKPOINT_DIR": CHECKPOINT_DIR,
+        "TRAINER_LOGDIR": LOG_DIR,
+        "TRAINER_PROFILER_PORT": str(contract.PROFILER_PORT),
     }
     env.update({ENV_PREFIX + name.upper(): value for name, value in d.knobs})
     if d.data:
@@ -160,6 +169,8 @@ def trainer_env(d: Deployment) -> dict[str, str]:
     if d.script:
         env.update(d.observe)
     env[supervise.MAX_RESTARTS_ENV] = str(d.max_restarts)
+    if d.stall:
+        env[supervise.STALL_ENV] = d.stall
     return env
 
 
@@ -241,6 +252,7 @@ def from_args(
         gpu_ids=gpu_ids,
         knobs=trainer_knobs.from_environ(environ or {}),
         max_restarts=ns.max_restarts,
+        stall=(environ or {}).get(supervise.STALL_ENV, ""),
         script=ns.script,
         observe=observe_settings(environ or {}),
         data=ns.data,

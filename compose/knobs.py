@@ -26,6 +26,8 @@ STACK_OWNED = {
     "metrics_port": "the stack scrapes every task on the contract's metrics port",
     "metrics_linger": "the stack keeps a finished task's metrics up for Prometheus' last scrape",
     "checkpoint_dir": "the chief writes the stack's checkpoint volume",
+    "logdir": "every task writes the stack's TensorBoard volume",
+    "profiler_port": "make profile traces every task on the contract's profiler port",
     "data": "DATA= is a host folder the stack mounts read-only at /data",
     "export_dir": "OUTPUT= is the host folder the stack mounts for the final model",
 }

@@ -16,6 +16,7 @@ privileges, a non-root user): there is no field to turn that off. Standard libra
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from compose.deployment import (
     CHECKPOINT_DIR,
     DATA_DIR,
     GID,
+    LOG_DIR,
     OUTPUT_DIR,
     SCRIPT_DIR,
     STOP_GRACE_SECONDS,
@@ -37,8 +39,8 @@ from trainer import supervise
 
 CLUSTER, MONITORING = "cluster", "monitoring"
 NETWORKS = {CLUSTER: {"internal": True}, MONITORING: {}}
-"""Trainers talk gRPC and serve metrics on `cluster` only; it is internal (no route out, nothing
-published). Prometheus is the one service on both networks."""
+"""Trainers talk gRPC, serve metrics and their profiler on `cluster` only; it is internal (no route
+out, nothing published). Prometheus and TensorBoard are on both networks."""
 PROJECT = contract.DEFAULT_PROJECT
 TRAINER_BUILD = {"context": ".", "dockerfile": "images/trainer.Dockerfile"}
 LOGGING = {"driver": "json-file", "options": {"max-size": "10m", "max-file": "3"}}
@@ -101,6 +103,9 @@ class Service:
     """The image where none is given: `<NAME>_IMAGE` replaces it (image_variable(); Compose writes
     `${PROMETHEUS_IMAGE:-...}`, so `make up` can pick the online or the Debian-built image; Swarm
     takes --<name>-image)."""
+    trainer_image: bool = False
+    """Runs this deployment's trainer image, as the tasks do (`image` is then only the default tag):
+    every target substitutes the one its tasks run (`for_deployment`)."""
     build: bool = False
     """This service builds the image (the chief); other services with the same image never pull it."""
     command: tuple[str, ...] = ()
@@ -115,8 +120,11 @@ class Service:
     probes the GCE metadata server) otherwise waits 10 s for Docker's DNS to give up."""
     init: bool = False
     """tini as PID 1, so SIGTERM reaches the process (Python as PID 1 ignores it)."""
-    restart: str = "unless-stopped"
-    """"no": a supervisor inside the container restarts by exit code; "unless-stopped": the engine does."""
+    restart: str = "always"
+    """The engine's restart policy. "always", not "unless-stopped": a dockerd that died (SIGKILL, OOM
+    kill) kills on its restart the containers it finds still running (live-restore off) as if stopped
+    by hand, and leaves unless-stopped ones down (tests/e2e/test_engine_faults.py). `make down`
+    removes the containers, so "always" starts nothing the operator stopped that way."""
     stop_grace_s: int | None = None
     user: str
     tmpfs: tuple[str, ...] = ("/tmp",)
@@ -230,8 +238,48 @@ GRAFANA = Service(
     elsewhere="load the dashboards into an existing Grafana with `make publish-dashboards`",
 )
 
-SERVICES: tuple[Service, ...] = (PROMETHEUS, ALERTMANAGER, GRAFANA)
+TENSORBOARD = Service(
+    name="tensorboard",
+    title="TensorBoard",
+    # The trainer image holds tensorboard, its profile plugin (xprof) and TensorFlow, whose trace
+    # client `make profile` runs in this container (on the cluster network, with the log volume).
+    image=Deployment(workers=0).image("cpu"),
+    trainer_image=True,
+    command=(
+        "tensorboard",
+        f"--logdir={LOG_DIR}",
+        "--host=0.0.0.0",
+        f"--port={contract.TENSORBOARD_PORT}",
+        "--reload_interval=5",
+    ),
+    publish=(contract.TENSORBOARD_PORT,),
+    networks=(CLUSTER, MONITORING),
+    init=True,
+    user=f"{UID}:{GID}",
+    # The chief's scalars, a SCRIPT's own summaries, `make profile`'s traces; `make clean` removes it.
+    volumes=(("tensorboard-logs", LOG_DIR),),
+    # Generous: a Python start plus TensorBoard's answer took over 3 s on the 2 loaded cores.
+    healthcheck=Healthcheck(
+        (
+            "python",
+            "-c",
+            "import urllib.request as u; "
+            f"u.urlopen('http://127.0.0.1:{contract.TENSORBOARD_PORT}/data/logdir', timeout=20)",
+        ),
+        interval_s=10,
+        timeout_s=30,
+        retries=12,
+    ),
+    elsewhere=f"run `tensorboard --logdir` on a volume mounted at {LOG_DIR} (TRAINER_LOGDIR) in every pod",
+)
+
+SERVICES: tuple[Service, ...] = (PROMETHEUS, ALERTMANAGER, GRAFANA, TENSORBOARD)
 """Every service beside the trainers, in start order (a service after those it depends on)."""
+
+
+def for_deployment(s: Service, image: str) -> Service:
+    """`s` as a deployment whose tasks run `image` runs it."""
+    return dataclasses.replace(s, image=image) if s.trainer_image else s
 
 
 SUPERVISE_DIR = "/var/lib/supervise"
@@ -263,7 +311,7 @@ def _trainer(d: Deployment, name: str, tf_config: str) -> Service:
             **_export_env(d, chief),
             supervise.STATE_DIR_ENV: SUPERVISE_DIR,
         },
-        expose=(contract.TF_PORT, contract.METRICS_PORT),
+        expose=(contract.TF_PORT, contract.METRICS_PORT, contract.PROFILER_PORT),
         networks=(CLUSTER,),
         fast_dns=True,
         init=True,
@@ -275,7 +323,10 @@ def _trainer(d: Deployment, name: str, tf_config: str) -> Service:
         user=f"{UID}:{GID}",
         # Only the chief writes the shared checkpoint volume; other tasks save to a private tmpfs.
         tmpfs=("/tmp",) if shared else ("/tmp", CHECKPOINT_DIR),
-        volumes=((("checkpoints", CHECKPOINT_DIR),) if shared else ()) + (("supervise", SUPERVISE_DIR),),
+        # Every task may write summaries (a SCRIPT's Keras TensorBoard callback writes on workers too),
+        # and each task's profiler server writes its own trace there (`make profile`).
+        volumes=((("checkpoints", CHECKPOINT_DIR),) if shared else ())
+        + (("supervise", SUPERVISE_DIR), ("tensorboard-logs", LOG_DIR)),
         binds=_binds(d) + (_output_bind(d) if chief else ()),
     )
 

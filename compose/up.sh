@@ -129,9 +129,12 @@ else
 fi
 
 addr=${BIND_ADDR:-127.0.0.1}
+# Another project's commands need its name: they find its RUN_DIR and Prometheus from it.
+p=""; [ "${PROJECT:-$DEFAULT_PROJECT}" = "$DEFAULT_PROJECT" ] || p=" PROJECT=$PROJECT"
 echo
 echo "Prometheus: http://$addr:$PROMETHEUS_PORT   (targets: http://$addr:$PROMETHEUS_PORT/targets)"
 echo "Alerts:     http://$addr:$ALERTMANAGER_PORT   (Alertmanager; receivers: monitoring/config/alertmanager/alertmanager.yml, docs/alerts.md)"
+echo "TensorBoard: http://$addr:$TENSORBOARD_PORT   (make profile$p fills its PROFILE tab)"
 if [[ ,$profiles, == *,grafana,* ]]; then
   echo "Grafana:    http://$addr:$GRAFANA_PORT   (user admin, password in $SECRETS_DIR/grafana_admin_password)"
 else
@@ -141,8 +144,6 @@ Grafana:    skipped - image $GRAFANA_IMAGE is not present and cannot be pulled (
             make publish-dashboards GRAFANA_URL=https://grafana.example GRAFANA_TOKEN=...
 EOF
 fi
-# Another project's commands need its name: they find its RUN_DIR and Prometheus from it.
-p=""; [ "${PROJECT:-$DEFAULT_PROJECT}" = "$DEFAULT_PROJECT" ] || p=" PROJECT=$PROJECT"
 echo "Follow:     make status$p (per-task table) | make logs$p | make wait$p (blocks, returns the chief's exit code)"
 echo "Stop:       make down$p (keeps checkpoints and history) | make clean$p (removes them)"
 [ -n "${OUTPUT:-}" ] && echo "Model:      $OUTPUT/model (SavedModel) and $OUTPUT/summary.json when the job is done"

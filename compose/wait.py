@@ -192,8 +192,9 @@ class Job:
         return f"{text} ({meaning(over.code)})" + (f": {detail}" if detail else "")
 
 
-def watch(job: Job, events: Iterable[dict], log: Callable[[str], None]) -> int:
-    """Judge the state read so far, then after every event, until the job is over."""
+def watch(job: Job, events: Iterable[dict], log: Callable[[str], None]) -> int | None:
+    """Judge the state read so far, then after every event, until the job is over (its code), or
+    until the events end first (None: the engine went, or restarted)."""
     for event in itertools.chain([None], events):  # lazily: the stream only ends with `docker events`
         if event is not None:
             note = job.event(event)
@@ -205,7 +206,7 @@ def watch(job: Job, events: Iterable[dict], log: Callable[[str], None]) -> int:
             log(job.report(over))
             return over.code
     log("wait: docker events ended before the job did")
-    return 125
+    return None
 
 
 def engine_up(run: Runner = docker) -> bool:
@@ -255,10 +256,15 @@ def main(argv: Sequence[str]) -> int:
         finally:
             proc.kill()
             proc.wait()
-        if code != 125 or engine_up():
+        if code is not None:
             return code
-        log("wait: the engine is gone; waiting for it to come back")
-        while not engine_up():
+        # The stream ends with the engine. It may already answer again (a quick restart): the tasks
+        # are read again either way, since their restart policy brings them back with the engine.
+        if not engine_up():
+            log("wait: the engine is gone; waiting for it to come back")
+            while not engine_up():
+                time.sleep(ENGINE_RETRY_S)
+        else:
             time.sleep(ENGINE_RETRY_S)
         log("wait: the engine is back; reading the tasks again")
 

@@ -35,6 +35,10 @@ GRAFANA_PORT = 3000
 """Grafana's port, in its container and where it is published (on BIND_ADDR)."""
 ALERTMANAGER_PORT = 9093
 """Alertmanager's port, in its container and where it is published (on BIND_ADDR)."""
+TENSORBOARD_PORT = 6006
+"""TensorBoard's web UI, in its container and where it is published (on BIND_ADDR)."""
+PROFILER_PORT = 6009
+"""Every task's TensorFlow profiler server inside the cluster network (never published; `make profile`)."""
 
 DEFAULT_PROJECT = "mwms"
 """Compose project, Swarm stack and Kubernetes job name when PROJECT (STACK, K8S_NAME) is not given."""
@@ -49,6 +53,7 @@ SHARED_SETTINGS = (
     "PROMETHEUS_PORT",
     "GRAFANA_PORT",
     "ALERTMANAGER_PORT",
+    "TENSORBOARD_PORT",
     "DEFAULT_PROJECT",
     "DEFAULT_WORKERS",
     "DEFAULT_MAX_RESTARTS",
@@ -159,6 +164,21 @@ LOSS = _metric("loss", GAUGE, "Global mean training loss of the last step")
 GLOBAL_STEP = _metric("global_step", GAUGE, "Optimizer step (continues after a resume)")
 WORLD_SIZE = _metric("world_size", GAUGE, "Replicas in sync")
 LAST_STEP_TIME = _metric("last_step_timestamp", GAUGE, "Unix time the last step finished", "seconds")
+INPUT_STEP = _metric(
+    "input_step",
+    GAUGE,
+    "Step whose batch this task has taken from its input (one ahead of trainer_global_step while a "
+    "step runs): when a job's step stands still, a task behind its peers is the one not in the collective",
+)
+STUCK_STEP = _metric(
+    "stuck_step",
+    GAUGE,
+    "Step at which trainer.supervise last ended this task as stuck (SUPERVISE_STALL, docs/faults.md), "
+    "exported by the task's next run; absent: never in this container",
+)
+STUCK_TIME = _metric(
+    "stuck", GAUGE, "Unix time trainer.supervise last ended this task as stuck", "timestamp_seconds"
+)
 LAST_CHECKPOINT = _metric("last_checkpoint_step", GAUGE, "Step of the last checkpoint saved")
 TARGET_STEPS = _metric(
     "target_steps",
@@ -193,6 +213,9 @@ ALL = (
     GLOBAL_STEP,
     WORLD_SIZE,
     LAST_STEP_TIME,
+    INPUT_STEP,
+    STUCK_STEP,
+    STUCK_TIME,
     LAST_CHECKPOINT,
     TARGET_STEPS,
     SPLIT_SAMPLED,

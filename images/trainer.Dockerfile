@@ -25,12 +25,12 @@ RUN --mount=type=bind,source=build/wheelhouse,target=/wheels \
       --no-deps --require-hashes -r /wheels/requirements.lock \
  && /opt/venv/bin/pip uninstall -y -q pip
 
-# A non-root user; /checkpoints and /var/lib/supervise (trainer.supervise's state) are created owned
-# by it so the named volumes inherit the owner.
+# A non-root user; /checkpoints, /var/lib/supervise (trainer.supervise's state) and /logs (TensorBoard's)
+# are created owned by it so the named volumes inherit the owner.
 # No setuid/setgid binaries (su, mount, passwd, ...): nothing can gain privileges even where
 # no-new-privileges is not applied (a Swarm stack drops security_opt).
 RUN useradd --uid 1000 --user-group --no-create-home --home-dir /tmp --shell /usr/sbin/nologin trainer \
- && install -d -o 1000 -g 1000 /checkpoints /var/lib/supervise \
+ && install -d -o 1000 -g 1000 /checkpoints /var/lib/supervise /logs \
  && find / -xdev -perm /6000 -type f -exec chmod a-s {} +
 
 # Code last: editing the trainer rebuilds only this layer.

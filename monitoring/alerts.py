@@ -99,6 +99,19 @@ ALERTS = (
         ),
     ),
     Alert(
+        name="TaskStuck",
+        # An event, not a state: the run after the restart reports it, so it fires at once.
+        expr=f"{c.STUCK_STEP.name} and on ({r.BY_TASK}) ({r.stuck_condition()})",
+        wait="0s",
+        severity="critical",
+        value=SECONDS,
+        summary=lambda t, x: f"Trainer task {t} was stuck at step {x} and was restarted",
+        description=lambda t, x: (
+            f"The step of {t}'s job stood still at {x} for longer than SUPERVISE_STALL while {t} was "
+            "behind its peers, alive but not in the collective; its supervisor ended it. " + _advice(v.STUCK)
+        ),
+    ),
+    Alert(
         name="Straggler",
         expr=f"{r.COMPUTE_RATIO} > {v.STRAGGLER_RATIO:g}",
         wait="2m",
@@ -151,7 +164,7 @@ ALERTS = (
 )
 BY_NAME = {a.name: a for a in ALERTS}
 GROUPS = {
-    "trainer_availability": ("TrainerDown", "TrainingStalled"),
+    "trainer_availability": ("TrainerDown", "TrainingStalled", "TaskStuck"),
     "trainer_performance": ("Straggler", "InputBound", "CommunicationBound"),
     "trainer_correctness": ("LossNotFinite",),
 }

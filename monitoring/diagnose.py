@@ -46,12 +46,23 @@ def queries(sel: str = rules.JOB_SELECTOR) -> dict[str, str]:
         "build": recent(rules.BUILD_INFO),
         "world_size": recent(c.WORLD_SIZE.name),
         "allreduce_bytes": rules.BYTES_PER_STEP + sel,
+        "stuck_step": recent(c.STUCK_STEP.name, rules.RUN_LOOKBACK),
+        "stuck_age": f"time() - {recent(c.STUCK_TIME.name, rules.RUN_LOOKBACK)}",
     }
 
 
 QUERIES = queries()
 """Over every run (what the run's selector narrows)."""
-NUMBERS = ("last_step_age", "step", "compute", "compute_share", "allreduce_share", "input_share", "busbw")
+NUMBERS = (
+    "last_step_age",
+    "step",
+    "compute",
+    "compute_share",
+    "allreduce_share",
+    "input_share",
+    "busbw",
+    "stuck_age",
+)
 
 
 def _number(value: str) -> float | None:
@@ -66,8 +77,8 @@ def _field(name: str, series: dict) -> tuple[str, object] | None:
         return "state", labels.get(c.STATE.client_name)
     if name == "build":
         return "build", tuple(labels.get(k, "") for k in c.BUILD_LABELS)
-    if name == "world_size":
-        return "world_size", int(float(value))
+    if name in ("world_size", "stuck_step"):
+        return name, int(float(value))
     return (name, _number(value)) if name in NUMBERS else None
 
 

@@ -92,6 +92,11 @@ def task_series(t: Task, project: str = PROJECT, run: str = RUN) -> list[dict]:
         f"{r.BUILD_INFO}{labels_(**build)}": _flat(1),
     }
     series |= {f"{name}{labels_()}": values for name, values in _timed(t).items()}
+    if t.stuck_step is not None:  # the run after the restart exports where its task was stuck
+        series |= {
+            f"{c.STUCK_STEP.name}{labels_()}": _flat(t.stuck_step),
+            f"{c.STUCK_TIME.name}{labels_()}": _flat(END - t.stuck_age),
+        }
     return up + [{"series": k, "values": val} for k, val in series.items()]
 
 
@@ -126,6 +131,7 @@ def firing(case: Case) -> dict[str, dict[str, float]]:
     ratios = v.compute_ratios(list(timed.values()))
     return {
         "TrainerDown": {t.name: 0.0 for t in case.tasks if not t.up and t.state != "done"},
+        "TaskStuck": {t.name: t.stuck_step for t in case.tasks if t.up and v.stuck(samples[t.name])},
         "TrainingStalled": {
             t.name: t.last_step_age for t in case.tasks if t.up and v.stalled(samples[t.name])
         },

@@ -210,6 +210,11 @@ def stall_condition(age: str) -> str:
     return f"{age} > {v.STALL_SECONDS:g} unless on ({BY_TASK}) ({busy})"
 
 
+def stuck_condition() -> str:
+    """Ended as stuck by its supervisor at most verdict.STUCK_RECENT seconds ago (the next run says so)."""
+    return f"time() - {c.STUCK_TIME.name} <= {v.STUCK_RECENT:g}"
+
+
 def _mismatch_condition() -> str:
     per_task = f"count by ({BY_TASK}, {BUILD_BY}) ({BUILD_INFO})"
     per_build = f"count by ({BY_RUN}, {BUILD_BY}) ({BUILD_INFO})"
@@ -232,12 +237,13 @@ def verdict_rules() -> dict:
     task = " or ".join(
         [
             _task_code(down_condition(), v.DOWN),
+            _task_code(stuck_condition(), v.STUCK),
             _task_code(stall_condition(LAST_STEP_AGE), v.STALLED),
             _task_code(_mismatch_condition(), v.MISMATCH),
             _task_code(f"{COMPUTE_RATIO} > {v.STRAGGLER_RATIO:g}", v.STRAGGLER),
             _task_code(f"{SHARE[c.INPUT_WAIT]} > {v.INPUT_SHARE:g}", v.INPUT),
             _task_code(f"{SHARE[c.ALLREDUCE]} > {v.ALLREDUCE_SHARE:g}", v.COMMUNICATION),
-            # Healthy needs the split: timed steps alone (a SCRIPT= run not sampled) say nothing.
+            # Healthy needs the split: timed steps alone (a SCRIPT= XLA step, not sampled) say nothing.
             _task_code(f"{SHARE[c.COMPUTE]} >= 0", v.HEALTHY),
         ]
     )

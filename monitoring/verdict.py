@@ -7,7 +7,7 @@ in PromQL for the dashboards, the alerts and their prose, and the promtool tests
 cases of monitoring/verdict_cases.py that the Python tests also run. Priority (the higher code
 wins, both per task and for the cluster):
 
-    6 down > 5 stalled > 4 mismatch > 3 straggler > 2 input-bound > 1 communication-bound > 0 healthy
+    7 down > 6 stuck > 5 stalled > 4 mismatch > 3 straggler > 2 input-bound > 1 communication-bound > 0 healthy
 
 Per task, communication-bound means "this task spends most of its step in all-reduce"; the cluster
 is communication-bound only when every task does (otherwise someone is making the others wait).
@@ -32,18 +32,30 @@ STRAGGLER_RATIO = 1.5
 a straggler. Setting the slowest aside makes 1.5x mean the same with 2 tasks as with 20."""
 STALL_SECONDS = 120.0
 """No step for this long while not done: stalled."""
+STUCK_RECENT = 600.0
+"""A task its supervisor ended as stuck (SUPERVISE_STALL, trainer/supervise.py) this many seconds ago
+or less is `stuck`: the task named, not the whole job, as long as the restart is news."""
 
-SEVERITY = ("healthy", "communication-bound", "input-bound", "straggler", "mismatch", "stalled", "down")
+SEVERITY = (
+    "healthy",
+    "communication-bound",
+    "input-bound",
+    "straggler",
+    "mismatch",
+    "stalled",
+    "stuck",
+    "down",
+)
 """The verdicts from least to most severe. A verdict's code is its position here, so the worst of
 several verdicts is the largest code: `diagnose` takes the max in Python, the generated rules with
 PromQL's `max by` (which is why the codes are numbers). Reorder here and both follow."""
-HEALTHY, COMMUNICATION, INPUT, STRAGGLER, MISMATCH, STALLED, DOWN = range(len(SEVERITY))
+HEALTHY, COMMUNICATION, INPUT, STRAGGLER, MISMATCH, STALLED, STUCK, DOWN = range(len(SEVERITY))
 NO_DATA, FINISHED = -1, -2
 """Not verdicts on the training: nothing to judge, or nothing left to judge."""
 NAMES = {**dict(enumerate(SEVERITY)), NO_DATA: "no-data", FINISHED: "finished"}
 PERFORMANCE = (HEALTHY, COMMUNICATION, INPUT, STRAGGLER)
 """Verdicts on a cluster that trains: a build or world-size mismatch anywhere outranks them."""
-NAMES_TASKS = (INPUT, STRAGGLER, MISMATCH, STALLED, DOWN)
+NAMES_TASKS = (INPUT, STRAGGLER, MISMATCH, STALLED, STUCK, DOWN)
 """Cluster verdicts that name the tasks to blame (communication-bound is every task's, healthy nobody's)."""
 EXIT_HEALTHY, EXIT_PROBLEM, EXIT_NO_DATA = 0, 1, 2
 
@@ -81,6 +93,14 @@ ADVICE = {
         "No step for minutes: a peer may hang inside a collective, or the input blocks. Read every "
         "task's logs (`make logs`), then restart the whole cluster; it resumes from the checkpoint."
     ],
+    STUCK: [
+        "Its step stood still longer than SUPERVISE_STALL while its peers waited in the collective (its "
+        "input step was behind theirs): its supervisor wrote every thread's Python stack to its log and "
+        "restarted it, and the job resumed from its last checkpoint. Read the stack (`make logs "
+        "SERVICE=<task>`, after the `supervise: stuck:` line): tf.data or your dataset code means a "
+        "blocked input pipeline, the main thread in your code a host deadlock.",
+        "Stuck again at the same step: look at the data or the code that step reaches.",
+    ],
     DOWN: [
         "A task is not answering: read its logs (`make logs SERVICE=<task>`). MWMS cannot continue "
         "without it; restart the whole cluster (it resumes from the last checkpoint)."
@@ -116,6 +136,10 @@ class TaskSample:
     build: tuple[str, ...] | None = None
     """The values of contract.BUILD_LABELS from the build info."""
     world_size: int | None = None
+    stuck_step: int | None = None
+    """Step at which its supervisor last ended the task as stuck (in the run looked at); None: never."""
+    stuck_age: float | None = None
+    """Seconds since then."""
 
 
 @dataclass(frozen=True)
@@ -200,11 +224,24 @@ def stalled(t: TaskSample) -> bool:
     )
 
 
+def stuck(t: TaskSample) -> bool:
+    """Ended as stuck by its supervisor at most STUCK_RECENT seconds ago."""
+    return t.stuck_age is not None and t.stuck_age <= STUCK_RECENT
+
+
+def stuck_evidence(t: TaskSample) -> str:
+    return (
+        f"{t.task}: ended as stuck at step {t.stuck_step} {t.stuck_age:.0f} s ago (behind its peers, not in "
+        f"the collective) and restarted; its Python stack: `make logs SERVICE={t.task}`"
+    )
+
+
 def task_code(t: TaskSample, odd: dict[str, str], ratio: float | None = None) -> int | None:
     """The task's verdict code, None when it has no figures yet: the first check that holds, most
     severe first (the health of the task, then its build, then its figures)."""
     checks = (
         (DOWN, not t.up and not _done(t)),
+        (STUCK, stuck(t)),
         (STALLED, stalled(t)),
         (MISMATCH, t.task in odd),
         (None, t.step is None),
@@ -219,6 +256,8 @@ def task_code(t: TaskSample, odd: dict[str, str], ratio: float | None = None) ->
 def _task_evidence(t: TaskSample, code: int, odd: dict[str, str], ratio: float | None) -> tuple[str, ...]:
     if code == DOWN:
         return (f"{t.task}: target down (last state {t.state or 'unknown'})",)
+    if code == STUCK:
+        return (stuck_evidence(t),)
     if code == STALLED:
         return (f"{t.task}: no step for {t.last_step_age:.0f} s (state {t.state or 'unknown'})",)
     if code == MISMATCH:
@@ -239,7 +278,9 @@ def diagnose(
     if not samples:
         return _summary(NO_DATA, "no trainer targets in Prometheus")
     if all(_done(t) for t in samples):
-        return _summary(FINISHED, f"all {len(samples)} tasks are done")
+        # Over, but an operator still learns which task got stuck on the way, and where its stack is.
+        were = tuple(stuck_evidence(t) for t in samples if t.stuck_step is not None)
+        return _summary(FINISHED, f"all {len(samples)} tasks are done", *were)
     odd = odd_ones(samples)
     ratios = compute_ratios([t for t in samples if t.step is not None])
     codes = {t.task: task_code(t, odd, ratios.get(t.task)) for t in samples}
@@ -267,9 +308,9 @@ def diagnose(
     return Diagnosis(finding, tasks)
 
 
-def _summary(code: int, evidence: str) -> Diagnosis:
-    """A verdict on the whole run with one line of evidence (no data, finished)."""
-    return Diagnosis(Finding(NAMES[code], code, evidence=(evidence,), advice=tuple(ADVICE[code])))
+def _summary(code: int, evidence: str, *more: str) -> Diagnosis:
+    """A verdict on the whole run with a line of evidence (no data, finished), and any more."""
+    return Diagnosis(Finding(NAMES[code], code, evidence=(evidence, *more), advice=tuple(ADVICE[code])))
 
 
 def _unjudged(samples: list[TaskSample]) -> str:
@@ -278,8 +319,8 @@ def _unjudged(samples: list[TaskSample]) -> str:
     if unsplit:
         return (
             f"{', '.join(unsplit)} time their steps but export no compute / all-reduce / input split, "
-            "so nothing says where the time goes (a SCRIPT= run samples it only when asked: "
-            f"make up ... {SPLIT_KNOB}=30, docs/script.md)"
+            "so nothing says where the time goes (a SCRIPT= run's XLA-compiled steps are split only "
+            f"by sampling: make up ... {SPLIT_KNOB}=30, docs/script.md)"
         )
     states = ", ".join(sorted({t.state or "unknown" for t in samples}))
     return f"{len(samples)} tasks up but no timed steps in the last minute (states: {states})"

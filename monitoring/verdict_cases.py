@@ -38,6 +38,10 @@ class Task:
     build: tuple[str, ...] = BUILD
     world_size: int = 3
     loss: float = 1.0
+    stuck_step: int | None = None
+    """Where its supervisor last ended it as stuck; None: never."""
+    stuck_age: float = 60.0
+    """Seconds since then (at the end of the series)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +72,7 @@ def sample(t: Task) -> TaskSample:
         last_step_age=t.last_step_age,
         build=t.build,
         world_size=t.world_size,
+        **({"stuck_step": t.stuck_step, "stuck_age": t.stuck_age} if t.stuck_step is not None else {}),
         **timed,
     )
 
@@ -223,6 +228,21 @@ CASES = (
         named=("worker-1",),
         exit_code=1,
         per_task={"worker-1": "stalled"},
+    ),
+    # Its supervisor ended worker-1 as stuck a minute ago; the job trains again after the restart.
+    Case(
+        name="stuck and restarted",
+        tasks=cluster(**{"worker-1": {"stuck_step": 150}}),
+        verdict="stuck",
+        named=("worker-1",),
+        exit_code=1,
+        per_task=_all("healthy") | {"worker-1": "stuck"},
+    ),
+    Case(
+        name="stuck long ago",
+        tasks=cluster(**{"worker-1": {"stuck_step": 150, "stuck_age": 900.0}}),
+        verdict="healthy",
+        per_task=_all("healthy"),
     ),
     Case(
         name="checkpointing is not a stall",

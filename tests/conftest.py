@@ -62,6 +62,10 @@ SERVICES = {
         lambda: bool(shutil.which("prometheus")),
         "prometheus not on PATH: `make engine` installs it (apt-get install prometheus)",
     ),
+    "chromium": (
+        lambda: bool(shutil.which("chromium") and shutil.which("chromedriver")),
+        "no headless Chromium: run `make browser` (apt-get install chromium chromium-driver)",
+    ),
     "user namespaces": (
         _namespaces,
         "unshare -rmn (user, mount and network namespaces) is not available here",

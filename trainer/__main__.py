@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 
 from trainer import config as config_lib
@@ -59,8 +60,23 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
 
 
 def dump_stacks_on_signal() -> None:
-    """SIGUSR2 (trainer.supervise, when the step is stuck) writes every thread's Python stack to stderr."""
-    faulthandler.register(getattr(signal, DUMP_SIGNAL_NAME), all_threads=True)
+    """SIGUSR2 (trainer.supervise, when the step is stuck) writes every thread's Python stack to stderr.
+
+    Not `faulthandler.register`: its C handler walks every thread's frames while they run, and crashed
+    the task (SIGSEGV) when a scrape thread was in Python at that moment (measured: a stuck worker
+    scraped by its peers' supervisors). Here the signal is blocked in every thread (those started later
+    inherit the mask, TensorFlow's included) and one thread waits for it, then dumps holding the GIL,
+    when no other thread is inside a Python frame. Called first, before any other thread exists.
+    """
+    signum = getattr(signal, DUMP_SIGNAL_NAME)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
+
+    def wait_and_dump() -> None:
+        while True:
+            signal.sigwait({signum})
+            faulthandler.dump_traceback(all_threads=True)
+
+    threading.Thread(target=wait_and_dump, name="stack-dump", daemon=True).start()
 
 
 def failed(line: str, code: int, env: Mapping[str, str], *, logged: bool = False) -> int:

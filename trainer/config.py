@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import contract
-from trainer import taskspec
+from trainer import fault, taskspec
 from trainer.errors import ConfigError
 
 ENV_PREFIX = "TRAINER_"
@@ -70,6 +70,11 @@ class Config:
     """Port of the Prometheus /metrics endpoint; 0 disables metrics."""
     metrics_linger: float = 0.0
     """Seconds to keep serving /metrics after the last step, so a scraper records the final step and `done`."""
+    logdir: str = ""
+    """TensorBoard log directory: the chief writes its scalars (loss, learning rate, step breakdown) under
+    `<logdir>/train` every --log-every steps; empty writes none."""
+    profiler_port: int = 0
+    """Port of TensorFlow's profiler server in every task, for `make profile`; 0 starts none."""
     checkpoint_dir: str = ""
     """Where the chief writes checkpoints and the final model; empty disables checkpoints."""
     resume_new_settings: int = 0
@@ -86,6 +91,9 @@ class Config:
     """Seconds to wait for every peer to accept a connection before exiting with code 3."""
     heartbeat_timeout: float = 10.0
     """Seconds without a heartbeat after which a task is declared dead and every collective aborts (exit 200)."""
+    fault: str = ""
+    """Fault-injection hook of the fault tests, not a setting (trainer/fault.py, docs/faults.md):
+    `TASK:input-block@STEP` or `TASK:hang@STEP` makes that task stuck there, once per container."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "per_replica_batch", "measure_every", "log_every"):
@@ -104,6 +112,9 @@ class Config:
         _check(self.cluster_timeout > 0, "cluster_timeout", "must be positive (seconds)")
         _check(self.heartbeat_timeout >= 1, "heartbeat_timeout", "must be 1 or more (seconds)")
         _check(0 <= self.metrics_port < 65536, "metrics_port", "must be a port (0 disables metrics)")
+        _check(
+            0 <= self.profiler_port < 65536, "profiler_port", "must be a port (0 starts no profiler server)"
+        )
         _check(self.strategy in STRATEGIES, "strategy", f"must be one of {', '.join(STRATEGIES)}")
         _check(
             self.allreduce_mode in ALLREDUCE_MODES,
@@ -116,6 +127,7 @@ class Config:
             f"must be one of {', '.join(ALLREDUCE_DTYPES)}",
         )
         _check(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")
+        _check(_fault_ok(self.fault), "fault", "must be TASK:input-block@STEP or TASK:hang@STEP")
         _check(
             _task_found(self.task),
             "task",
@@ -133,6 +145,14 @@ def _task_found(task: str) -> bool:
     if not sep or not function.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
         return False
     return importlib.util.find_spec(module.split(".")[0]) is not None
+
+
+def _fault_ok(text: str) -> bool:
+    try:
+        fault.Fault.parse(text)
+    except ConfigError:
+        return False
+    return True
 
 
 def _check(ok: bool, name: str, problem: str) -> None:

@@ -69,3 +69,15 @@ REASON_ENV = "SUPERVISE_REASON_FILE"
 DUMP_SIGNAL_NAME = "SIGUSR2"
 """On it a task writes every thread's Python stack to its log (faulthandler): trainer.supervise sends
 it to a task whose step is stuck, before ending it."""
+STUCK_ENV = "SUPERVISE_STUCK"
+"""`<step> <unix time>`: trainer.supervise tells the run it starts that it ended this task's previous run
+as stuck there and then; the task exports both (contract.STUCK_STEP, STUCK_TIME) for alerts and diagnose."""
+
+
+def stuck_of(text: str) -> tuple[int, float] | None:
+    """(step, unix time) of a STUCK_ENV value; None when empty or malformed (a hint, never fatal)."""
+    try:
+        step, at = text.split()
+        return int(step), float(at)
+    except ValueError:
+        return None

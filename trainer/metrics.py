@@ -8,6 +8,7 @@ same interface doing nothing, for --metrics-port 0.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from prometheus_client import (
     CollectorRegistry,
@@ -73,6 +74,9 @@ class TaskMetrics:
         self._state = Enum(
             c.STATE.client_name, c.STATE.help, c.LABELS, states=list(c.STATES), registry=registry
         ).labels(**self.labels)
+        self._stuck = {
+            m: Gauge(m.client_name, m.help, c.LABELS, registry=registry) for m in (c.STUCK_STEP, c.STUCK_TIME)
+        }
         registry.register(NetworkCollector(self.labels))
         registry.register(LabelledCollector(ProcessCollector(registry=None), self.labels))
 
@@ -81,6 +85,11 @@ class TaskMetrics:
 
     def state(self, state: str) -> None:
         self._state.state(state)
+
+    def stuck(self, step: int, at: float) -> None:
+        """Its supervisor ended this task's previous run as stuck at `step`, at Unix time `at`."""
+        self._stuck[c.STUCK_STEP].labels(**self.labels).set(step)
+        self._stuck[c.STUCK_TIME].labels(**self.labels).set(at)
 
 
 class UntilSet:
@@ -125,6 +134,7 @@ class Metrics:
         self._families[c.WORLD_SIZE] = world
         self.world_size = UntilSet(world, labels)
         self.last_step = make(c.LAST_STEP_TIME, Gauge)
+        self.input_step = make(c.INPUT_STEP, Gauge)
         self.last_checkpoint = make(c.LAST_CHECKPOINT, Gauge)
         self.target_steps = make(c.TARGET_STEPS, Gauge)
         self.split_sampled = make(c.SPLIT_SAMPLED, Gauge)
@@ -136,6 +146,20 @@ class Metrics:
 
     def state(self, state: str) -> None:
         self._task.state(state)
+
+    def stuck(self, step: int, at: float) -> None:
+        self._task.stuck(step, at)
+
+    def watch_input(self, read: Callable[[], int]) -> None:
+        """The input step is read at each scrape: it must move while a call runs (trainer/step.py)."""
+
+        def value() -> float:
+            try:
+                return float(read())
+            except Exception:  # the variable is gone (the process is ending): a scrape must still answer
+                return float("nan")
+
+        self.input_step.set_function(value)
 
     def record_step(
         self, *, step: int, loss: float, work: StepWork, now: float, timing: StepTiming | None
@@ -169,6 +193,8 @@ class NullMetrics:
 
     def build_info(self, **info: str) -> None: ...
     def state(self, state: str) -> None: ...
+    def stuck(self, step: int, at: float) -> None: ...
+    def watch_input(self, read) -> None: ...
     def record_step(self, **kwargs) -> None: ...
     def checkpointed(self, step: int) -> None: ...
     def target(self, steps: int) -> None: ...

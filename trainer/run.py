@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from trainer import metrics as metrics_lib
 from trainer import preflight
 from trainer.cluster import CHIEF, ClusterSpec, TaskId
 from trainer.config import Config
+from trainer.errors import STUCK_ENV, stuck_of
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +21,8 @@ def run(config: Config, spec: ClusterSpec | None) -> None:
     listener = None
     try:
         metrics.state("starting")
+        if stuck := stuck_of(os.environ.get(STUCK_ENV, "")):
+            metrics.stuck(*stuck)
         if spec is None:
             log.info("no TF_CONFIG: single-process run")
         elif spec.peers:

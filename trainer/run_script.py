@@ -4,8 +4,11 @@ Compose runs this when SCRIPT= is set. It serves the contract's metrics on TRAIN
 (default contract.METRICS_PORT, 0 disables), labelled by the task from TF_CONFIG: those every task has (process,
 network, trainer_build_info, trainer_state) and, through trainer/observe (docs/script.md), the step
 time, counters, loss and the sampled compute / all-reduce / input split of `model.fit` and
-`strategy.run` loops. It sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script in this
+`strategy.run` loops. It starts TensorFlow's profiler server on TRAINER_PROFILER_PORT (unset or 0:
+none) for `make profile`, sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script in this
 process as `__main__` with sys.argv = [PATH, args...] and exits with its status.
+A script's own summaries belong under TRAINER_LOGDIR (the stack's TensorBoard volume), e.g.
+`tf.keras.callbacks.TensorBoard(os.environ["TRAINER_LOGDIR"])`.
 
 Faults, as for the built-in trainer: when the script raises what TensorFlow raises on a survivor of
 a lost peer (the collective aborted: Unavailable, Aborted, Cancelled, DeadlineExceeded), this exits
@@ -30,13 +33,17 @@ from prometheus_client import CollectorRegistry
 
 import contract
 import trainer
-from trainer import observe
+from trainer import observe, tensorboard
 from trainer.cluster import CHIEF, ClusterSpecError, TaskId, parse_tf_config
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_PEER_LOST, REASON_ENV
 from trainer.metrics import Metrics, Server
 from trainer.observe import config as observe_config
 
 log = logging.getLogger("trainer.run_script")
+PROFILER_PORT_ENV = "TRAINER_PROFILER_PORT"
+"""The stack's profiler port (contract.PROFILER_PORT): a server there lets `make profile` trace the script."""
+
+
 PEER_LOST = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")
 """trainer.training.PEER_LOST by name: this module must not import TensorFlow before the script does."""
 
@@ -81,6 +88,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     try:
         spec = parse_tf_config(env.get("TF_CONFIG"))
         port = int(env.get("TRAINER_METRICS_PORT") or contract.METRICS_PORT)
+        profiler_port = int(env.get(PROFILER_PORT_ENV, "0") or "0")
         observe_config.from_env(env)
     except (ClusterSpecError, ValueError) as err:
         log.error("configuration error: %s", err)
@@ -100,6 +108,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
         task=os.path.basename(path),
     )
     server = Server(registry, port) if port else None
+    tensorboard.start_profiler(profiler_port, task.name)
     metrics.state("training")
     sampler = observe.install(metrics, env)
     sys.argv = [path, *args]

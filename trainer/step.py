@@ -43,6 +43,8 @@ from trainer.timing import StepFns
 
 # The step's last timestamp (named so that tests can find it in the traced graph).
 END_MARK = "step_end"
+# The input step's increment: telemetry, not the step's state, so no mark waits for it.
+INPUT_MARK = "input_step_taken"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class StepOptions:
     """What the gradients are cast to for the all-reduce (cast back to float32 before the update)."""
     bytes_per_pack: int = 0
     """Packs of the all-reduce (CommunicationOptions.bytes_per_pack); 0 = one pack."""
+    first_step: int = 0
+    """The step the run starts at, where the input step count (trainer_input_step) starts."""
 
     @classmethod
     def of(cls, config) -> StepOptions:
@@ -73,7 +77,8 @@ def build(
     Per call the host pays a function dispatch of a few ms (measured 2-11 ms on 2 shared cores);
     looping inside the function spreads it over n steps. The marks still time every step.
     """
-    timed_steps, plain_steps = functions(strategy, task, optimizer, global_batch, options)
+    graph = _StepGraph(strategy, task, optimizer, global_batch, options)
+    timed_steps, plain_steps = _functions(graph)
 
     def timed(iterator, n: int):
         return timed_steps(iterator, tf.constant(n, tf.int32))  # a tensor: one trace for every n
@@ -82,7 +87,10 @@ def build(
         return plain_steps(iterator, tf.constant(n, tf.int32))
 
     return StepFns(
-        timed=timed, plain=plain, allreduce_bytes=payload_bytes(task.model.trainable_variables, options)
+        timed=timed,
+        plain=plain,
+        allreduce_bytes=payload_bytes(task.model.trainable_variables, options),
+        input_step=lambda: int(graph.taken.numpy()),
     )
 
 
@@ -93,8 +101,10 @@ def payload_bytes(variables, options: StepOptions) -> int:
 
 def functions(strategy, task: Task, optimizer, global_batch: int, options: StepOptions):
     """(timed_steps, plain_steps): the tf.functions behind build(), (iterator, n tensor) -> results."""
-    graph = _StepGraph(strategy, task, optimizer, global_batch, options)
+    return _functions(_StepGraph(strategy, task, optimizer, global_batch, options))
 
+
+def _functions(graph: _StepGraph):
     # Named functions, not lambdas: AutoGraph must read their source to convert the loop.
     @tf.function
     def timed_steps(iterator, n):
@@ -114,6 +124,10 @@ class _StepGraph:
 
     def __init__(self, strategy, task: Task, optimizer, global_batch: int, options: StepOptions) -> None:
         self.strategy, self.task, self.optimizer, self.global_batch = strategy, task, optimizer, global_batch
+        # Counted in the graph as each batch is taken, read by the exporter while a call runs: of a
+        # stuck job's tasks, the one behind never took the batch its peers are all-reducing.
+        # Not under the strategy's scope (one plain variable per task) and not in any checkpoint.
+        self.taken = tf.Variable(options.first_step, dtype=tf.int64, trainable=False, name="input_step")
         self.mode = options.mode
         self.variables = task.model.trainable_variables
         self.on_gpu = bool(tf.config.list_logical_devices("GPU"))
@@ -134,6 +148,8 @@ class _StepGraph:
         t_start = self.mark([after], timed)
         with tf.control_dependencies([after] + t_start):  # steps in sequence, timed or not
             batch = next(iterator)
+        with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
+            self.taken.assign_add(1, name=INPUT_MARK)
         marks, stats, ids = self.strategy.run(self.replica_step, args=(batch, timed))
         ids = tf.concat(self.strategy.experimental_local_results(ids), 0)
         return tf.concat([_stack(t_start), self.first(marks)], 0), self.first(stats), ids

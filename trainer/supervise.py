@@ -32,9 +32,17 @@ Stuck, not dead: a trainer whose step stops advancing (a hung input pipeline, a 
 never completes) still heartbeats, so nothing else ends it. Once its step has advanced in this run,
 the supervisor reads `trainer_global_step` and the step histogram's p99 from the same /metrics; when
 the step has not moved for longer than SUPERVISE_STALL = "multiple,floor,ceiling" (default
-"20,60,900": 20 x the p99 step, at least 60 s, at most 900 s; "0" disables), it sends SIGUSR2 (the
-trainer's faulthandler writes every thread's Python stack to the log), then SIGKILL: exit 137,
-retryable, the job restarts from its last checkpoint, or ends with that line when the budget is spent.
+"20,60,900": 20 x the p99 step, at least 60 s, at most 900 s; "0" disables), it finds the stuck task.
+Every task of a stuck job sees its step frozen (the others wait in the collective), so each supervisor
+reads every task's `trainer_input_step` (the step whose batch the task has taken: its own /metrics and
+its peers', on the same port at their TF_CONFIG hosts): the tasks behind the others are the ones not in
+the collective. A supervisor whose task is behind, or that finds nobody behind (all equal, or peers
+unreadable), ends its task: SIGUSR2 (the trainer's faulthandler writes every thread's Python stack to
+the log), then SIGKILL: exit 137, retryable. Its peers' collectives then fail (exit 200) and every
+task restarts from the last checkpoint, or ends with that line when the budget is spent; the next run
+exports the stuck step and time (SUPERVISE_STUCK to the child; contract.STUCK_STEP, STUCK_TIME). A
+supervisor whose task is not behind (or that cannot read a peer: being ended) leaves it to that
+task's supervisor, and ends its own task too only if the step is still frozen DEFER_BOUNDS bounds later.
 
 Signals: SIGTERM and SIGINT are forwarded to the child (its own session, so a terminal's Ctrl-C
 reaches it once), and then the child is not restarted: the container itself is being stopped
@@ -71,6 +79,7 @@ from trainer.errors import (
     EXIT_PEER_FAILED,
     FINAL_NOTICE,
     REASON_ENV,
+    STUCK_ENV,
     is_retryable,
 )
 
@@ -93,6 +102,15 @@ STALL_ENV = "SUPERVISE_STALL"
 DUMP_SIGNAL = getattr(signal, DUMP_SIGNAL_NAME)
 """The trainer's faulthandler writes every thread's stack on it (trainer/__main__.py, trainer/run_script.py)."""
 DUMP_GRACE_S = 2.0
+DEFER_BOUNDS = 2.0
+"""A task not behind waits this many stall bounds for the named task's end to fail its collective (the
+peers notice within the heartbeat timeout) before it ends itself."""
+STATE_LINE = re.compile(
+    rf'^{contract.STATE.name}{{[^}}]*{contract.STATE.client_name}="([a-z_]+)"[^}}]*}} 1(?:\.0)?$',
+    re.MULTILINE,
+)
+TARGET_LINE = re.compile(rf"^{contract.TARGET_STEPS.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
+INPUT_LINE = re.compile(rf"^{contract.INPUT_STEP.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 STEP_LINE = re.compile(rf"^{contract.GLOBAL_STEP.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
 BUCKET_LINE = re.compile(rf'^{contract.STEP.name}_bucket{{[^}}]*le="([^"]+)"[^}}]*}} (\S+)$', re.MULTILINE)
 CHECKPOINT_LINE = re.compile(rf"^{contract.LAST_CHECKPOINT.name}(?:{{[^}}]*}})? (\S+)$", re.MULTILINE)
@@ -157,6 +175,10 @@ class Settings:
     notice_seconds: float = DEFAULT_NOTICE_S
     stall: StallBound | None = StallBound()
     """When a step that stopped advancing counts as stuck; None: never."""
+    task: str = contract.CHIEF
+    """This task's name (from TF_CONFIG), in the stuck task's verdict."""
+    peer_metrics: tuple[tuple[str, str], ...] = ()
+    """(task name, /metrics URL) of every peer, where their input steps are read when the step is stuck."""
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -204,9 +226,38 @@ def step_and_p99(url: str) -> tuple[int | None, float | None]:
     except (OSError, ValueError):
         return None, None
     steps = [int(float(v)) for v in STEP_LINE.findall(text)]
+    states = STATE_LINE.findall(text)
+    targets = [float(v) for v in TARGET_LINE.findall(text)]
+    if states and "training" not in states:  # saving, done (the final export, the metrics linger): not stuck
+        steps = []
+    if steps and targets and 0 < max(targets) <= max(steps):  # the last step is done: the end of the job
+        steps = []  # (final collectives, save, export) waits for the slowest task, it is no frozen step
     return (max(steps) if steps else None), p99(
         [(float(le), float(count)) for le, count in BUCKET_LINE.findall(text)]
     )
+
+
+def input_step(url: str) -> int | None:
+    """The step whose batch the task at `url` has taken (contract.INPUT_STEP), or None."""
+    if not url:
+        return None
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            found = INPUT_LINE.findall(response.read().decode())
+    except (OSError, ValueError):
+        return None
+    values = [float(v) for v in found if v.lower() != "nan"]
+    return int(max(values)) if values else None
+
+
+def behind(inputs: Mapping[str, int | None]) -> tuple[str, ...]:
+    """The tasks whose input step is below another task's (unknown ones ignored); () when nobody is:
+    in a stuck job those never took the batch that their peers are all-reducing."""
+    known = {t: s for t, s in inputs.items() if s is not None}
+    if len(set(known.values())) < 2:
+        return ()
+    low = min(known.values())
+    return tuple(sorted((t for t, s in known.items() if s == low), key=contract.task_order))
 
 
 def p99(buckets: list[tuple[float, float]]) -> float | None:
@@ -251,6 +302,8 @@ class State:
     budget: dict[str, int] = field(default_factory=dict)
     final: int | None = None
     why: str = ""
+    stuck: str = ""
+    """`<step> <unix time>` the supervisor last ended this task as stuck (errors.STUCK_ENV), or ""."""
 
     @classmethod
     def load(cls, path: str) -> State:
@@ -260,7 +313,7 @@ class State:
             raw = {}
         except (OSError, ValueError):  # torn or unreadable: the budget restarts, nothing final is lost
             raw = {}
-        return cls(**{k: raw[k] for k in ("runs", "budget", "final", "why") if k in raw})
+        return cls(**{k: raw[k] for k in ("runs", "budget", "final", "why", "stuck") if k in raw})
 
     def save(self, path: str) -> None:
         if not path:
@@ -298,17 +351,26 @@ def announce(port: int, peers: int, text: bytes, seconds: float) -> int:
     return len(told)
 
 
+@dataclass(frozen=True)
+class Probes:
+    """What the supervisor reads of its task and its peers (tests give their own)."""
+
+    progress: Callable[[str], int | None] = checkpoint_step
+    steps: Callable[[str], tuple[int | None, float | None]] = step_and_p99
+    inputs: Callable[[str], int | None] = input_step
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+
+
 class Supervisor:
     def __init__(
-        self,
-        settings: Settings,
-        *,
-        log: Callable[[str], None],
-        progress: Callable[[str], int | None] = checkpoint_step,
-        steps: Callable[[str], tuple[int | None, float | None]] = step_and_p99,
-        clock: Callable[[], float] = time.monotonic,
+        self, settings: Settings, *, log: Callable[[str], None], probes: Probes | None = None
     ) -> None:
-        self._s, self._log, self._progress, self._steps, self._clock = settings, log, progress, steps, clock
+        probes = probes or Probes()
+        self._s, self._log, self._progress, self._steps = settings, log, probes.progress, probes.steps
+        self._inputs, self._clock, self._wall = probes.inputs, probes.clock, probes.wall
+        self._deferred: tuple[str, float] | None = None
+        """(whom this task waits for, since when) while another task is named stuck."""
         self.stuck: str = ""
         """Why the last run was ended as stuck, if it was."""
         self._child: subprocess.Popen | None = None
@@ -417,11 +479,13 @@ class Supervisor:
 
     def _run_once(self) -> int:
         Path(self._reason).unlink(missing_ok=True)
-        env = {**os.environ, REASON_ENV: self._reason}
+        env = {**os.environ, REASON_ENV: self._reason} | (
+            {STUCK_ENV: self.state.stuck} if self.state.stuck else {}
+        )
         self._child = subprocess.Popen(self._s.command, start_new_session=True, env=env)
         if self._stopping is not None:  # a signal between two runs: pass it on
             self._child.send_signal(self._stopping)
-        self.stuck, watch = "", StallWatch(self._s.stall, self._clock)
+        self.stuck, watch, self._deferred = "", StallWatch(self._s.stall, self._clock), None
         while True:
             try:
                 return self._child.wait(timeout=self._s.poll)
@@ -430,13 +494,42 @@ class Supervisor:
                 self.budget.saw(self._progress(self._s.metrics_url))
                 if self.budget.best != best:  # kept at once: a kill of the container must not forget it
                     self._save()
-                if why := watch.saw(*self._steps(self._s.metrics_url)):
-                    self._end_stuck(why)
+                if (why := watch.saw(*self._steps(self._s.metrics_url))) and not self.stuck:
+                    self._on_stuck(why, watch)
 
-    def _end_stuck(self, why: str) -> None:
+    def _on_stuck(self, why: str, watch: StallWatch) -> None:
+        """Name the task behind; end this one if it is behind, or if nobody is and every peer answers;
+        else wait: the task named (or a peer not answering: being ended) is its own supervisor's, and
+        its end fails this task's collective too. Still frozen DEFER_BOUNDS bounds later: end this one."""
+        me = self._s.task
+        inputs = {me: self._inputs(self._s.metrics_url)}
+        inputs |= {name: self._inputs(url) for name, url in self._s.peer_metrics}
+        late = behind(inputs)
+        gone = [t for t, step in inputs.items() if step is None and t != me]
+        shown = ", ".join(f"{t} {'?' if s is None else s}" for t, s in inputs.items())
+        if me in late or not (late or gone):
+            who = f"{me} is behind its peers, not in the collective" if late else "no task is behind"
+            return self._end_stuck(f"{why}; {who} (input steps: {shown})", watch.step)
+        whom = f"{', '.join(late)} behind" if late else f"{', '.join(gone)} not answering"
+        now, grace = self._clock(), DEFER_BOUNDS * watch.bound_s
+        if (
+            self._deferred is None or self._deferred[0] != whom
+        ):  # news (e.g. the one behind is gone now): wait anew
+            self._deferred = (whom, now)
+            self._log(f"{why}; {whom} (input steps: {shown}): its supervisor ends it")
+        elif now - self._deferred[1] > grace:
+            self._end_stuck(
+                f"{why}; {whom}, still frozen {grace:.0f}s later: ending this task too", watch.step
+            )
+
+    def _end_stuck(self, why: str, step: int | None) -> None:
         """Every thread's stack into the log, then SIGKILL: the run ends with a retryable 137."""
         self.stuck = why
-        self._log(f"{why}: writing every thread's stack to the log ({DUMP_SIGNAL.name}), then restarting")
+        self.state.stuck = f"{step if step is not None else -1} {self._wall():.3f}"
+        self._save()
+        self._log(
+            f"stuck: {why}: writing every thread's stack to the log ({DUMP_SIGNAL.name}), then restarting"
+        )
         assert self._child is not None
         try:
             self._child.send_signal(DUMP_SIGNAL)
@@ -458,18 +551,32 @@ class StallWatch:
         self._step: int | None = None
         self._since = 0.0
         self._armed = False
+        self._paused = False
+        self.bound_s = 0.0
+        """The bound of the last stall seen, seconds."""
+
+    @property
+    def step(self) -> int | None:
+        return self._step
 
     def saw(self, step: int | None, p99_s: float | None) -> str:
-        """ "" or why the step counts as stuck."""
-        if self._bound is None or step is None:
+        """ "" or why the step counts as stuck. A step of None (not training: saving, done; or no
+        metrics) stops the clock: the frozen time counts from the next step seen."""
+        if self._bound is None:
             return ""
         now = self._clock()
+        if step is None:
+            self._paused = True
+            return ""
+        if self._paused:
+            self._paused, self._since = False, now
         if step != self._step:
             self._armed = self._step is not None
             self._step, self._since = step, now
             return ""
         still = now - self._since
-        if self._armed and still > self._bound.seconds(p99_s):
+        self.bound_s = self._bound.seconds(p99_s)
+        if self._armed and still > self.bound_s:
             return f"step stuck at {step} for {still:.0f}s (bound {self._bound.describe(p99_s)})"
         return ""
 
@@ -506,6 +613,7 @@ def settings_from(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     except ValueError:
         raise ValueError(f"{NOTICE_ENV}={env.get(NOTICE_ENV)!r}: must be a number of seconds") from None
     notice_port, peers = _cluster_port(env.get("TF_CONFIG"))
+    task, peer_metrics = _peer_metrics(env.get("TF_CONFIG"), port.strip())
     stall = StallBound.parse(env[STALL_ENV]) if env.get(STALL_ENV) else StallBound()
     return Settings(
         command=tuple(command),
@@ -516,7 +624,24 @@ def settings_from(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         peers=peers,
         notice_seconds=notice,
         stall=stall,
+        task=task,
+        peer_metrics=peer_metrics,
     )
+
+
+def _peer_metrics(tf_config: str | None, port: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """This task's name and every peer's /metrics URL: the same port at the peer's TF_CONFIG host (true
+    of every target; local process clusters differ by port, so their peers read as unknown)."""
+    try:
+        spec = parse_tf_config(tf_config)
+    except ClusterSpecError:
+        spec = None
+    if spec is None:
+        return contract.CHIEF, ()
+    if port in ("", "0"):
+        return spec.task.name, ()
+    urls = tuple((p.name, f"http://{spec.address(p).rpartition(':')[0]}:{port}/metrics") for p in spec.peers)
+    return spec.task.name, urls
 
 
 def _cluster_port(tf_config: str | None) -> tuple[int, int]:

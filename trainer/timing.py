@@ -48,6 +48,8 @@ class StepFns:
     """(iterator, n) -> the same arithmetic without marks (marks is then [n, 0])"""
     allreduce_bytes: int
     """Gradient bytes each replica all-reduces per step."""
+    input_step: Callable[[], int] = lambda: 0
+    """The step whose batch this task has taken so far, readable while a call runs (a scrape reads it)."""
 
 
 @dataclass(frozen=True)

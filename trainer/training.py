@@ -23,6 +23,7 @@ from trainer import (
     agreement,
     data,
     device,
+    fault,
     loop,
     manifest,
     output,
@@ -33,6 +34,7 @@ from trainer import (
     summary,
     tasks,
     taskspec,
+    tensorboard,
 )
 from trainer.checkpoint import Checkpointer, NoCheckpoints, Place, SaveError, broadcast_from_chief
 from trainer.cluster import ClusterSpec, TaskId
@@ -165,6 +167,7 @@ def _run(ctx: Context, metrics) -> None:
         mine = agreement.fingerprints(ctx.spec, ctx.config, tf.__version__, trainer.__version__)
         agreement.check([t.name for t in ctx.spec.tasks], agreement.gather(ctx.strategy, mine))
     _describe(ctx, metrics)
+    tensorboard.start_profiler(ctx.config.profiler_port, ctx.task_id.name)
     log.info(
         "%s: %s", ctx.task_id.name, device.describe(_gpu_names(), tf.sysconfig.get_build_info(), os.environ)
     )
@@ -290,9 +293,10 @@ def _train(
     config = ctx.config
     # Each input pipeline serves its task's local replicas one per-replica batch each per step.
     consumed = start * len(ctx.strategy.extended.worker_devices)
-    iterator = iter(
-        ctx.strategy.distribute_datasets_from_function(data.resumed(job.task.dataset_fn, consumed))
-    )
+    dataset_fn = data.resumed(job.task.dataset_fn, consumed)
+    if blocked := fault.of(config.fault, ctx.task_id.name, "input-block"):
+        dataset_fn = _blocking(dataset_fn, start, blocked)
+    iterator = iter(ctx.strategy.distribute_datasets_from_function(dataset_fn))
     settings = loop.LoopSettings(
         task_name=ctx.task_id.name,
         steps=config.steps,
@@ -303,8 +307,11 @@ def _train(
         classify=job.task.classify,
         record_ids=bool(config.output_dir),
     )
+    options = dataclasses.replace(step.StepOptions.of(config), first_step=start)
+    fns = step.build(ctx.strategy, job.task, job.optimizer, ctx.global_batch, options)
+    metrics.watch_input(fns.input_step)
     controller = loop.Controller(
-        fns=step.build(ctx.strategy, job.task, job.optimizer, ctx.global_batch, step.StepOptions.of(config)),
+        fns=fns,
         checkpoints=job.checkpoints,
         metrics=metrics,
         settings=settings,
@@ -314,6 +321,13 @@ def _train(
                 progress.Job(ctx.task_id.name, config.steps, ctx.global_batch), config.log_every
             ),
             *preemption,
+            tensorboard.scalars(
+                config.logdir,
+                ctx.is_chief,
+                config.log_every,
+                tensorboard.rate_at(step.learning_rate(config, ctx.strategy.num_replicas_in_sync)),
+            ),
+            fault.hang_action(fault.of(config.fault, ctx.task_id.name, "hang")),
         ),
     )
     metrics.target(config.steps)
@@ -324,6 +338,13 @@ def _train(
         if not config.data or config.task not in taskspec.names():
             raise
         raise records.locate(records.find(config.data), data.problem(config.task, config.seed), err) from None
+
+
+def _blocking(dataset_fn, start: int, blocked: fault.Fault):
+    def blocking(input_context):
+        return fault.block_input(dataset_fn(input_context), start, blocked)
+
+    return blocking
 
 
 def _copy_out(ctx: Context, final: summary.Summary) -> None:

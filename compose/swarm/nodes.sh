@@ -8,6 +8,7 @@
 #   nodes.sh registry              start Debian's docker-registry (distribution 2.8) on BIND_ADDR:REGISTRY_PORT
 #   nodes.sh push IMAGE REGISTRY   push IMAGE to REGISTRY, print its pinned reference (repo@sha256:...)
 #   nodes.sh kill N | start N      SIGKILL a node's container (a host crash) / start it again
+#   nodes.sh run N [OPTS] -- [ARGS]  only node N (its network too), no swarm: docker run OPTS, ARGS after the image
 # Settings (environment): SWARM_NAME (names of everything), NODES, SWARM_SUBNET, GPU_NODE.
 set -euo pipefail
 
@@ -54,9 +55,11 @@ wait_engine() {
   say "the engine in $(node "$n") did not start: docker logs $(node "$n")"; return 1
 }
 
-start_node() {
-  local n=$1 extra=()
-  [ "$n" = "$GPU_NODE" ] && extra=(--node-generic-resource GPU=fake-0 --node-generic-resource GPU=fake-1)
+# run_node N [docker run options...] -- [arguments after the image...]: node N's container, detached.
+run_node() {
+  local n=$1 opts=(); shift
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
   # --privileged fails here ("unable to apply caps"): the host's bounding set lacks CAP_SYS_RESOURCE
   # and 20.10 ignores --cap-drop next to --privileged. These flags give dockerd what it needs.
   docker run -d --name "$(node "$n")" --hostname "node-$n" --init \
@@ -64,8 +67,13 @@ start_node() {
     --security-opt seccomp=unconfined \
     --security-opt systempaths=unconfined --device-cgroup-rule 'a *:* rwm' \
     --network "$NAME" --ip "$(ip "$n")" -v "$(node "$n")-lib:/var/lib/docker" \
-    --label org.mwms.swarm="$NAME" "$IMAGE" \
-    --insecure-registry "$(registry_addr)" "${extra[@]}" >/dev/null
+    --label org.mwms.swarm="$NAME" "${opts[@]}" "$IMAGE" "$@" >/dev/null
+}
+
+start_node() {
+  local n=$1 extra=()
+  [ "$n" = "$GPU_NODE" ] && extra=(--node-generic-resource GPU=fake-0 --node-generic-resource GPU=fake-1)
+  run_node "$n" -- --insecure-registry "$(registry_addr)" "${extra[@]}"
 }
 
 net() {
@@ -164,9 +172,11 @@ case "${1:-}" in
   load) shift; load "$@" ;;
   registry) registry ;;
   push) push "$2" "$3" ;;
+  run) shift; n=$1; shift; build_image >/dev/null; docker network inspect "$NAME" >/dev/null 2>&1 || net
+       run_node "$n" "$@" && wait_engine "$n" ;;
   kill) docker kill "$(node "$2")" >/dev/null ;;
   start) docker start "$(node "$2")" >/dev/null && wait_engine "$2" ;;
   ip) ip "$2" ;;
   registry-addr) registry_addr ;;
-  *) sed -n '2,12p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,13p' "$0" >&2; exit 2 ;;
 esac

@@ -108,6 +108,8 @@ def _container(d: Deployment, cmd: list[str], env: list[dict], name: str) -> dic
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "checkpoints", "mountPath": deployment.CHECKPOINT_DIR},
+            # TRAINER_LOGDIR must be writable under a read-only root (the chief's scalars, a SCRIPT's).
+            {"name": "logs", "mountPath": deployment.LOG_DIR},
         ],
     }
     container["resources"] = resources(d)
@@ -153,6 +155,7 @@ def pod_template(
             {"name": "tmp", "emptyDir": {}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
             {"name": "checkpoints", **checkpoints},
+            {"name": "logs", "emptyDir": {}},
         ],
     }
     annotations = {
@@ -259,6 +262,11 @@ COMMON_CHANGES = (
     ),
     ("tmpfs /tmp", "emptyDir /tmp", "a writable scratch directory under a read-only root"),
     ("shm_size", f"emptyDir medium Memory at /dev/shm ({SHM_SIZE})", "on every task, not only GPU ones"),
+    (
+        "volume tensorboard-logs",
+        f"emptyDir {deployment.LOG_DIR} per pod",
+        "no TensorBoard in the cluster: mount a shared volume there to keep the summaries",
+    ),
     (
         "networks: cluster (internal)",
         "NetworkPolicy",

@@ -78,10 +78,11 @@ def tasks_file(d: Deployment) -> dict:
 
 
 def base_file(d: Deployment) -> dict:
-    every = services.SERVICES + services.trainers(d)
+    beside = tuple(services.for_deployment(s, d.image()) for s in services.SERVICES)
+    every = beside + services.trainers(d)
     return {
         "name": services.PROJECT,
-        "services": {s.name: service(s, every, d.base_image) for s in services.SERVICES},
+        "services": {s.name: service(s, every, d.base_image) for s in beside},
         "networks": services.NETWORKS,
         "volumes": {name: {} for name in services.volumes(services.trainers(d) + services.SERVICES)},
         "secrets": {
@@ -93,7 +94,7 @@ def base_file(d: Deployment) -> dict:
 
 def service(s: Service, every: tuple[Service, ...], base_image: str) -> dict:
     """One service as Compose writes it; `every`: the deployment's services (who builds which image)."""
-    built = s.build or any(o.build and o.image == s.image for o in every)
+    built = s.build or s.trainer_image or any(o.build and o.image == s.image for o in every)
     # An image this deployment builds is what it is; any other can be replaced (`make up` sets them).
     variable = Interpolated(f"${{{services.image_variable(s)}:-{s.image}}}")
     out: dict = {"image": s.image if built else variable}

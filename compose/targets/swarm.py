@@ -46,8 +46,9 @@ outside, so Prometheus is the Debian-built image that `make stack-up` loads or p
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=3, help="nodes labelled org.mwms.node=node-1..N")
     for s in services.SERVICES:
-        default = None if s.optional else IMAGES.get(s.name, s.image)
+        default = None if s.optional or s.trainer_image else IMAGES.get(s.name, s.image)
         what = "; none: no such service (the report says what to do instead)" if s.optional else ""
+        what = "; default: the trainers' image (--image)" if s.trainer_image else what
         p.add_argument(
             f"--{s.name}-image", default=default, help=f"{s.title} image as the nodes pull it{what}"
         )
@@ -81,7 +82,7 @@ class Report:
 
 def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
     report = Report()
-    chosen = [(s, image) for s in services.SERVICES if (image := getattr(ns, _flag(s))) or not s.optional]
+    chosen = [(s, image) for s in services.SERVICES if (image := _image(s, ns, d)) or not s.optional]
     stack = trainer_services(d, ns.nodes, report)
     sources = {}
     for s, image in chosen:
@@ -119,6 +120,10 @@ def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
         summary=f"chief + {d.workers} workers on {ns.nodes} nodes",
         remove=("configs",),
     )
+
+
+def _image(s: Service, ns: argparse.Namespace, d: Deployment) -> str | None:
+    return getattr(ns, _flag(s)) or (d.pulled_image if s.trainer_image else None)
 
 
 def overlay(net: dict, encrypted: bool) -> dict:
@@ -336,6 +341,14 @@ def _report(s: Service, report: Report) -> None:
                 f"ports BIND_ADDR:{port}",
                 "mode host on node-1, every address of the node",
                 "the ingress mesh needs IPVS; the long syntax has no host IP: firewall the node",
+            )
+        )
+    if s.trainer_image:
+        report.add(
+            Change(
+                f"volume {s.volumes[0][0]}" if s.volumes else s.title,
+                f"node-local: {s.title} on node-1 reads what the tasks placed there write (the chief's)",
+                "volumes are per node; `make profile` is Compose-only (each task writes its own trace)",
             )
         )
     for name in s.secrets:

@@ -32,6 +32,7 @@ VERDICT_COLOURS = {
     verdict.STRAGGLER: "orange",
     verdict.MISMATCH: "red",
     verdict.STALLED: "red",
+    verdict.STUCK: "red",
     verdict.DOWN: "red",
 }
 VERDICTS = {code: (verdict.NAMES[code], colour) for code, colour in VERDICT_COLOURS.items()}

@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -27,6 +28,15 @@ from tests.e2e.conftest import ROOT
 STEP_LINE = re.compile(r"^(\S+) .* chief \| step (\d+)/")
 RESUMED = re.compile(r"^(\S+) .*chief: (?:resumed at|starting at) step (\d+)")
 SUPERVISOR_RESTART = re.compile(r"^(\S+) supervise: exited (\d+) .*: restart ")
+
+
+@dataclass
+class Outcome:
+    code: int
+    checkpoint: int
+    resumed: list[int]
+    lost: int
+    recovery_s: float
 
 
 def stamp(text: str) -> float:
@@ -46,6 +56,14 @@ class FaultStack:
     bind: str
     settings: dict[str, str] = field(default_factory=dict)
     """Extra make variables: WORKERS, STEPS, SAVE_EVERY, ARGS, ..."""
+    docker_host: str = ""
+    """The engine the stack runs on (DOCKER_HOST), when not this host's: a Docker-in-Docker node's."""
+    engine_root: Path | None = None
+    """Where that engine's /var/lib/docker is on this host (its volumes' files are read there)."""
+
+    @property
+    def env(self) -> dict[str, str] | None:
+        return {**os.environ, "DOCKER_HOST": self.docker_host} if self.docker_host else None
 
     @property
     def prometheus(self) -> str:
@@ -66,6 +84,7 @@ class FaultStack:
             capture_output=True,
             text=True,
             timeout=timeout,
+            env=self.env,
         )
 
     def compose(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -86,12 +105,17 @@ class FaultStack:
             text=True,
             timeout=timeout,
             check=False,
+            env=self.env,
         )
 
     def wait_process(self) -> subprocess.Popen:
         """`make wait` (the module, for the exact exit code), running in the background."""
         return subprocess.Popen(
-            [sys.executable, "-m", "compose.wait", self.project], cwd=ROOT, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-m", "compose.wait", self.project],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
         )
 
     def wait_code(self, timeout: float = 600) -> int:
@@ -110,11 +134,12 @@ class FaultStack:
             capture_output=True,
             text=True,
             check=True,
+            env=self.env,
         ).stdout.strip()
 
     def logs(self, service: str = "chief") -> list[str]:
         out = subprocess.run(
-            ["docker", "logs", "-t", self.container(service)], capture_output=True, text=True
+            ["docker", "logs", "-t", self.container(service)], capture_output=True, text=True, env=self.env
         )
         return (out.stdout + out.stderr).splitlines()
 
@@ -131,25 +156,30 @@ class FaultStack:
 
     def process_pid(self, service: str, marker: str, but: str = "\0") -> int:
         """Host PID of the one process of `service` whose command line holds `marker` (and not `but`)."""
+        # Another engine's `docker top` gives PIDs of its own namespace: never signal those from here.
+        assert not self.docker_host, f"{service}: its PIDs are not this host's (engine {self.docker_host})"
         out = subprocess.run(
             ["docker", "top", self.container(service), "-eo", "pid,args"],
             capture_output=True,
             text=True,
             check=True,
+            env=self.env,
         ).stdout.splitlines()[1:]
         found = [int(ln.split()[0]) for ln in out if marker in ln and but not in ln]
         assert len(found) == 1, f"{service}: expected one {marker!r} process, found {out}"
         return found[0]
 
     def volume_dir(self, volume: str) -> Path:
-        return Path(
+        path = Path(
             subprocess.run(
                 ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", f"{self.project}_{volume}"],
                 capture_output=True,
                 text=True,
                 check=True,
+                env=self.env,
             ).stdout.strip()
         )
+        return self.engine_root / path.relative_to("/var/lib/docker") if self.engine_root else path
 
     def checkpoint_dir(self) -> Path:
         return self.volume_dir("checkpoints")
@@ -182,6 +212,21 @@ class FaultStack:
             for s in result
         }
 
+    def outcome(self, fault_at: float, code: int) -> Outcome:
+        """What the fault did, seen from outside, once the job is over with `code` (make wait's)."""
+        steps, starts = self.chief_steps(), self.resumes()
+        assert len(starts) > 1, f"the chief never resumed (wait: {code}):\n" + "\n".join(self.logs()[-15:])
+        resumed_at, resumed_step = starts[-1]
+        before = max((s for t, s in steps if t < resumed_at), default=0)  # the old incarnation's last step
+        first_after = min((t for t, s in steps if t > resumed_at and s > resumed_step), default=float("nan"))
+        return Outcome(
+            code=code,
+            checkpoint=self.checkpoint_step(),
+            resumed=[s for _, s in starts[1:]],
+            lost=max(0, before - resumed_step),
+            recovery_s=round(first_after - fault_at, 1),
+        )
+
     def wait_for_step(self, step: int, timeout: float) -> float:
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -191,3 +236,20 @@ class FaultStack:
         raise AssertionError(
             f"the chief never reached step {step} in {timeout:.0f}s:\n" + "\n".join(self.logs()[-30:])
         )
+
+
+class Watch:
+    """`make wait` started before the fault, as an operator would: it also starts a docker-killed task."""
+
+    def __init__(self, stack: FaultStack) -> None:
+        self.proc = stack.wait_process()
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
+        self._reader.start()
+
+    def code(self, timeout: float = 600) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.proc.kill()
+            self._reader.join(timeout=5)

@@ -17,15 +17,13 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import ROOT, engine_ready
-from tests.e2e.faultstack import FaultStack, stamp
+from tests.e2e.faultstack import FaultStack, Outcome, Watch, stamp
 
 pytestmark = pytest.mark.docker
 
@@ -52,15 +50,6 @@ STACK = FaultStack(
 TASKS = ("chief", "worker-0", "worker-1")
 
 
-@dataclass
-class Outcome:
-    code: int
-    checkpoint: int
-    resumed: list[int]
-    lost: int
-    recovery_s: float
-
-
 def record(name: str, outcome: Outcome) -> None:
     """One JSON line per trial, for the worst-case table (FAULTS_RESULTS=path)."""
     path = os.environ.get("FAULTS_RESULTS")
@@ -83,19 +72,7 @@ def fault_stack():
 
 def finish(fault_at: float, code: int | None = None) -> Outcome:
     """Wait for the job to end (or take the code of a `make wait` already run); what happened, seen from outside."""
-    code = STACK.wait_code() if code is None else code
-    steps, starts = STACK.chief_steps(), STACK.resumes()
-    assert len(starts) > 1, f"the chief never resumed (wait: {code}):\n" + "\n".join(STACK.logs()[-15:])
-    resumed_at, resumed_step = starts[-1]
-    before = max((s for t, s in steps if t < resumed_at), default=0)  # the old incarnation's last step
-    first_after = min((t for t, s in steps if t > resumed_at and s > resumed_step), default=float("nan"))
-    return Outcome(
-        code=code,
-        checkpoint=STACK.checkpoint_step(),
-        resumed=[s for _, s in starts[1:]],
-        lost=max(0, before - resumed_step),
-        recovery_s=round(first_after - fault_at, 1),
-    )
+    return STACK.outcome(fault_at, STACK.wait_code() if code is None else code)
 
 
 def assert_completed(outcome: Outcome) -> None:
@@ -123,23 +100,6 @@ def test_sigkill_worker_resumes_from_checkpoint_and_completes(fault_stack: Fault
     assert outcome.lost <= SAVE_EVERY
 
 
-class Watch:
-    """`make wait` started before the fault, as an operator would: it also starts a docker-killed task."""
-
-    def __init__(self) -> None:
-        self.proc = STACK.wait_process()
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
-        self._reader.start()
-
-    def code(self, timeout: float = 600) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            self.proc.kill()
-            self._reader.join(timeout=5)
-
-
 def docker(*args: str) -> None:
     subprocess.run(["docker", *args], check=True, capture_output=True, timeout=120)
 
@@ -150,7 +110,7 @@ def docker(*args: str) -> None:
 def test_docker_kill_of_containers_resumes_from_checkpoint_and_completes(
     fault_stack: FaultStack, targets: tuple[str, ...]
 ) -> None:
-    watch = Watch()
+    watch = Watch(STACK)
     fault_stack.wait_for_step(120, timeout=300)
     fault_at = time.time()
     docker(
@@ -170,7 +130,7 @@ def test_docker_kill_of_containers_resumes_from_checkpoint_and_completes(
 
 
 def test_a_container_stopped_then_started_resumes_and_completes(fault_stack: FaultStack) -> None:
-    watch = Watch()
+    watch = Watch(STACK)
     fault_stack.wait_for_step(120, timeout=300)
     fault_at = time.time()
     docker("stop", fault_stack.container("worker-1"))  # SIGTERM: every task saves the same step
@@ -183,7 +143,7 @@ def test_a_container_stopped_then_started_resumes_and_completes(fault_stack: Fau
 
 
 def test_a_task_that_fails_for_good_mid_run_ends_every_task_within_60s(fault_stack: FaultStack) -> None:
-    watch = Watch()
+    watch = Watch(STACK)
     fault_stack.wait_for_step(120, timeout=300)
     # Its supervisor dies (SIGKILL: the container goes, Docker's policy starts it again) and finds no
     # budget left in its kept state: final for worker-1 (exit 4, gave up), announced to its peers.
@@ -386,7 +346,7 @@ def epochs_done(stack: FaultStack) -> list[tuple[float, int]]:
 def test_a_script_with_backup_and_restore_restarts_as_a_group_and_does_every_epoch_once(
     script_stack: FaultStack,
 ) -> None:
-    watch = Watch()
+    watch = Watch(STACK)
     deadline = time.time() + 300
     while not any(e >= 3 for _, e in epochs_done(script_stack)):
         assert time.time() < deadline, "\n".join(script_stack.logs("chief")[-30:])

@@ -21,13 +21,15 @@ import pytest
 import contract
 from compose import emit
 from compose import services as described
-from compose.deployment import METRICS_PORT, TF_PORT, Deployment
+from compose.deployment import LOG_DIR, METRICS_PORT, TF_PORT, Deployment
+from contract import PROFILER_PORT
 
 MONITORING_SERVICES = tuple(s.name for s in described.SERVICES)
 PUBLISHED = {
     "prometheus": contract.PROMETHEUS_PORT,
     "alertmanager": contract.ALERTMANAGER_PORT,
     "grafana": contract.GRAFANA_PORT,
+    "tensorboard": contract.TENSORBOARD_PORT,
 }
 
 pytestmark = pytest.mark.docker
@@ -106,7 +108,7 @@ def test_published_ports_bind_to_loopback_and_only_the_uis(config) -> None:
             assert published == [("127.0.0.1", PUBLISHED[name])], (name, published)
         else:
             assert not published, f"{name} publishes {published}"
-            assert set(service["expose"]) == {str(TF_PORT), str(METRICS_PORT)}, name
+            assert set(service["expose"]) == {str(TF_PORT), str(METRICS_PORT), str(PROFILER_PORT)}, name
 
 
 def test_bind_addr_moves_every_published_port(tmp_path, compose_cli) -> None:
@@ -136,9 +138,10 @@ def test_every_root_filesystem_is_read_only_with_a_scratch_tmpfs(config) -> None
         writable = [v["target"] for v in service.get("volumes", []) if not v.get("read_only")]
         if name not in MONITORING_SERVICES:
             # The checkpoints (the chief's; every task's under SCRIPT=, whose own callbacks save from
-            # every worker); every task's supervisor state (its budget across container restarts).
+            # every worker); every task's supervisor state (its budget across container restarts); every task's
+            # TensorBoard log folder (summaries and `make profile`'s traces).
             shared = name == "chief" or "trainer.run_script" in service["command"]
-            expected = (["/checkpoints"] if shared else []) + ["/var/lib/supervise"]
+            expected = (["/checkpoints"] if shared else []) + ["/var/lib/supervise", LOG_DIR]
             assert writable == expected, (name, writable)
 
 

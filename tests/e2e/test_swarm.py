@@ -28,8 +28,8 @@ import yaml
 
 import contract
 from compose.targets import swarm as stack
-from monitoring.prom_client import PrometheusError
 from tests.e2e.conftest import ROOT, engine_ready, trainer_targets
+from tests.e2e.dind import wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -107,18 +107,6 @@ def chief_log() -> list[str]:
 
 def matches(pattern: re.Pattern, lines: list[str]) -> list[tuple[float, int]]:
     return [(stamp(m[1]), int(m[2])) for m in map(pattern.match, lines) if m]
-
-
-def wait_until(what: str, check, timeout: float, interval: float = 0.5):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if value := check():
-                return value
-        except (OSError, ValueError, PrometheusError):
-            pass  # Prometheus or a node engine still starting
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def figure(name: str, value: float) -> None:

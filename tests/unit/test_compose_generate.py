@@ -71,6 +71,8 @@ def test_environment_contract_with_the_trainer(tmp_path: Path) -> None:
         "TRAINER_METRICS_PORT": "8000",
         "TRAINER_METRICS_LINGER": "12",
         "TRAINER_CHECKPOINT_DIR": "/checkpoints",
+        "TRAINER_LOGDIR": "/logs",
+        "TRAINER_PROFILER_PORT": "6009",
         "TRAINER_STEPS": "7",
         "TRAINER_TASK": "mlp",
         "TRAINER_PER_REPLICA_BATCH": "16",
@@ -90,6 +92,8 @@ def test_unset_knobs_are_left_to_the_trainer_defaults_but_the_job_length(tmp_pat
         "TRAINER_METRICS_PORT",
         "TRAINER_METRICS_LINGER",
         "TRAINER_CHECKPOINT_DIR",
+        "TRAINER_LOGDIR",
+        "TRAINER_PROFILER_PORT",
         "TRAINER_STEPS",
         "TRAINER_TASK",
         "TRAINER_LEARNING_RATE",
@@ -98,14 +102,17 @@ def test_unset_knobs_are_left_to_the_trainer_defaults_but_the_job_length(tmp_pat
     }
 
 
-def test_only_the_chief_mounts_the_checkpoint_volume(tmp_path: Path) -> None:
+def test_only_the_chief_mounts_the_checkpoint_volume_every_task_the_log_volume(tmp_path: Path) -> None:
     build(tmp_path, "--workers", "2", "--gpus", "0")
     svc = services(tmp_path)
-    assert svc["chief"]["volumes"] == ["checkpoints:/checkpoints", "supervise:/var/lib/supervise"]
+    assert svc["chief"]["volumes"] == [
+        "checkpoints:/checkpoints",
+        "supervise:/var/lib/supervise",
+        "tensorboard-logs:/logs",
+    ]
     for name in ("worker-0", "worker-1"):
-        assert (
-            svc[name]["volumes"] == ["supervise:/var/lib/supervise"] and "/checkpoints" in svc[name]["tmpfs"]
-        )
+        assert svc[name]["volumes"] == ["supervise:/var/lib/supervise", "tensorboard-logs:/logs"]
+        assert "/checkpoints" in svc[name]["tmpfs"]
 
 
 def test_fault_handling_settings(tmp_path: Path) -> None:

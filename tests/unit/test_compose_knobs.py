@@ -34,6 +34,8 @@ def test_every_trainer_flag_is_a_knob_but_what_the_stack_sets() -> None:
         "CHECKPOINT_DIR",
         "DATA",
         "EXPORT_DIR",
+        "LOGDIR",
+        "PROFILER_PORT",
     }
 
 

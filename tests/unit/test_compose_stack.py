@@ -158,6 +158,15 @@ def test_compose_without_docker_restarts_still_gets_a_bounded_swarm_restart(
         }
 
 
+def test_tensorboard_runs_the_trainers_pushed_image_beside_the_chief(tmp_path: Path) -> None:
+    doc, report = bundle(tmp_path)
+    tensorboard = doc["services"]["tensorboard"]
+    assert tensorboard["image"] == IMAGE == doc["services"]["chief"]["image"]
+    assert tensorboard["deploy"]["placement"] == doc["services"]["chief"]["deploy"]["placement"]
+    assert "tensorboard-logs:/logs" in tensorboard["volumes"]
+    assert "volume tensorboard-logs -> node-local" in report
+
+
 def test_bad_node_count_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     argv = ["--target", "swarm", "--workers", "2", "--image", IMAGE, "--out", str(tmp_path), "--nodes", "0"]
     assert emit.main(argv) == 2

@@ -159,8 +159,9 @@ def test_returns_at_the_deciding_event_without_waiting_for_more() -> None:
     assert run_watch(stream())[0] == 0
 
 
-def test_events_that_end_early_are_an_error() -> None:
-    assert run_watch([])[0] == 125
+def test_events_that_end_early_are_not_the_end() -> None:
+    code, lines = run_watch([])
+    assert code is None and lines == ["wait: docker events ended before the job did"]
 
 
 def test_every_task_killed_at_once_is_started_again_not_the_end() -> None:
@@ -170,3 +171,31 @@ def test_every_task_killed_at_once_is_started_again_not_the_end() -> None:
     code, lines = run_watch(events, docker=docker)
     assert code == 0, lines
     assert [c for c in docker.calls if c[0] == "start"] == [("start", "id-chief"), ("start", "id-worker-0")]
+
+
+class FakeEvents:
+    """`docker events` as main() starts it: each start streams the next list (the engine's lifetimes)."""
+
+    def __init__(self, streams: list[list[dict]]) -> None:
+        self.streams = iter(streams)
+
+    def __call__(self, project: str):
+        return self, iter(next(self.streams))
+
+    def kill(self) -> None:
+        pass
+
+    def wait(self) -> int:
+        return 0
+
+
+def test_an_engine_that_restarts_before_wait_looks_is_read_again_not_the_end(monkeypatch) -> None:
+    # The events stream ends with the engine; by the time `make wait` asks, the engine already answers
+    # again: the job is still on (its tasks restarted by their policy), so wait reads them and goes on.
+    docker = FakeDocker({}, {"chief": "running 0", "worker-0": "running 0"})
+    job = wait.Job
+    monkeypatch.setattr(wait, "Job", lambda project: job(project, run=docker))
+    monkeypatch.setattr(wait, "docker_events", FakeEvents([[die("chief", 137)], [die("chief", 0)]]))
+    monkeypatch.setattr(wait, "engine_up", lambda: True)
+    monkeypatch.setattr(wait, "ENGINE_RETRY_S", 0)
+    assert wait.main(["p"]) == 0

@@ -23,6 +23,7 @@ CODE = (".py", ".sh", ".mk", ".yaml", ".yml", "Makefile", ".Dockerfile")
 
 LITERALS = {
     "PROMETHEUS_PORT": re.compile(r"(?<![\w.\-\[])9090\b"),
+    "TENSORBOARD_PORT": re.compile(r"(?<![\w.\-\[])6006\b"),
     "GRAFANA_PORT": re.compile(r"(?<!\[)(?::|PORT\s*=\s*)3000\b|(?<![\w\[-])3000:(?!\])"),
     "METRICS_PORT": re.compile(r"(?::|(?i:port)\W{0,3}\s*(?::\s*int\s*)?[=,]\s*[\"']?)8000\b"),
     "DEFAULT_PROJECT": re.compile(
@@ -33,9 +34,9 @@ LITERALS = {
     ),
     "DEFAULT_MAX_RESTARTS": re.compile(r"(?i)restarts\w*\W{0,2}\s*(?:\?=|:-|=|:\s*int\s*=)\s*[\"']?3\b"),
 }
-TESTS_TOO = ("PROMETHEUS_PORT", "GRAFANA_PORT")
+TESTS_TOO = ("PROMETHEUS_PORT", "GRAFANA_PORT", "TENSORBOARD_PORT")
 """A test picks its own cluster size and expects generated values; but it reaches Prometheus and
-Grafana on the contract's ports like everything else."""
+Grafana (and TensorBoard) on the contract's ports like everything else."""
 
 MIRRORS = {
     "monitoring/config/prometheus/prometheus.yml": ("PROMETHEUS_PORT",),

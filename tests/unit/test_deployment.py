@@ -45,11 +45,23 @@ def test_trainer_env_is_the_same_for_every_target() -> None:
         "TRAINER_METRICS_PORT": "8000",
         "TRAINER_METRICS_LINGER": "12",
         "TRAINER_CHECKPOINT_DIR": "/checkpoints",
+        "TRAINER_LOGDIR": "/logs",
+        "TRAINER_PROFILER_PORT": "6009",
         "TRAINER_STEPS": "7",
         "TRAINER_SAVE_EVERY": "5",
         "TRAINER_DATA": "/data",
         "SUPERVISE_MAX_RESTARTS": "3",
     }
+
+
+def test_the_stall_bound_reaches_every_task_and_a_bad_one_is_refused() -> None:
+    p = argparse.ArgumentParser()
+    deployment.add_arguments(p)
+    d = deployment.from_args(p.parse_args(["--workers", "1"]), None, environ={"SUPERVISE_STALL": "20,10,60"})
+    assert deployment.trainer_env(d)["SUPERVISE_STALL"] == "20,10,60"
+    assert "SUPERVISE_STALL" not in deployment.trainer_env(Deployment(workers=1))
+    with pytest.raises(ValueError, match="SUPERVISE_STALL='10': must be multiple,floor,ceiling"):
+        Deployment(workers=1, stall="10")
 
 
 def test_every_target_runs_the_trainer_under_the_supervisor() -> None:

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 import contract
-from monitoring import diagnose, rules
+from monitoring import diagnose, rules, verdict
 from monitoring.benchcomm_result import Result, Row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,6 +67,22 @@ def test_samples_from_vectors():
     assert (chief.up, chief.state, chief.world_size, chief.compute) == (True, "training", 3, 0.07)
     assert chief.build == ("2.21.0", "0.1.0", "mwms", "AUTO", "mlp")
     assert samples[2].input_share is None, "NaN (0/0 when no step in the window) is unknown, not a number"
+
+
+def test_a_task_ended_as_stuck_is_named_with_its_step_and_where_its_stack_is():
+    results = healthy()
+    results["stuck_step"] = [vec("worker-1", 160)]
+    results["stuck_age"] = [vec("worker-1", 42.0)]
+    d = verdict.diagnose(diagnose.samples(results))
+    assert (d.cluster.verdict, d.cluster.tasks, d.exit_code) == ("stuck", ("worker-1",), 1)
+    text = diagnose.render(d)
+    assert "worker-1: ended as stuck at step 160 42 s ago" in text
+    assert "make logs SERVICE=worker-1" in text
+    # Once the job is over: finished, and still said.
+    done = dict(results)
+    done["state"] = [vec(t, 1, trainer_state="done") for t in ("chief", "worker-0", "worker-1")]
+    d = verdict.diagnose(diagnose.samples(done))
+    assert d.cluster.verdict == "finished" and "ended as stuck at step 160" in diagnose.render(d)
 
 
 def test_series_of_tasks_no_longer_scraped_are_ignored():

@@ -75,12 +75,13 @@ def test_communication_evidence_compares_with_bench_comm():
 
 
 def test_priorities_are_the_codes():
-    assert [v.NAMES[c] for c in range(7)] == [
+    assert [v.NAMES[c] for c in range(8)] == [
         "healthy",
         "communication-bound",
         "input-bound",
         "straggler",
         "mismatch",
         "stalled",
+        "stuck",
         "down",
     ]

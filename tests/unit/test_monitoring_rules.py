@@ -15,7 +15,15 @@ from monitoring import rulegen as generator
 PROM_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "config" / "prometheus"
 RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))
 TEST_FILES = sorted((PROM_DIR / "tests").glob("*.yml"))
-ALERTS = {"TrainerDown", "TrainingStalled", "Straggler", "InputBound", "CommunicationBound", "LossNotFinite"}
+ALERTS = {
+    "TrainerDown",
+    "TrainingStalled",
+    "TaskStuck",
+    "Straggler",
+    "InputBound",
+    "CommunicationBound",
+    "LossNotFinite",
+}
 
 
 def test_committed_files_are_what_the_generator_writes():

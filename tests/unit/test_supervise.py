@@ -52,7 +52,9 @@ def supervisor(tmp_path: Path, command: tuple[str, ...], max_restarts: int = 2) 
 
     settings = supervise.Settings(command=command, max_restarts=max_restarts, restart_delay=0.01, poll=0.05)
     return supervise.Supervisor(
-        settings, log=lambda _m: None, progress=progress, steps=lambda _u: (None, None)
+        settings,
+        log=lambda _m: None,
+        probes=supervise.Probes(progress=progress, steps=lambda _u: (None, None)),
     )
 
 
@@ -169,6 +171,36 @@ def test_reads_the_checkpoint_step_from_the_trainers_own_metrics() -> None:
     assert supervise.checkpoint_step(url) is None  # the child is gone
 
 
+def test_the_step_counts_as_frozen_only_while_the_trainer_trains() -> None:
+    from trainer import metrics as metrics_lib
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    metrics, server = metrics_lib.for_task(TaskId("worker", 1), port=port)
+    try:
+        metrics.state("training")
+        metrics.global_step.set(600)
+        metrics.watch_input(lambda: 601)
+        assert supervise.step_and_p99(url)[0] == 600 and supervise.input_step(url) == 601
+        for state in ("checkpointing", "done"):  # the final save and export, the metrics linger
+            metrics.state(state)
+            assert supervise.step_and_p99(url)[0] is None, state
+        metrics.state("training")
+        metrics.target(600)  # the last step done: the end of the job waits for the slowest task
+        assert supervise.step_and_p99(url)[0] is None
+        metrics.target(700)
+        assert supervise.step_and_p99(url)[0] == 600
+    finally:
+        server.close()
+    clock = [0.0]
+    watch = supervise.StallWatch(supervise.StallBound(20, 10, 60), lambda: clock[0])
+    for t, step in ((0, 1), (1, 2), (5, None), (14, 2), (15, 2)):  # saving from 5 s: the clock starts at 14
+        clock[0] = t
+        assert watch.saw(step, 0.01) == ""
+    clock[0] = 25
+    assert watch.saw(2, 0.01).startswith("step stuck at 2 for 11s")
+
+
 @pytest.mark.parametrize(
     ("code", "words"),
     [
@@ -199,7 +231,9 @@ def stateful(tmp_path: Path, command: tuple[str, ...], **kw) -> supervise.Superv
         **kw,
     )
     return supervise.Supervisor(
-        settings, log=lambda _m: None, progress=lambda _u: None, steps=lambda _u: (None, None)
+        settings,
+        log=lambda _m: None,
+        probes=supervise.Probes(progress=lambda _u: None, steps=lambda _u: (None, None)),
     )
 
 
@@ -284,11 +318,15 @@ def test_a_stuck_step_gets_every_threads_stack_written_and_the_trainer_restarted
         found = tmp_path / "global"
         return (int(found.read_text()) if found.exists() else None), 0.01  # p99 10 ms: the floor rules
 
-    sup = supervise.Supervisor(settings, log=lines.append, progress=lambda _u: None, steps=steps)
+    sup = supervise.Supervisor(
+        settings, log=lines.append, probes=supervise.Probes(progress=lambda _u: None, steps=steps)
+    )
     assert sup.run() == 0
     assert runs(tmp_path) == 2
-    stuck = [ln for ln in lines if ln.startswith("step stuck at 2 for ")]
-    assert stuck and "(bound 1s: 20 x p99 step 0.01s, floor 1s, ceiling 2s)" in stuck[0], lines
+    stuck = [ln for ln in lines if ln.startswith("stuck: step stuck at 2 for ")]
+    assert stuck and "(bound 1s: 20 x p99 step 0.01s, floor 1s, ceiling 2s); no task is behind" in stuck[0], (
+        lines
+    )
     assert any(ln.startswith("exited 137 (killed by SIGKILL) (step stuck at 2") for ln in lines), lines
     dump = capfd.readouterr().err
     assert "in blocked_input" in dump and "in heartbeat" in dump, dump[-2000:]
@@ -311,3 +349,144 @@ def test_stall_bound_is_a_multiple_of_the_p99_step_within_floor_and_ceiling() ->
     assert [bound.seconds(p) for p in (0.05, 4.0, 100.0, None)] == [60, 80, 900, 900]
     assert supervise.p99([(0.01, 50), (0.1, 99), (1.0, 100), (float("inf"), 100)]) == 0.1
     assert supervise.p99([(0.01, 0), (float("inf"), 0)]) is None
+
+
+@pytest.mark.parametrize(
+    ("inputs", "late"),
+    [
+        ({"chief": 41, "worker-0": 41, "worker-1": 40}, ("worker-1",)),  # input blocked on 41
+        ({"chief": 40, "worker-0": 41, "worker-1": 41}, ("chief",)),  # never entered the next call
+        ({"chief": 41, "worker-0": 41, "worker-1": 41}, ()),  # all in the collective: nobody singled out
+        ({"chief": 41, "worker-0": None, "worker-1": 40}, ("worker-1",)),  # an unreadable peer is ignored
+        ({"chief": 41, "worker-0": None}, ()),
+    ],
+)
+def test_the_task_behind_is_the_one_whose_input_step_is_lowest(inputs: dict, late: tuple) -> None:
+    assert supervise.behind(inputs) == late
+
+
+def stuck_supervisor(tmp_path: Path, task: str, inputs: dict[str, int]) -> tuple[supervise.Supervisor, list]:
+    """A 3-task job stuck at step 2 (a child that blocks after two steps), seen by `task`'s supervisor."""
+    body = f"""\
+        if run >= 2:
+            sys.exit(0)
+        for step in (1, 2):
+            Path({str(tmp_path / "global")!r}).write_text(str(step))
+            time.sleep(0.3)
+        time.sleep(3600)
+        """
+    peers = [t for t in ("chief", "worker-0", "worker-1") if t != task]
+    settings = supervise.Settings(
+        command=child(tmp_path, body),
+        max_restarts=1,
+        restart_delay=0.01,
+        poll=0.05,
+        stall=supervise.StallBound(multiple=20, floor=1.0, ceiling=2.0),
+        state_file=str(tmp_path / "state.json"),
+        metrics_url="own",
+        task=task,
+        peer_metrics=tuple((p, p) for p in peers),
+    )
+
+    def steps(_url: str) -> tuple[int | None, float | None]:
+        found = tmp_path / "global"
+        return (int(found.read_text()) if found.exists() else None), 0.01
+
+    lines: list[str] = []
+    sup = supervise.Supervisor(
+        settings,
+        log=lines.append,
+        probes=supervise.Probes(
+            progress=lambda _u: None,
+            steps=steps,
+            inputs=lambda url: inputs[task if url == "own" else url],
+            wall=lambda: 1234.5,
+        ),
+    )
+    return sup, lines
+
+
+def test_the_supervisor_of_the_task_behind_names_it_and_ends_it(tmp_path: Path) -> None:
+    inputs = {"chief": 3, "worker-0": 3, "worker-1": 2}
+    sup, lines = stuck_supervisor(tmp_path, "worker-1", inputs)
+    started = time.monotonic()
+    assert sup.run() == 0
+    stuck = [ln for ln in lines if ln.startswith("stuck: ")]
+    assert stuck and "worker-1 is behind its peers, not in the collective (input steps: " in stuck[0], lines
+    assert "worker-1 2, chief 3, worker-0 3" in stuck[0]
+    assert time.monotonic() - started < 2 * 2.0 + 10  # within the bound, not the peers' second one
+    assert supervise.State.load(str(tmp_path / "state.json")).stuck == "2 1234.500"
+
+
+def test_a_supervisor_whose_task_is_not_behind_waits_one_more_bound_then_ends_it(tmp_path: Path) -> None:
+    inputs = {"chief": 3, "worker-0": 3, "worker-1": 2}
+    sup, lines = stuck_supervisor(tmp_path, "chief", inputs)  # worker-1's supervisor never acts here
+    assert sup.run() == 0
+    deferred = [ln for ln in lines if "worker-1 behind (input steps: chief 3, worker-0 3, worker-1 2)" in ln]
+    assert deferred and deferred[0].endswith(": its supervisor ends it"), lines
+    ended = [ln for ln in lines if ln.startswith("stuck: ")]
+    assert ended and "worker-1 behind, still frozen 2s later: ending this task too" in ended[0], lines
+    assert lines.index(deferred[0]) < lines.index(ended[0])
+
+
+def test_a_peer_not_answering_is_being_ended_by_its_own_supervisor(tmp_path: Path) -> None:
+    # worker-1's supervisor has already killed it: its metrics are gone, the others are equal.
+    inputs = {"chief": 3, "worker-0": 3, "worker-1": None}
+    sup, lines = stuck_supervisor(tmp_path, "chief", inputs)
+    assert sup.run() == 0
+    assert any(
+        ln.endswith(
+            "worker-1 not answering (input steps: chief 3, worker-0 3, worker-1 ?): its supervisor ends it"
+        )
+        for ln in lines
+    ), lines
+
+
+def test_the_next_run_is_told_where_its_task_was_stuck(tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    body = f"""\
+        Path({str(seen)!r}).write_text(os.environ.get("SUPERVISE_STUCK", "-"))
+        sys.exit(0)
+        """
+    state = tmp_path / "state.json"
+    supervise.State(stuck="40 1234.500").save(str(state))
+    settings = supervise.Settings(command=child(tmp_path, body), state_file=str(state), poll=0.05)
+    supervise.Supervisor(
+        settings, log=lambda _m: None, probes=supervise.Probes(progress=lambda _u: None)
+    ).run()
+    assert seen.read_text() == "40 1234.500"
+
+
+def test_peers_metrics_are_read_on_the_same_port_at_their_tf_config_hosts() -> None:
+    from trainer.cluster import from_template
+
+    spec = from_template(2, "{service}:{port}")
+    tf_config = spec.with_task(TaskId("worker", 1)).to_tf_config()
+    s = supervise.settings_from(["--", "true"], {"TF_CONFIG": tf_config, "TRAINER_METRICS_PORT": "8000"})
+    assert s.task == "worker-1"
+    assert dict(s.peer_metrics) == {
+        "chief": "http://chief:8000/metrics",
+        "worker-0": "http://worker-0:8000/metrics",
+    }
+
+
+def test_reads_the_input_step_from_an_exposition() -> None:
+    import http.server
+
+    text = b'trainer_input_step{task_type="worker",task_index="1"} 41.0\n'
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(text)
+
+        def log_message(self, *_args) -> None: ...
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert supervise.input_step(f"http://127.0.0.1:{server.server_port}/metrics") == 41
+    finally:
+        server.shutdown()
+    assert supervise.input_step("") is None

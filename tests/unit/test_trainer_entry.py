@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +104,38 @@ def test_unknown_task_exits_2_with_one_line_before_tensorflow(task):
 def test_unknown_task_from_the_environment_exits_2():
     proc = _run({"TRAINER_TASK": "nope"})
     assert proc.returncode == 2 and "TRAINER_TASK" in proc.stderr, proc.stderr
+
+
+def test_sigusr2_writes_every_threads_stack_and_the_task_goes_on(tmp_path) -> None:
+    import signal
+    import time
+
+    script = tmp_path / "task.py"
+    script.write_text(
+        "import sys, threading, time\n"
+        "from trainer.__main__ import dump_stacks_on_signal\n"
+        "dump_stacks_on_signal()\n"
+        "def blocked_input():\n"
+        "    threading.Event().wait()\n"
+        "threading.Thread(target=blocked_input, daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=root,
+        env={"PYTHONPATH": str(root)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGUSR2)
+        time.sleep(1.0)
+        assert child.poll() is None, "the dump must not end the task (its supervisor does)"
+    finally:
+        child.kill()
+    err = child.communicate()[1]
+    assert "in blocked_input" in err and "in <module>" in err and "in wait_and_dump" in err, err

@@ -24,6 +24,9 @@ CONTRACT = {
     "trainer_global_step": "gauge",
     "trainer_world_size": "gauge",
     "trainer_last_step_timestamp_seconds": "gauge",
+    "trainer_input_step": "gauge",
+    "trainer_stuck_step": "gauge",
+    "trainer_stuck_timestamp_seconds": "gauge",
     "trainer_last_checkpoint_step": "gauge",
     "trainer_target_steps": "gauge",
     "trainer_split_sampled": "gauge",
@@ -63,7 +66,25 @@ def _recorded():
         timing=StepTiming(step=0.02, input=0.001, compute=0.01, allreduce=0.008),
     )
     m.checkpointed(5)
+    m.watch_input(lambda: 6)
+    m.stuck(4, 1e9 - 60)
     return registry
+
+
+def test_the_input_step_is_read_at_each_scrape_and_a_failed_read_is_nan():
+    registry, taken = CollectorRegistry(), [7]
+    m = Metrics(registry, TaskId("worker", 1))
+    m.watch_input(lambda: taken[0])
+    read = lambda: registry.get_sample_value("trainer_input_step", {"task_type": "worker", "task_index": "1"})  # noqa: E731
+    assert read() == 7
+    taken[0] = 8
+    assert read() == 8
+
+    def gone() -> int:
+        raise RuntimeError("the variable is gone")
+
+    m.watch_input(gone)
+    assert read() != read()  # NaN
 
 
 def test_contract_is_frozen():

@@ -46,6 +46,9 @@ class Recorder:
     def target(self, steps):
         self.target_steps = steps
 
+    def watch_input(self, read):
+        self.input_step = read
+
 
 def _train(tmp_path, **overrides):
     config = Config(
@@ -73,6 +76,7 @@ def test_mlp_loss_falls_and_beats_chance(tmp_path):
     assert _mean_loss(rec, -20) < 0.5 * _mean_loss(rec, 10)
     assert summary["accuracy"] > 0.6  # 4 classes: chance is 0.25
     assert summary["final_step"] == 150 and rec.world == 1
+    assert rec.input_step() == 150, "one batch taken per step, counted in the graph"
     timings = [s["timing"] for s in rec.steps[1:]]  # the first call traces
     assert rec.steps[0]["timing"] is None
     assert all(t is not None and t.step > 0 and t.compute > 0 for t in timings)

@@ -1,0 +1,133 @@
+"""Docker-in-Docker nodes for the e2e tests: compose/swarm/nodes.sh's node image and flags.
+
+test_swarm.py runs three of them as a swarm (`make nodes-up`); test_engine_faults.py runs one as a
+whole "host" whose engine it can kill and restart (the host's own dockerd is shared: never that one).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitoring.prom_client import PrometheusError
+from tests.e2e.conftest import ROOT
+
+NODES_SH = ROOT / "compose/swarm/nodes.sh"
+
+
+def wait_until(what: str, check, timeout: float, interval: float = 0.5):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if value := check():
+                return value
+        except (OSError, ValueError, PrometheusError):
+            pass  # Prometheus or a node engine still starting
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+# PID 2 of the node is a shell, not dockerd (the node's entrypoint execs dockerd): dockerd can be
+# killed and started again while the node, its containers' shims and processes, lives on.
+KEEP_NODE = '/usr/local/bin/node-entrypoint.sh "$@" & while :; do sleep 3600; done'
+
+
+@dataclass(frozen=True)
+class EngineNode:
+    """One DinD node (`<name>-node-1` on its own network) whose engine the host reaches on a socket
+    in a host folder; the repository is mounted at its own path, so a compose file generated here
+    (bind mounts by absolute path) means the same files in there."""
+
+    name: str
+    subnet: str
+    """The node network's /24 (the node is .11), away from every other e2e network."""
+
+    @property
+    def container(self) -> str:
+        return f"{self.name}-node-1"
+
+    @property
+    def ip(self) -> str:
+        return f"{self.subnet}.11"
+
+    @property
+    def socket_dir(self) -> Path:
+        return Path("/tmp") / self.name
+
+    @property
+    def docker_host(self) -> str:
+        return f"unix://{self.socket_dir}/docker.sock"
+
+    @property
+    def dockerd_args(self) -> list[str]:
+        return ["-H", "unix:///var/run/docker.sock", "-H", "unix:///run/outer/docker.sock"]
+
+    def nodes_sh(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        env = {**os.environ, "SWARM_NAME": self.name, "SWARM_SUBNET": self.subnet, "NODES": "1"}
+        return subprocess.run(
+            [str(NODES_SH), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def start(self) -> None:
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        opts = ["--entrypoint", "/bin/sh", "-v", f"{ROOT}:{ROOT}", "-v", f"{self.socket_dir}:/run/outer"]
+        run = self.nodes_sh("run", "1", *opts, "--", "-c", KEEP_NODE, "sh", *self.dockerd_args, timeout=900)
+        assert run.returncode == 0, f"the DinD node did not start:\n{run.stderr[-3000:]}"
+
+    def remove(self) -> None:
+        self.nodes_sh("down")
+
+    def inner(self, *args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+        """A docker command against the node's engine."""
+        return subprocess.run(
+            ["docker", "-H", self.docker_host, *args], capture_output=True, text=True, timeout=timeout, **kw
+        )
+
+    def engine_up(self) -> bool:
+        try:
+            return self.inner("info", "--format", "{{.ServerVersion}}", timeout=10).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+    def wait_engine(self, timeout: float) -> float:
+        wait_until(f"the engine in {self.container}", self.engine_up, timeout, interval=0.2)
+        return time.time()
+
+    def load(self, images: list[str]) -> None:
+        save = subprocess.Popen(["docker", "save", *images], stdout=subprocess.PIPE)
+        load = self.inner("load", "-q", stdin=save.stdout, timeout=1800)
+        assert save.wait() == 0 and load.returncode == 0, load.stderr
+
+    def kill_engine(self) -> None:
+        """SIGKILL of the node's dockerd (its containerd goes with it; the containers' shims stay)."""
+        subprocess.run(
+            ["docker", "exec", self.container, "sh", "-c", 'kill -9 "$(cat /var/run/docker.pid)"'],
+            check=True,
+            capture_output=True,
+        )
+        wait_until("the node's dockerd gone", lambda: not self.engine_up(), timeout=30, interval=0.1)
+
+    def start_engine(self) -> None:
+        """dockerd again, as systemd would: /run kept (the running containers' shims are found there)."""
+        subprocess.run(
+            ["docker", "exec", "-d", self.container, "dockerd", *self.dockerd_args],
+            check=True,
+            capture_output=True,
+        )
+
+    def reboot(self) -> None:
+        """`docker restart` of the node: every process in it dies at once, its engine starts again."""
+        subprocess.run(["docker", "restart", self.container], check=True, capture_output=True, timeout=120)
+
+    def engine_root(self) -> Path:
+        """The node's /var/lib/docker on this host (its volume)."""
+        out = subprocess.run(
+            ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", f"{self.container}-lib"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return Path(out.stdout.strip())
