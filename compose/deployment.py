@@ -25,6 +25,7 @@ from compose import knobs as trainer_knobs
 from trainer import __version__, supervise
 from trainer.cluster import COMPOSE_ADDRESS, ClusterSpec, TaskId, from_template
 from trainer.config import ENV_PREFIX, Config
+from trainer.observe import config as observe_config
 
 TF_PORT = contract.TF_PORT
 METRICS_PORT = contract.METRICS_PORT
@@ -74,6 +75,9 @@ class Deployment:
     """Size of the checkpoint volume where a target needs one declared (a Kubernetes PVC)."""
     script: str | None = None
     """Host path of a user's MWMS script, run instead of `python -m trainer` (SCRIPT=)."""
+    observe: tuple[tuple[str, str], ...] = ()
+    """The SCRIPT= wrapper's settings as (variable, value), passed to every task of a SCRIPT= run:
+    TRAINER_SPLIT_PERIOD_S and TRAINER_SPLIT_WINDOW_S (trainer/observe/config.py, docs/script.md)."""
     data: str | None = None
     """Host path mounted read-only at /data (DATA=)."""
     output: str | None = None
@@ -162,6 +166,8 @@ def trainer_env(d: Deployment) -> dict[str, str]:
     env.update({ENV_PREFIX + name.upper(): value for name, value in d.knobs})
     if d.data:
         env["TRAINER_DATA"] = DATA_DIR
+    if d.script:
+        env.update(d.observe)
     env[supervise.MAX_RESTARTS_ENV] = str(d.max_restarts)
     if d.stall:
         env[supervise.STALL_ENV] = d.stall
@@ -181,6 +187,14 @@ def command(d: Deployment) -> list[str]:
             *d.extra_args,
         ]
     return [*supervise.ENTRY, "python", "-m", "trainer", *d.extra_args]
+
+
+def observe_settings(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The SCRIPT= wrapper's settings the user gave (`make up TRAINER_SPLIT_PERIOD_S=30`, or the
+    environment), checked as the wrapper will check them. Raises ValueError with a one-line message."""
+    given = {name: environ[name] for name in observe_config.ENV_NAMES if environ.get(name)}
+    observe_config.from_env(given)
+    return tuple(sorted(given.items()))
 
 
 def run_id(now: float | None = None) -> str:
@@ -240,6 +254,7 @@ def from_args(
         max_restarts=ns.max_restarts,
         stall=(environ or {}).get(supervise.STALL_ENV, ""),
         script=ns.script,
+        observe=observe_settings(environ or {}),
         data=ns.data,
         output=ns.output,
         extra_args=tuple(shlex.split(ns.args)),

@@ -52,6 +52,8 @@ def _timed(t: Task) -> dict[str, str]:
     """Histograms and counters: steps per interval times mean seconds of each part."""
     steps = INTERVAL / t.step if t.stepping else 0.0
     seconds = {c.STEP: t.step, c.COMPUTE: t.compute, c.ALLREDUCE: t.allreduce, c.INPUT_WAIT: t.input}
+    if not t.split:
+        seconds = {c.STEP: t.step}
     out = {c.STEPS.name: _grow(steps)}
     for m, mean in seconds.items():
         out |= {m.count: _grow(steps), m.sum: _grow(steps * mean)}
@@ -134,9 +136,9 @@ def firing(case: Case) -> dict[str, dict[str, float]]:
             t.name: t.last_step_age for t in case.tasks if t.up and v.stalled(samples[t.name])
         },
         "Straggler": {n: x for n, x in ratios.items() if x > v.STRAGGLER_RATIO},
-        "InputBound": {n: s.input_share for n, s in timed.items() if s.input_share > v.INPUT_SHARE},
+        "InputBound": {n: s.input_share for n, s in timed.items() if (s.input_share or 0) > v.INPUT_SHARE},
         "CommunicationBound": {
-            n: s.allreduce_share for n, s in timed.items() if s.allreduce_share > v.ALLREDUCE_SHARE
+            n: s.allreduce_share for n, s in timed.items() if (s.allreduce_share or 0) > v.ALLREDUCE_SHARE
         },
         "LossNotFinite": {t.name: t.loss for t in case.tasks if t.up and not math.isfinite(t.loss)},
     }

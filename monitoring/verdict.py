@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import contract
+from trainer.observe.config import PERIOD_ENV as SPLIT_KNOB
 
 # Thresholds: the generated rules, alerts and dashboards read these; nothing else writes them.
 INPUT_SHARE = 0.2
@@ -244,6 +245,7 @@ def task_code(t: TaskSample, odd: dict[str, str], ratio: float | None = None) ->
         (STALLED, stalled(t)),
         (MISMATCH, t.task in odd),
         (None, t.step is None),
+        (None, t.compute_share is None),  # steps timed, not split: nothing says where the time went
         (STRAGGLER, ratio is not None and ratio > STRAGGLER_RATIO),
         (INPUT, t.input_share is not None and t.input_share > INPUT_SHARE),
         (COMMUNICATION, t.allreduce_share is not None and t.allreduce_share > ALLREDUCE_SHARE),
@@ -289,10 +291,7 @@ def diagnose(
     }
     judged = [t for t in samples if codes[t.task] is not None]
     if not judged:
-        states = ", ".join(sorted({t.state or "unknown" for t in samples}))
-        return _summary(
-            NO_DATA, f"{len(samples)} tasks up but no timed steps in the last minute (states: {states})"
-        )
+        return _summary(NO_DATA, _unjudged(samples))
     worst = _cluster_code(judged, codes)
     named = tuple(sorted(t.task for t in judged if codes[t.task] == worst)) if worst in NAMES_TASKS else ()
     evidence = [
@@ -312,6 +311,19 @@ def diagnose(
 def _summary(code: int, evidence: str, *more: str) -> Diagnosis:
     """A verdict on the whole run with a line of evidence (no data, finished), and any more."""
     return Diagnosis(Finding(NAMES[code], code, evidence=(evidence, *more), advice=tuple(ADVICE[code])))
+
+
+def _unjudged(samples: list[TaskSample]) -> str:
+    """Why no task could be judged: no timed step, or timed steps without their split."""
+    unsplit = [t.task for t in samples if t.step is not None and t.compute_share is None]
+    if unsplit:
+        return (
+            f"{', '.join(unsplit)} time their steps but export no compute / all-reduce / input split, "
+            "so nothing says where the time goes (a SCRIPT= run's XLA-compiled steps are split only "
+            f"by sampling: make up ... {SPLIT_KNOB}=30, docs/script.md)"
+        )
+    states = ", ".join(sorted({t.state or "unknown" for t in samples}))
+    return f"{len(samples)} tasks up but no timed steps in the last minute (states: {states})"
 
 
 def _cluster_code(judged: list[TaskSample], codes: dict[str, int | None]) -> int:

@@ -28,6 +28,10 @@ class Task:
     input: float = 0.005
     stepping: bool = True
     """False: no step in the last minute (waiting for peers, hung, down)."""
+    split: bool = True
+    """False: the steps are timed but not split into compute, all-reduce and input wait (a SCRIPT=
+    run with the sampled split off, or before its first window): no compute, all-reduce or input
+    series."""
     up: bool = True
     state: str = "training"
     last_step_age: float | None = 2.0
@@ -54,17 +58,13 @@ class Case:
 
 def sample(t: Task) -> TaskSample:
     """What Prometheus' 1 minute rules give diagnose for this task."""
-    timed = (
-        {
-            "step": t.step,
-            "compute": t.compute,
-            "compute_share": t.compute / t.step,
-            "allreduce_share": t.allreduce / t.step,
-            "input_share": t.input / t.step,
-        }
-        if t.stepping
-        else {}
-    )
+    split = {
+        "compute": t.compute,
+        "compute_share": t.compute / t.step,
+        "allreduce_share": t.allreduce / t.step,
+        "input_share": t.input / t.step,
+    }
+    timed = {"step": t.step, **(split if t.split else {})} if t.stepping else {}
     return TaskSample(
         task=t.name,
         up=t.up,
@@ -85,6 +85,7 @@ def cluster(names: tuple[str, ...] = THREE, **over: dict) -> tuple[Task, ...]:
 COMM = {"compute": 0.035, "allreduce": 0.06}
 WAITING = {"step": 0.2, "compute": 0.04, "allreduce": 0.15}
 SILENT = {"stepping": False}
+UNSPLIT = {"split": False}
 DONE = {"up": False, "state": "done", "last_step_age": 155.0, "stepping": False}
 TWO = ("chief", "worker-0")
 
@@ -205,6 +206,28 @@ CASES = (
         tasks=cluster(**{"worker-0": {"loss": float("inf")}}),
         verdict="healthy",
         per_task=_all("healthy"),
+    ),
+    # A user's script with the split off: its steps say how long, not why. "Healthy, compute
+    # dominates" (what this said before) was a claim nothing measured.
+    Case(
+        name="timed steps without their split",
+        tasks=cluster(**dict.fromkeys(THREE, UNSPLIT)),
+        verdict="no-data",
+        exit_code=2,
+    ),
+    Case(
+        name="a stall is judged without the split",
+        tasks=cluster(
+            chief=UNSPLIT,
+            **{
+                "worker-0": UNSPLIT,
+                "worker-1": {"split": False, "stepping": False, "last_step_age": 155.0},
+            },
+        ),
+        verdict="stalled",
+        named=("worker-1",),
+        exit_code=1,
+        per_task={"worker-1": "stalled"},
     ),
     # Its supervisor ended worker-1 as stuck a minute ago; the job trains again after the restart.
     Case(

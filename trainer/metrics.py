@@ -92,6 +92,17 @@ class TaskMetrics:
         self._stuck[c.STUCK_TIME].labels(**self.labels).set(at)
 
 
+class UntilSet:
+    """A gauge exported only once set. A task that has not met its cluster yet (a script before its
+    strategy, a task restarting) knows no world size; a 0 made every peer's verdict a MISMATCH."""
+
+    def __init__(self, family: Gauge, labels: dict[str, str]) -> None:
+        self._family, self._labels = family, labels
+
+    def set(self, value: float) -> None:
+        self._family.labels(**self._labels).set(value)
+
+
 class Metrics:
     """All metrics of a training task (TaskMetrics plus the per-step series)."""
 
@@ -119,7 +130,9 @@ class Metrics:
         self.allreduce_bytes = make(c.ALLREDUCE_BYTES, Counter)
         self.loss = make(c.LOSS, Gauge)
         self.global_step = make(c.GLOBAL_STEP, Gauge)
-        self.world_size = make(c.WORLD_SIZE, Gauge)
+        world = Gauge(c.WORLD_SIZE.client_name, c.WORLD_SIZE.help, c.LABELS, registry=registry)
+        self._families[c.WORLD_SIZE] = world
+        self.world_size = UntilSet(world, labels)
         self.last_step = make(c.LAST_STEP_TIME, Gauge)
         self.input_step = make(c.INPUT_STEP, Gauge)
         self.last_checkpoint = make(c.LAST_CHECKPOINT, Gauge)

@@ -145,6 +145,47 @@ def test_script_and_data_are_read_only_binds(tmp_path: Path) -> None:
         assert "checkpoints:/checkpoints" in service["volumes"] and "/checkpoints" not in service["tmpfs"]
 
 
+def test_split_sampling_reaches_a_scripts_tasks_and_only_a_scripts(tmp_path: Path) -> None:
+    """`make up SCRIPT=... TRAINER_SPLIT_PERIOD_S=30`: the wrapper in every task gets it (the split is
+    off by default, docs/script.md); the built-in trainer, which times its own split, does not."""
+    script = tmp_path / "user" / "train.py"
+    script.parent.mkdir()
+    script.write_text("print('hi')\n")
+    split = {"TRAINER_SPLIT_PERIOD_S": "30", "TRAINER_SPLIT_WINDOW_S": "2"}
+    r = emit.run(
+        [
+            "--target",
+            "compose",
+            "--out",
+            str(tmp_path),
+            "--workers",
+            "1",
+            "--gpus",
+            "0",
+            "--script",
+            str(script),
+        ],
+        environ=split,
+    )
+    emit.write(r)
+    for service in services(tmp_path).values():
+        assert split.items() <= service["environment"].items()
+    r = emit.run(
+        ["--target", "compose", "--out", str(tmp_path / "b"), "--workers", "1", "--gpus", "0"], environ=split
+    )
+    emit.write(r)
+    for service in services(tmp_path / "b").values():
+        assert "TRAINER_SPLIT_PERIOD_S" not in service["environment"]
+
+
+def test_a_bad_split_period_is_refused_before_any_container(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="TRAINER_SPLIT_PERIOD_S='often'"):
+        emit.run(
+            ["--target", "compose", "--out", str(tmp_path), "--workers", "1", "--gpus", "0"],
+            environ={"TRAINER_SPLIT_PERIOD_S": "often"},
+        )
+
+
 def test_missing_script_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main("--workers", "1", "--gpus", "0", "--script", "nope.py", "--out", str(tmp_path)) == 2
     err = capsys.readouterr().err

@@ -164,3 +164,13 @@ def test_busy_port_is_a_config_error():
         busy.listen()
         with pytest.raises(ConfigError, match="--metrics-port"):
             metrics.Server(CollectorRegistry(), busy.getsockname()[1])
+
+
+def test_world_size_is_absent_until_the_task_knows_it():
+    """A task before its strategy exists (a SCRIPT= run's start, every restart) exported world size 0,
+    and `make diagnose` called its peers' cluster a MISMATCH ("chief: world size 0, others 3")."""
+    registry = CollectorRegistry()
+    m = Metrics(registry, TaskId("chief", 0))
+    assert not _families(registry)["trainer_world_size"].samples
+    m.world_size.set(3)
+    assert [s.value for s in _families(registry)["trainer_world_size"].samples] == [3]

@@ -11,15 +11,20 @@ split the steps nothing marks (XLA-compiled) and check the marks (TRAINER_SPLIT_
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from trainer.metrics import Metrics
-from trainer.observe import config, fit, loop, marks
-from trainer.observe.record import Recorder
-from trainer.observe.sampler import Sampler
+if TYPE_CHECKING:
+    from trainer.metrics import Metrics
+    from trainer.observe.sampler import Sampler
 
 
 def install(metrics: Metrics, env: Mapping[str, str]) -> Sampler:
-    """Hooks in, sampler started; `close()` it when the script has returned."""
+    """Hooks in, sampler started; `close()` it when the script has returned. Imported here, not at the
+    top: the stack's emitter (a bare python3) reads trainer.observe.config without prometheus_client."""
+    from trainer.observe import config, fit, loop, marks
+    from trainer.observe.record import Recorder
+    from trainer.observe.sampler import Sampler
+
     settings = config.from_env(env)
     recorder = Recorder(metrics)
     steps = env.get("TRAINER_STEPS", "")

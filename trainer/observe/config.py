@@ -8,6 +8,8 @@ from dataclasses import dataclass
 PERIOD_ENV = "TRAINER_SPLIT_PERIOD_S"
 WINDOW_ENV = "TRAINER_SPLIT_WINDOW_S"
 CHECK_ENV = "TRAINER_SPLIT_CHECK"
+ENV_NAMES = (PERIOD_ENV, WINDOW_ENV)
+"""What a stack passes from `make up` to a SCRIPT= run's tasks (compose/deployment.py)."""
 RECOMMENDED_PERIOD_S = 30.0
 """The period to turn sampling on with (XLA-compiled steps): a 1 s window every 30 s."""
 

@@ -31,6 +31,12 @@ INPUT = (
     "MultiDeviceIteratorGetNextFromShard",
 )
 """Ops that hand the step its next batch: their time outside the collectives is input wait."""
+INPUT_WORK = {
+    "IteratorGetNextOp::DoCompute": "IteratorGetNext",
+    "IteratorGetNextAsOptionalOp::DoCompute": "IteratorGetNextAsOptional",
+}
+"""The iterator ops are async kernels: their op event marks the kernel starting, and the wait for
+the batch is this event on the iterator's thread (TF 2.21). Read as the op it belongs to."""
 LAUNCH = "CollectiveOpV2Kernel::Run"  # the collective kernel starting, before its async part
 MARKS = ("Timestamp",)
 """The built-in trainer's marks (tf.timestamp): neither compute nor anything else."""
@@ -81,6 +87,8 @@ def xspace_events(path: str, functions: Sequence[str] = ()) -> list[Event]:
 def _kind(name: str, prefixes: tuple[str, ...]) -> str | None:
     if name == LAUNCH:
         return name
+    if (work := INPUT_WORK.get(name.split("#", 1)[0])) is not None:  # TraceMeEncode may append #args#
+        return work
     if ": " in name:  # "EagerLocalExecute: __inference_train_step_13": a function call, not an op
         executed = name.rpartition(": ")[2]
         return "call:" + executed if prefixes and executed.startswith(prefixes) else None
