@@ -23,6 +23,8 @@ import functools
 import inspect
 import threading
 
+import numpy as np
+
 ALLREDUCE, INPUT = "allreduce", "input"
 _ALL_REDUCE_ARGS = ("self", "input_tensor", "control_input", "options")
 _GET_NEXT_ARGS = ("self", "name")
@@ -85,13 +87,26 @@ def _bracket(marks: Marks, kind: str, build, after):
         result = build()
     with tf.control_dependencies(after(result)):
         stop = tf.timestamp()
-    tf.numpy_function(functools.partial(_hand, marks, kind), [start, stop], [], stateful=True)
+    handed = tf.numpy_function(functools.partial(_hand, marks, kind), [start, stop], tf.bool, stateful=True)
+    _independent(handed.op)
     return result
+
+
+def _independent(op) -> None:
+    """Out of the chain automatic control dependencies put every stateful op in (program order): else
+    the next all-reduce's start mark waits for this hand-over (a Python call under the GIL), which put
+    it between consecutive collectives (seen in the traced graph: Timestamp_4 <- PyFunc_1). It still
+    runs before the function returns."""
+    from tensorflow.python.framework import ops
+
+    manager = getattr(ops.get_default_graph(), "experimental_acd_manager", None)
+    if manager is not None:
+        manager.run_independently(op)
 
 
 def _hand(marks: Marks, kind: str, start, stop):
     marks.add(kind, start, stop)
-    return []
+    return np.bool_(True)
 
 
 def _tensors(value) -> list:
