@@ -215,5 +215,5 @@ def runnable_without_gpus(rendered: dict) -> dict:
     return {
         "services": services,
         "networks": {"cluster": rendered["networks"]["cluster"]},
-        "volumes": {k: rendered["volumes"][k] for k in ("checkpoints", "supervise")},
+        "volumes": {k: v for k, v in rendered["volumes"].items() if k != "prometheus-data"},
     }

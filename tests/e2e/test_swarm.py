@@ -176,7 +176,12 @@ def test_stack_keeps_the_hardening_compose_has(swarm: Deployed) -> None:
     container = spec["ContainerSpec"]
     mounts = {m["Target"]: m["Type"] for m in container["Mounts"]}
     # Service-level tmpfs would be dropped; the supervisor's state is a node-local volume.
-    assert mounts == {"/tmp": "tmpfs", "/checkpoints": "tmpfs", "/var/lib/supervise": "volume"}
+    assert mounts == {
+        "/tmp": "tmpfs",
+        "/checkpoints": "tmpfs",
+        "/var/lib/supervise": "volume",
+        "/logs": "volume",
+    }
     assert container["ReadOnly"] and container["Init"] and container["User"] == "1000:1000"
     assert container["CapabilityDrop"] == ["ALL"]
     # security_opt (no-new-privileges) cannot be expressed in a stack: the image must not need it.
