@@ -35,6 +35,14 @@ from trainer.errors import ConfigError, TrainerError
 
 log = logging.getLogger(__name__)
 MAX_TO_KEEP = 3
+PEER_LOST = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+    tf.errors.DeadlineExceededError,
+)
+"""What a dead peer looks like from a survivor: the collective is aborted, sticky for the process. A
+save reads sync-on-read variables with collectives, so a peer lost during a save fails it this way too."""
 REPLICAS = "replicas"
 """The sub-folder of --checkpoint-dir holding each non-chief's own copy, one folder per task name."""
 
@@ -201,6 +209,11 @@ class Checkpointer:
     def save(self, step: int) -> None:
         try:
             self._manager.save(checkpoint_number=step)
+        except (
+            PEER_LOST
+        ):  # not the disk: a peer was lost mid-save (retryable, exit 200); no manifest, no checkpoint
+            _remove(os.path.join(self._dir, f"ckpt-{step}"))
+            raise
         except (tf.errors.OpError, OSError) as err:
             raise self._failed(f"saving checkpoint step {step}", step, err) from None
 

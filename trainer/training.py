@@ -36,20 +36,21 @@ from trainer import (
     taskspec,
     tensorboard,
 )
-from trainer.checkpoint import Checkpointer, NoCheckpoints, Place, SaveError, broadcast_from, holder
+from trainer.checkpoint import (
+    PEER_LOST,
+    Checkpointer,
+    NoCheckpoints,
+    Place,
+    SaveError,
+    broadcast_from,
+    holder,
+)
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
 from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
 from trainer.timing import CallOutput
 
 log = logging.getLogger(__name__)
-# What a dead peer looks like from a survivor: the collective is aborted, sticky for the process.
-PEER_LOST = (
-    tf.errors.UnavailableError,
-    tf.errors.AbortedError,
-    tf.errors.CancelledError,
-    tf.errors.DeadlineExceededError,
-)
 # How long a finishing task waits at exit for the others to finish too (TF default: 10 min... of nothing).
 SHUTDOWN_BARRIER_S = 30
 

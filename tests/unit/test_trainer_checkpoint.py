@@ -237,3 +237,26 @@ def test_the_final_model_and_summary_are_copied_out(tmp_path):
     assert json.loads((out / "summary.json").read_text())["final_step"] == 40 and not output.uncopied(
         str(ckpt)
     )
+
+
+def test_a_peer_lost_during_a_save_is_retryable_not_a_failed_disk(tmp_path, monkeypatch):
+    """Swarm, the chief's node removed during a save: worker-0's save failed in its collective
+    (DeadlineExceededError) and was booked as a failed disk (exit 1, final), ending the job."""
+    import tensorflow as tf
+
+    ckpt = checkpoint.Checkpointer(
+        checkpoint.Place(str(tmp_path / "ckpt"), "worker-0", is_chief=False),
+        tf.Module(),
+        tf.Module(),
+        settings={},
+    )
+    aborted = tf.errors.DeadlineExceededError(None, None, "Collective ops is aborted by: Deadline Exceeded")
+
+    def save(checkpoint_number=None):
+        open(os.path.join(ckpt.manager.directory, f"ckpt-{checkpoint_number}.index"), "w").close()
+        raise aborted
+
+    monkeypatch.setattr(ckpt.manager, "save", save)
+    with pytest.raises(tf.errors.DeadlineExceededError):
+        ckpt.save(100)
+    assert not manifest.steps_in(ckpt.manager.directory), "the unfinished save's files are left"
