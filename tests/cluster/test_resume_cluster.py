@@ -75,7 +75,9 @@ def test_input_resumes_across_kills_and_copies_do_not_pile_up(tmp_path):
         kept.append(len(manifest.steps_in(worker)))
     assert max(left) <= 1, f"non-chief scratch folders after each kill: {left}"
     # The manager's bound, plus at most one save a kill interrupted (swept by the next save).
-    assert 0 < max(kept) <= checkpoint.MAX_TO_KEEP + 1, f"steps in worker-0's own copy after each kill: {kept}"
+    assert 0 < max(kept) <= checkpoint.MAX_TO_KEEP + 1, (
+        f"steps in worker-0's own copy after each kill: {kept}"
+    )
 
     at = _latest(ckpt)
     _finish(

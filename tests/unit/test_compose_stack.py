@@ -67,7 +67,9 @@ def test_every_trainer_is_one_dnsrr_replica_on_any_node_with_a_renewing_budget(t
         }
         # The supervisor's state (a final exit stays final) follows the task, not the container.
         assert service["hostname"] == f"{name}-{RUN[1]}"
-    assert all("placement" in doc["services"][s]["deploy"] for s in MONITORING_SERVICES if s in doc["services"])
+    assert all(
+        "placement" in doc["services"][s]["deploy"] for s in MONITORING_SERVICES if s in doc["services"]
+    )
 
 
 def test_keys_a_stack_drops_are_translated_not_passed_through(tmp_path: Path) -> None:
