@@ -146,6 +146,7 @@ ALERTS = (
             f"{t} spends {x} of step time in the gradient all-reduce (threshold {v.ALLREDUCE_SHARE:.0%}). "
             "If only some tasks do, another is a straggler (see Straggler); if all do: "
             + _advice(v.COMMUNICATION)
+            + " (A SCRIPT= run: `make diagnose` says what to change in your script instead.)"
         ),
     ),
     Alert(
