@@ -43,7 +43,7 @@ stack-up: ## Deploy the run as swarm stack STACK on the nodes (nodes-up, images,
 	  SWARM_DIR='$(SWARM_DIR)' compose/swarm/stack-up.sh
 
 .PHONY: stack-down
-stack-down: ## Remove stack STACK from the swarm (the chief's checkpoint volume stays on its node)
+stack-down: ## Remove stack STACK from the swarm (each node keeps its checkpoint volume: every task's copy; a redeploy resumes)
 	@$(MANAGER) stack rm $(STACK)
 
 .PHONY: stack-status

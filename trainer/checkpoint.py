@@ -1,10 +1,15 @@
-"""Checkpoints: every task saves (MWMS needs all of them), only the chief writes --checkpoint-dir.
+"""Checkpoints: every task saves (MWMS needs all of them) and keeps its copy; any copy can restore the job.
 
 Saving reads sync-on-read variables (BatchNorm statistics) with collectives, so a chief-only save
-hangs; the other tasks save into a private folder, one per task and job (emptied at every start and
-removed at the end, so restarts do not pile copies up in a RAM-backed /tmp). Only the chief restores;
-its variables (and the learning rate) are then broadcast to all, so every task resumes identically
-whether or not it can read the chief's folder. The step counter is `optimizer.iterations`.
+hangs. The chief writes --checkpoint-dir itself; every other task writes its own sub-folder
+`<checkpoint-dir>/replicas/<task>` (under Compose a tmpfs of its container; on Swarm the node's
+volume), kept across restarts and bounded by the manager's MAX_TO_KEEP. Replicas are identical, so
+no task holds the only copy: at start each task finds the newest intact copy it can read (its own
+folder first, then the chief's and every task's sub-folder on its volume), the tasks agree which of
+them holds the newest step (an all-gather; the chief on a tie), that task restores, and its
+variables (and the learning rate) are broadcast to all, so every task resumes identically. A lost
+chief's volume then costs only what the surviving copies lack. The step counter is
+`optimizer.iterations`.
 
 Integrity (trainer/manifest.py): a save is written, flushed, then published by a manifest. On start
 the chief restores the newest checkpoint whose files match their manifest, after one warning line
@@ -30,14 +35,48 @@ from trainer.errors import ConfigError, TrainerError
 
 log = logging.getLogger(__name__)
 MAX_TO_KEEP = 3
+PEER_LOST = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+    tf.errors.DeadlineExceededError,
+)
+"""What a dead peer looks like from a survivor: the collective is aborted, sticky for the process. A
+save reads sync-on-read variables with collectives, so a peer lost during a save fails it this way too."""
+REPLICAS = "replicas"
+"""The sub-folder of --checkpoint-dir holding each non-chief's own copy, one folder per task name."""
 
 
 class SaveError(TrainerError):
     """A save that could not be written (a full disk, a read-only volume): permanent, exit 1."""
 
 
+def task_dir(shared: str, task_name: str, is_chief: bool) -> str:
+    """Where this task saves its copy: the chief in --checkpoint-dir itself (what `make up` checks and
+    `make output` copies from), every other task in its own sub-folder."""
+    return shared if is_chief else os.path.join(shared, REPLICAS, task_name)
+
+
+def copies(shared: str, own: str) -> list[str]:
+    """Every folder that may hold a copy of this job's checkpoints, `own` first: the chief's, then each
+    task's sub-folder (on Swarm, one node's volume holds whichever tasks ran there)."""
+    base = os.path.join(shared, REPLICAS)
+    try:
+        others = sorted(os.path.join(base, n) for n in os.listdir(base))
+    except OSError:
+        others = []
+    return list(dict.fromkeys([own, shared, *(o for o in others if os.path.isdir(o))]))
+
+
+def holder(rows: list[list[float]]) -> int | None:
+    """The replica (row of an all-gather of each task's newest step, -1 for none) whose task restores:
+    the newest step, the first replica (the chief's) on a tie; None when no task has a checkpoint."""
+    best = max(range(len(rows)), key=lambda i: (rows[i][0], -i), default=None)
+    return best if best is not None and rows[best][0] >= 0 else None
+
+
 def private_dir(shared: str, task_name: str) -> str:
-    """A non-chief's folder: the same on every restart of this task of this job, so it is reused."""
+    """A non-chief's scratch folder for the final export (the SavedModel only the chief keeps)."""
     job = hashlib.sha256(os.path.abspath(shared).encode()).hexdigest()[:10]
     return os.path.join(tempfile.gettempdir(), f"trainer-ckpt-{task_name}-{job}")
 
@@ -121,24 +160,25 @@ class Checkpointer:
         self._is_chief = is_chief
         self._model = model
         self._accept_new = accept_new_settings
-        self._found = None
-        if is_chief:
-            os.makedirs(directory, exist_ok=True)
-            self._found = self._scan(settings, accept_new_settings)
-            self._dir = directory
-        else:
-            self._dir = private_dir(directory, task_name)
-            shutil.rmtree(self._dir, ignore_errors=True)  # what a killed run of this task left
-            os.makedirs(self._dir)
+        self._task = task_name
+        self._dir = task_dir(directory, task_name, is_chief)
+        os.makedirs(self._dir, exist_ok=True)
+        self._found = self._scan(settings, accept_new_settings)
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-        self._manager = _PublishingManager(self._checkpoint, self._dir, dict(settings) if is_chief else None)
+        self._manager = _PublishingManager(self._checkpoint, self._dir, dict(settings))
 
     def _scan(self, settings, accept_new_settings: bool) -> manifest.Scan:
-        found = manifest.check(self._shared, settings, accept_new_settings)
-        for line in found.skipped:  # kept for a post-mortem; the next save of that step replaces it
+        own = manifest.scan(self._dir)
+        for line in own.skipped:  # kept for a post-mortem; the next save of that step replaces it
             log.warning("%s", line)
-        _write_state(self._shared, found.intact)
-        return found
+        _write_state(self._dir, own.intact)
+        others = [manifest.scan(folder) for folder in copies(self._shared, self._dir)[1:]]
+        return manifest.fits(manifest.newest([own, *others]), settings, accept_new_settings)
+
+    @property
+    def newest_step(self) -> int | None:
+        """The step of the newest intact copy this task can read (None: none), for the agreement on who restores."""
+        return self._found.step
 
     @property
     def manager(self) -> tf.train.CheckpointManager:
@@ -146,9 +186,9 @@ class Checkpointer:
         return self._manager
 
     def restore(self) -> str | None:
-        """The chief restores the newest intact checkpoint (its path, or None); the others take its
-        values from the broadcast that follows."""
-        if self._found is None or self._found.prefix is None:
+        """Restore the newest intact copy this task found (its path, or None). Called on the task the
+        cluster agreed on (`holder`); the others take its values from the broadcast that follows."""
+        if self._found.prefix is None:
             return None
         try:
             status = self._checkpoint.restore(self._found.prefix)
@@ -169,12 +209,18 @@ class Checkpointer:
     def save(self, step: int) -> None:
         try:
             self._manager.save(checkpoint_number=step)
+        except (
+            PEER_LOST
+        ):  # not the disk: a peer was lost mid-save (retryable, exit 200); no manifest, no checkpoint
+            _remove(os.path.join(self._dir, f"ckpt-{step}"))
+            raise
         except (tf.errors.OpError, OSError) as err:
             raise self._failed(f"saving checkpoint step {step}", step, err) from None
 
     def export(self) -> str:
         """The final model as a SavedModel under <checkpoint-dir>/export (temporary on non-chiefs)."""
-        path = os.path.join(self._dir, output.EXPORT)
+        folder = self._dir if self._is_chief else private_dir(self._shared, self._task)
+        path = os.path.join(folder, output.EXPORT)
         if self._is_chief:
             output.forget_copy(self._dir)
         try:
@@ -199,12 +245,14 @@ class Checkpointer:
         )
 
     def close(self) -> None:
-        if not self._is_chief:
-            shutil.rmtree(self._dir, ignore_errors=True)
+        if not self._is_chief:  # the scratch export; the task's checkpoint copy stays
+            shutil.rmtree(private_dir(self._shared, self._task), ignore_errors=True)
 
 
 class NoCheckpoints:
     """--checkpoint-dir empty: nothing is saved or restored."""
+
+    newest_step = None
 
     def restore(self) -> None:
         return None
@@ -214,17 +262,17 @@ class NoCheckpoints:
     def close(self) -> None: ...
 
 
-def broadcast_from_chief(strategy, variables) -> None:
-    """Make every replica's `variables` equal to the chief's (replica 0), bit for bit.
+def broadcast_from(strategy, variables, source: int = 0) -> None:
+    """Make every replica's `variables` equal to replica `source`'s (0: the chief's), bit for bit.
 
-    An all-reduce SUM where only replica 0 contributes non-zeros: x + 0 is exact.
+    An all-reduce SUM where only the source replica contributes non-zeros: x + 0 is exact.
     """
 
     @tf.function
     def run():
         def replica():
             ctx = tf.distribute.get_replica_context()
-            first = tf.equal(ctx.replica_id_in_sync_group, 0)
+            first = tf.equal(ctx.replica_id_in_sync_group, source)
             values = [tf.where(first, tf.identity(v), tf.zeros_like(v)) for v in variables]
             out = list(values)
             for dtype in {v.dtype for v in values}:  # a packed all-reduce needs one dtype

@@ -185,15 +185,30 @@ def scan(directory: str) -> Scan:
     return Scan(prefix, step, tuple(skipped), tuple(reversed(intact)))
 
 
+def newest(scans: Sequence[Scan]) -> Scan:
+    """The scan holding the newest intact checkpoint, the first one on a tie (the caller's own folder
+    comes first); the first scan when none holds any. Replicas are identical, so any folder's copy of
+    a step restores the same job."""
+    best = scans[0]
+    for found in scans[1:]:
+        if found.step is not None and (best.step is None or found.step > best.step):
+            best = found
+    return best
+
+
 def check(directory: str, settings: Mapping[str, object], accept_new: bool) -> Scan:
     """The checkpoint a start would resume; a ConfigError naming every job setting that differs from
     its manifest's, unless `accept_new` (--resume-new-settings 1)."""
-    found = scan(directory)
+    return fits(scan(directory), settings, accept_new)
+
+
+def fits(found: Scan, settings: Mapping[str, object], accept_new: bool) -> Scan:
+    """`found`, unless its manifest's job settings differ from `settings` (a ConfigError naming each)."""
     if found.prefix is None or accept_new:
         return found
     lines = differences(read(found.prefix).get("settings", {}), settings)
     if lines:
-        raise ConfigError(refusal(directory, found.step, lines))
+        raise ConfigError(refusal(os.path.dirname(found.prefix), found.step, lines))
     return found
 
 

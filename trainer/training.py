@@ -36,20 +36,21 @@ from trainer import (
     taskspec,
     tensorboard,
 )
-from trainer.checkpoint import Checkpointer, NoCheckpoints, Place, SaveError, broadcast_from_chief
+from trainer.checkpoint import (
+    PEER_LOST,
+    Checkpointer,
+    NoCheckpoints,
+    Place,
+    SaveError,
+    broadcast_from,
+    holder,
+)
 from trainer.cluster import ClusterSpec, TaskId
 from trainer.config import Config
 from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
 from trainer.timing import CallOutput
 
 log = logging.getLogger(__name__)
-# What a dead peer looks like from a survivor: the collective is aborted, sticky for the process.
-PEER_LOST = (
-    tf.errors.UnavailableError,
-    tf.errors.AbortedError,
-    tf.errors.CancelledError,
-    tf.errors.DeadlineExceededError,
-)
 # How long a finishing task waits at exit for the others to finish too (TF default: 10 min... of nothing).
 SHUTDOWN_BARRIER_S = 30
 
@@ -219,22 +220,24 @@ def _build(ctx: Context) -> Trainable:
 
 
 def _resume(ctx: Context, job: Trainable) -> int:
-    """The chief restores, every task takes the configured learning rate, then the chief's values: the
-    step to start from. The rate is a variable under --lr-scaling none, saved with the optimizer: the
-    settings check (or --resume-new-settings) makes the configured one right, on every task alike."""
-    restored = job.checkpoints.restore()
+    """The task holding the newest copy restores, every task takes the configured learning rate, then
+    that task's values: the step to start from. The rate is a variable under --lr-scaling none, saved
+    with the optimizer: the settings check (or --resume-new-settings) makes the configured one right,
+    on every task alike."""
+    source, source_task = _restore_source(ctx, job)
+    restored = job.checkpoints.restore() if source_task == ctx.task_id.name else None
     rate = step.learning_rate(ctx.config, ctx.strategy.num_replicas_in_sync)
     if not isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule):
         job.optimizer.learning_rate = rate
     if ctx.spec is not None:
-        broadcast_from_chief(ctx.strategy, job.task.model.variables + job.optimizer.variables)
+        broadcast_from(ctx.strategy, job.task.model.variables + job.optimizer.variables, source)
     start = int(job.optimizer.iterations.numpy())
     log.info(
         "%s: %s, %d replicas in sync, %s",
         ctx.task_id.name,
         f"resumed at step {start} from {restored}"
         if restored
-        else f"starting at step {start}" + (" (the chief's)" if start and not ctx.is_chief else ""),
+        else f"starting at step {start}" + (f" ({source_task}'s)" if start and source_task else ""),
         ctx.strategy.num_replicas_in_sync,
         step.describe_lr(ctx.config, ctx.strategy.num_replicas_in_sync),
     )
@@ -247,6 +250,21 @@ def _resume(ctx: Context, job: Trainable) -> int:
             ctx.config.steps,
         )
     return start
+
+
+def _restore_source(ctx: Context, job: Trainable) -> tuple[int, str | None]:
+    """The replica whose values every task takes, and its task's name (None: no task has a checkpoint).
+    Every task gathers each task's newest readable step: a lost chief's volume costs only what the
+    other copies lack."""
+    if ctx.spec is None:
+        return 0, ctx.task_id.name if job.checkpoints.newest_step is not None else None
+    names = [t.name for t in ctx.spec.tasks]
+    newest = job.checkpoints.newest_step
+    rows = agreement.gather(
+        ctx.strategy, [float(-1 if newest is None else newest), float(names.index(ctx.task_id.name))]
+    )
+    source = holder(rows)
+    return (0, None) if source is None else (source, names[int(rows[source][1])])
 
 
 def _preemption(ctx: Context, job: Trainable, metrics) -> tuple[loop.Action, ...]:

@@ -9,11 +9,14 @@
 #   nodes.sh push IMAGE REGISTRY   push IMAGE to REGISTRY, print its pinned reference (repo@sha256:...)
 #   nodes.sh kill N | start N      SIGKILL a node's container (a host crash) / start it again
 #   nodes.sh run N [OPTS] -- [ARGS]  only node N (its network too), no swarm: docker run OPTS, ARGS after the image
-# Settings (environment): SWARM_NAME (names of everything), NODES, SWARM_SUBNET, GPU_NODE.
+# Settings (environment): SWARM_NAME (names of everything), NODES, MANAGERS, SWARM_SUBNET, GPU_NODE.
 set -euo pipefail
 
 NAME=${SWARM_NAME:-mwms-swarm}
 NODES=${NODES:-3}
+# Nodes 1..MANAGERS are managers: 3 keep the Raft quorum when any one is lost for good (a lost only
+# manager ends the swarm: its workers keep their containers but nothing reschedules them).
+MANAGERS=${MANAGERS:-$((NODES < 3 ? NODES : 3))}
 # A /24 for the nodes (fixed IPs .11, .12, ...; the host is .1) and a pool for the swarm's own
 # overlay networks: both picked away from Docker's default pools (172.17+/16, 192.168/16).
 SUBNET=${SWARM_SUBNET:-10.210.0}
@@ -92,13 +95,14 @@ up() {
   if [ "$(in_node 1 info -f '{{.Swarm.LocalNodeState}}')" != active ]; then
     in_node 1 swarm init --advertise-addr "$(ip 1)" --default-addr-pool "$POOL" >/dev/null
   fi
-  local token; token=$(in_node 1 swarm join-token -q worker)
+  local worker manager; worker=$(in_node 1 swarm join-token -q worker); manager=$(in_node 1 swarm join-token -q manager)
   for n in $(seq 2 "$NODES"); do
+    local token=$worker; [ "$n" -le "$MANAGERS" ] && token=$manager
     [ "$(in_node "$n" info -f '{{.Swarm.LocalNodeState}}')" = active ] \
       || in_node "$n" swarm join --token "$token" "$(ip 1):2377" >/dev/null
   done
   label_nodes
-  say "$NODES nodes up: manager $(node 1) ($(ip 1)); docker exec $(node 1) docker node ls"
+  say "$NODES nodes up, managers $(node 1)..$(node "$MANAGERS") ($(ip 1)...); docker exec $(node 1) docker node ls"
 }
 
 label_nodes() {

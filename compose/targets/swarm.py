@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from compose import deployment, services
-from compose.deployment import SHM_GIB, Change, Deployment
+from compose.deployment import CHECKPOINT_DIR, SHM_GIB, Change, Deployment
 from compose.services import Service
 from compose.targets import Emitted, Yaml
 from compose.targets import compose as compose_target
@@ -35,6 +35,13 @@ NODE_LABEL = "org.mwms.node"
 """The node label every placement constraint uses; `compose/swarm/nodes.sh` sets node-1, node-2, ..."""
 SHM_SIZE_BYTES = SHM_GIB * 1024**3
 RESTART_DELAY = "5s"
+RESTART_WINDOW = "10m"
+"""Swarm counts a task's restarts (its container replaced: its node lost, or a final exit) within this
+window against max_attempts (the restart budget), so the budget renews with time; inside a container
+the supervisor's budget renews with every checkpoint. A final exit is re-run at most max_attempts
+times, quickly (the supervisor's state on that node exits at once), then stays down."""
+CHECKPOINTS = "checkpoints"
+"""The checkpoint volume's name (compose/services.py): on Swarm every task mounts it on its node."""
 IMAGES = {
     "prometheus": "mwms/prometheus:2.42.0-bookworm",
     "alertmanager": "mwms/alertmanager:0.25.0-bookworm",
@@ -144,7 +151,7 @@ def _flag(s: Service) -> str:
 
 
 def placement(task_position: int, nodes: int) -> dict:
-    """Pin a task to one node by label: volumes are per node, so the chief must come back where its checkpoints are."""
+    """Pin a monitoring service to one node by label: its volume (Prometheus's history) is per node."""
     return {"constraints": [f"node.labels.{NODE_LABEL} == node-{task_position % nodes + 1}"]}
 
 
@@ -172,8 +179,11 @@ def trainer_services(d: Deployment, nodes: int, report: Report) -> dict:
 
 
 def _translate(name: str, position: int, compose: dict, d: Deployment, nodes: int, report: Report) -> dict:
-    service: dict = {"image": d.pulled_image}
-    deploy: dict = {"replicas": 1, "endpoint_mode": "dnsrr", "placement": placement(position, nodes)}
+    # A stable hostname per task and run: the supervisor keys its state (a final exit, the budget) by
+    # hostname, so a replacement container on the same node goes on from it; a new run starts afresh.
+    service: dict = {"image": d.pulled_image, "hostname": f"{name}-{d.run}"}
+    # Not pinned: every task keeps its own checkpoint copy, so any node can run any task.
+    deploy: dict = {"replicas": 1, "endpoint_mode": "dnsrr"}
     volumes: list = []
     for key, value in compose.items():
         if key in KEPT:
@@ -187,27 +197,37 @@ def _translate(name: str, position: int, compose: dict, d: Deployment, nodes: in
     report.add(
         Change(
             "one container per task",
-            "one service per task, replicas 1, endpoint_mode dnsrr, "
-            f"placed by node label {NODE_LABEL} (chief on node-1)",
+            "one service per task, replicas 1, endpoint_mode dnsrr, not pinned to a node",
             "a VIP needs IPVS and its idle timeout drops long gRPC connections (moby/moby#37466); "
-            "volumes are per node, so the chief must come back where its checkpoints are",
+            "any node can run any task: no node holds the only checkpoint",
         )
     )
     if name == CHIEF:
         report.add(
             Change(
-                "volume checkpoints",
-                "a node-local volume on the chief's node",
-                "workers never read it: they resume from the state the chief broadcasts at start",
+                f"volume {CHECKPOINTS}",
+                f"node-local, mounted by every task at {CHECKPOINT_DIR} (each its own sub-folder)",
+                "replicas are identical: the tasks restore from the newest copy any of them still has, "
+                "so losing a node costs at most one save interval",
             )
         )
+    volumes = _own_checkpoint_copy(volumes)
     if volumes:
         service["volumes"] = volumes
     # Bounded whatever Compose said: a permanent failure must not restart forever.
     deploy.setdefault("restart_policy", {"condition": "on-failure", "delay": RESTART_DELAY})
     deploy["restart_policy"].setdefault("max_attempts", d.max_restarts)
+    deploy["restart_policy"].setdefault("window", RESTART_WINDOW)
     service["deploy"] = deploy
     return service
+
+
+def _own_checkpoint_copy(volumes: list) -> list:
+    """The node's checkpoint volume instead of Compose's per-container tmpfs: a task's copy outlives
+    its container, for whichever task runs on that node next."""
+    kept = [v for v in volumes if not (isinstance(v, dict) and v.get("target") == CHECKPOINT_DIR)]
+    mount = f"{CHECKPOINTS}:{CHECKPOINT_DIR}"
+    return kept if mount in kept else [*kept, mount]
 
 
 def _restart(value: str, service: dict, deploy: dict, volumes: list) -> None:
@@ -275,7 +295,10 @@ CHANGES = {
         "not in the stack schema (an error); an outside name (TensorFlow's GCE metadata probe) "
         "can take the resolver's full timeout",
     ),
-    "restart": ("deploy.restart_policy (condition, max_attempts, delay 5s)", "stacks ignore `restart`"),
+    "restart": (
+        f"deploy.restart_policy (condition, max_attempts within window {RESTART_WINDOW}, delay {RESTART_DELAY})",
+        "stacks ignore `restart`",
+    ),
     "tmpfs": ("long-syntax tmpfs volumes", "a stack silently drops service-level `tmpfs`"),
     "shm_size": (f"tmpfs volume at /dev/shm ({SHM_GIB} GiB)", "stacks drop shm_size (moby/moby#26714)"),
     "deploy": (
@@ -347,7 +370,7 @@ def _report(s: Service, report: Report) -> None:
         report.add(
             Change(
                 f"volume {s.volumes[0][0]}" if s.volumes else s.title,
-                f"node-local: {s.title} on node-1 reads what the tasks placed there write (the chief's)",
+                f"node-local: {s.title} on node-1 reads what the tasks that ran on node-1 wrote",
                 "volumes are per node; `make profile` is Compose-only (each task writes its own trace)",
             )
         )

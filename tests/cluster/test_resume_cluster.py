@@ -1,11 +1,13 @@
 """Resuming a real MWMS cluster (chief + 1 worker as processes) across SIGKILLs: the input position,
-what non-chiefs leave in their temporary folder, and a resume with new settings on every task."""
+what non-chiefs keep of their own copies, a resume with new settings on every task, and a resume
+from a worker's copy when the chief's folder is gone."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import pytest
 
 from bench.launch import free_ports
 from tests.cluster.local import ROOT
+from trainer import checkpoint, manifest
 from trainer.cluster import on_ports
 
 pytestmark = pytest.mark.cluster
@@ -53,10 +56,11 @@ def _latest(ckpt) -> int:
     return max(found, default=0)
 
 
-def test_input_resumes_across_kills_and_temporary_copies_do_not_pile_up(tmp_path):
+def test_input_resumes_across_kills_and_copies_do_not_pile_up(tmp_path):
     ckpt = tmp_path / "ckpt"
+    worker = checkpoint.task_dir(str(ckpt), "worker-0", is_chief=False)
     (tmp_path / "tmp").mkdir()
-    left = []
+    left, kept = [], []
     for _ in range(5):
         before = _latest(ckpt) if ckpt.exists() else 0
         proc = _launch(tmp_path, "--steps", "100000", "--save-every", "20", "--checkpoint-dir", str(ckpt))
@@ -68,7 +72,12 @@ def test_input_resumes_across_kills_and_temporary_copies_do_not_pile_up(tmp_path
         proc.wait()
         time.sleep(1)
         left.append(len([n for n in os.listdir(tmp_path / "tmp") if n.startswith("trainer-ckpt-")]))
-    assert max(left) <= 1, f"non-chief temporary checkpoint folders after each kill: {left}"
+        kept.append(len(manifest.steps_in(worker)))
+    assert max(left) <= 1, f"non-chief scratch folders after each kill: {left}"
+    # The manager's bound, plus at most one save a kill interrupted (swept by the next save).
+    assert 0 < max(kept) <= checkpoint.MAX_TO_KEEP + 1, (
+        f"steps in worker-0's own copy after each kill: {kept}"
+    )
 
     at = _latest(ckpt)
     _finish(
@@ -85,39 +94,63 @@ def test_input_resumes_across_kills_and_temporary_copies_do_not_pile_up(tmp_path
     )
 
 
+def _unshared(tmp_path, dirs: dict[str, str], **extra: str) -> list[str]:
+    """Chief + worker-0 as separate processes, each with its own --checkpoint-dir (`dirs` by task
+    type: nothing shared, as on separate hosts); every task's output once both exited 0."""
+    common = {"TRAINER_PER_REPLICA_BATCH": BATCH, "TRAINER_LR_SCALING": "none", "TRAINER_METRICS_PORT": "0"}
+    spec = on_ports("127.0.0.1", free_ports(2))
+    procs = []
+    for task in spec.tasks:
+        env = _env(
+            tmp_path, TF_CONFIG=spec.with_task(task).to_tf_config(), TRAINER_CHECKPOINT_DIR=dirs[task.type]
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "trainer"],
+                cwd=ROOT,
+                env={**env, **common, **extra},
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    return outs
+
+
+def _summaries(out) -> list[dict]:
+    return [json.load(open(out / f"{t}.json")) for t in ("chief", "worker-0")]
+
+
 def test_resume_with_new_settings_keeps_every_task_identical(tmp_path):
     """The worker cannot read the chief's folder, as in the stack: it must still get the new rate."""
-    ckpt = tmp_path / "ckpt"
-    common = {"TRAINER_PER_REPLICA_BATCH": BATCH, "TRAINER_LR_SCALING": "none", "TRAINER_METRICS_PORT": "0"}
-
-    def run(**extra: str) -> list[subprocess.CompletedProcess]:
-        spec = on_ports("127.0.0.1", free_ports(2))
-        procs = []
-        for task in spec.tasks:
-            own = str(ckpt) if task.type == "chief" else str(tmp_path / "not-shared")
-            env = _env(tmp_path, TF_CONFIG=spec.with_task(task).to_tf_config(), TRAINER_CHECKPOINT_DIR=own)
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "trainer"],
-                    cwd=ROOT,
-                    env={**env, **common, **extra},
-                    text=True,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-        outs = [p.communicate(timeout=300)[0] for p in procs]
-        assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
-        return outs
-
-    run(TRAINER_STEPS="20", TRAINER_LEARNING_RATE="0.01")
+    dirs = {"chief": str(tmp_path / "ckpt"), "worker": str(tmp_path / "not-shared")}
+    _unshared(tmp_path, dirs, TRAINER_STEPS="20", TRAINER_LEARNING_RATE="0.01")
     out = tmp_path / "out"
-    run(
+    _unshared(
+        tmp_path,
+        dirs,
         TRAINER_STEPS="40",
         TRAINER_LEARNING_RATE="0.05",
         TRAINER_RESUME_NEW_SETTINGS="1",
         TRAINER_OUTPUT_DIR=str(out),
     )
-    summaries = [json.load(open(out / f"{t}.json")) for t in ("chief", "worker-0")]
+    summaries = _summaries(out)
     assert [s["start_step"] for s in summaries] == [20, 20]
     assert summaries[0]["weights_sha256"] == summaries[1]["weights_sha256"], "tasks drifted apart"
+
+
+def test_a_lost_chief_folder_resumes_from_the_workers_copy(tmp_path):
+    """Swarm's lost chief node, as processes: the chief's folder is gone, worker-0's own copy is
+    not; the job resumes at the worker's step on both tasks, identically."""
+    dirs = {"chief": str(tmp_path / "chief-node"), "worker": str(tmp_path / "worker-node")}
+    first = tmp_path / "first"
+    _unshared(tmp_path, dirs, TRAINER_STEPS="40", TRAINER_SAVE_EVERY="20", TRAINER_OUTPUT_DIR=str(first))
+    shutil.rmtree(dirs["chief"])
+    out = tmp_path / "out"
+    outs = _unshared(tmp_path, dirs, TRAINER_STEPS="60", TRAINER_SAVE_EVERY="20", TRAINER_OUTPUT_DIR=str(out))
+    summaries = _summaries(out)
+    assert [s["start_step"] for s in summaries] == [40, 40], outs[0][-2000:]
+    assert summaries[0]["weights_sha256"] == summaries[1]["weights_sha256"], "tasks drifted apart"
+    assert "chief: starting at step 40 (worker-0's)" in outs[0], outs[0][-2000:]

@@ -164,11 +164,62 @@ def test_full_disk_keeps_the_previous_checkpoint_and_ends_in_one_line(trained, t
     assert not [n for n in os.listdir(small_disk) if n.startswith("ckpt-80")], "partial files left behind"
 
 
-def test_private_folder_of_a_non_chief_is_one_per_task_and_job(tmp_path):
+def test_scratch_export_folder_of_a_non_chief_is_one_per_task_and_job(tmp_path):
     a = checkpoint.private_dir(str(tmp_path / "job"), "worker-0")
     assert a == checkpoint.private_dir(str(tmp_path / "job"), "worker-0")
     assert a != checkpoint.private_dir(str(tmp_path / "job"), "worker-1")
     assert a != checkpoint.private_dir(str(tmp_path / "other"), "worker-0")
+
+
+def _replica(trained, ckpt, task: str, drop: tuple[int, ...] = ()) -> str:
+    """A copy of the trained job's saves as task `task` keeps them, without the steps in `drop`."""
+    folder = checkpoint.task_dir(str(ckpt), task, task == "chief")
+    shutil.copytree(trained[0], folder, dirs_exist_ok=True)
+    for step in drop:
+        for name in os.listdir(folder):
+            if name.startswith(f"ckpt-{step}."):
+                os.remove(os.path.join(folder, name))
+    return folder
+
+
+def _newest(ckpt, own: str) -> manifest.Scan:
+    return manifest.newest([manifest.scan(f) for f in checkpoint.copies(str(ckpt), own)])
+
+
+def test_restore_source_is_the_newest_intact_copy_in_any_tasks_folder(trained, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    _replica(trained, ckpt, "chief", drop=(60,))
+    worker0 = _replica(trained, ckpt, "worker-0")
+    worker1 = _replica(trained, ckpt, "worker-1")
+    index = os.path.join(worker1, "ckpt-60.index")
+    with open(index, "r+b") as f:  # damaged: its copy of 60 is skipped
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))
+    for own in (str(ckpt), worker1):
+        found = _newest(ckpt, own)
+        assert (found.step, found.prefix) == (60, os.path.join(worker0, "ckpt-60")), own
+    shutil.rmtree(worker0)
+    # A tie goes to the asking task's own folder, then the chief's.
+    assert _newest(ckpt, worker1).prefix == os.path.join(worker1, "ckpt-40")
+    assert _newest(ckpt, str(ckpt)).prefix == os.path.join(str(ckpt), "ckpt-40")
+    assert _newest(tmp_path / "none", str(tmp_path / "none")).prefix is None
+
+
+def test_the_cluster_restores_from_the_task_with_the_newest_step_the_chief_on_a_tie():
+    assert checkpoint.holder([[40.0, 0.0], [60.0, 1.0], [60.0, 2.0]]) == 1
+    assert checkpoint.holder([[60.0, 0.0], [60.0, 1.0]]) == 0
+    assert checkpoint.holder([[-1.0, 0.0], [20.0, 1.0]]) == 1
+    assert checkpoint.holder([[-1.0, 0.0], [-1.0, 1.0]]) is None
+
+
+def test_a_chief_whose_own_saves_are_lost_resumes_from_a_workers_copy(trained, tmp_path):
+    """Swarm: the chief's node is gone with its volume; it restarts where worker-0's copy lives."""
+    ckpt = tmp_path / "ckpt"
+    _replica(trained, ckpt, "worker-0")
+    summary = _run(tmp_path / "out", steps=80, checkpoint_dir=str(ckpt))
+    assert summary["start_step"] == 60, summary
+    assert manifest.scan(str(ckpt)).step == 80, "the chief saves its own copy again"
 
 
 def test_the_final_model_and_summary_are_copied_out(tmp_path):
@@ -186,3 +237,26 @@ def test_the_final_model_and_summary_are_copied_out(tmp_path):
     assert json.loads((out / "summary.json").read_text())["final_step"] == 40 and not output.uncopied(
         str(ckpt)
     )
+
+
+def test_a_peer_lost_during_a_save_is_retryable_not_a_failed_disk(tmp_path, monkeypatch):
+    """Swarm, the chief's node removed during a save: worker-0's save failed in its collective
+    (DeadlineExceededError) and was booked as a failed disk (exit 1, final), ending the job."""
+    import tensorflow as tf
+
+    ckpt = checkpoint.Checkpointer(
+        checkpoint.Place(str(tmp_path / "ckpt"), "worker-0", is_chief=False),
+        tf.Module(),
+        tf.Module(),
+        settings={},
+    )
+    aborted = tf.errors.DeadlineExceededError(None, None, "Collective ops is aborted by: Deadline Exceeded")
+
+    def save(checkpoint_number=None):
+        open(os.path.join(ckpt.manager.directory, f"ckpt-{checkpoint_number}.index"), "w").close()
+        raise aborted
+
+    monkeypatch.setattr(ckpt.manager, "save", save)
+    with pytest.raises(tf.errors.DeadlineExceededError):
+        ckpt.save(100)
+    assert not manifest.steps_in(ckpt.manager.directory), "the unfinished save's files are left"
