@@ -9,7 +9,8 @@ served, as a team gets it by default) / the same script run plainly, both as a l
 
 Variants besides `observed` (as a team gets it) take parts away, to show what each costs: no-marks
 (TRAINER_SPLIT_MARKS=0: the hooks and the metrics server, no split), no-server (no marks and no
-metrics server: the hooks alone). Each runs in every round, interleaved with the others.
+metrics server: the hooks alone). Each runs in every round, interleaved with the others, the order
+rotated each round (a load that drifts during a round would favour whoever runs last).
 """
 
 from __future__ import annotations
@@ -110,9 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--variants {args.variants!r}: choose from {', '.join(VARIANTS)}")
     runs: dict[str, list[Run]] = {"plain": [], **{v: [] for v in variants}}
     for r in range(args.rounds):
-        runs["plain"].append(one_run("bench.plain_script", args))
-        for v in variants:
-            runs[v].append(one_run("trainer.run_script", args, VARIANTS[v]))
+        order = ["plain", *variants]
+        for v in order[r % len(order) :] + order[: r % len(order)]:  # rotated: a drifting load favours none
+            module = "bench.plain_script" if v == "plain" else "trainer.run_script"
+            runs[v].append(one_run(module, args, VARIANTS.get(v)))
         plain = runs["plain"][-1]
         print(
             f"script-overhead round {r + 1}/{args.rounds}: plain {plain.rate:.1f} steps/s "
