@@ -134,37 +134,66 @@ SERVER_CANDIDATES = (
 )
 """What `make bench-comm` A/Bs by default (docs/communication.md says why each)."""
 
+ENV_CANDIDATES = {
+    "malloc-keep": "GLIBC_TUNABLES=glibc.malloc.trim_threshold=4294967295:glibc.malloc.top_pad=268435456",
+    "malloc-mmap32M": "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824",
+    "bfc": "TF_CPU_ALLOCATOR_USE_BFC=1",
+}
+"""Process environments A/B'd on TF's stock server (`--envs`): the allocator settings that act on the
+page faults perf found (docs/communication.md). glibc reads its tunables only at process start."""
+
+
+def env_setting(entry: str) -> tuple[str, dict[str, str]]:
+    """A `--envs` entry (a name in ENV_CANDIDATES, or NAME=VALUE) -> (label, environment)."""
+    text = ENV_CANDIDATES.get(entry, entry)
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise SystemExit(
+            f"bench-comm: --envs {entry!r}: expected NAME=VALUE or one of {', '.join(ENV_CANDIDATES)}"
+        )
+    return (entry if entry in ENV_CANDIDATES else text), {name: value}
+
 
 def server_ab(endpoints: list[Endpoint], args) -> list[dict]:
-    """Every task's timings of the A/B payload under each server setting (a fresh cluster each: the
-    server reads them at start), the variant named `RING/0 <setting>`."""
-    settings = [s for s in args.servers.split(";") if s]
-    if not settings:
-        return []
+    """Every task's timings of the A/B payload under each server setting, then each environment on
+    the stock server (a fresh cluster each: both are read at start), the variant named
+    `RING/0 <setting>` or `RING/0 env:<label>`."""
+    runs = [(s, s, {}) for s in args.servers.split(";") if s]
+    runs += [
+        ("stock", f"env:{label}", env) for label, env in map(env_setting, filter(None, args.envs.split(";")))
+    ]
     task_args = ["--sizes", "", "--variants", "RING/0", "--repeats", str(args.repeats)]
-    task_args += ["--shapes", json.dumps(payload_shapes(args.ab_payload))]
+    task_args += ["--shapes", json.dumps(payload_shapes(args.ab_payload))] if runs else []
     out = []
-    for setting in settings:
-        print(f"bench-comm: A/B {setting}", file=sys.stderr, flush=True)
-        results, _ = _run_sweep(endpoints, [*task_args, "--server", setting])
+    for setting, label, env in runs:
+        print(f"bench-comm: A/B {label}", file=sys.stderr, flush=True)
+        results, _ = _run_sweep(endpoints, [*task_args, "--server", setting], env)
         for r in results:
-            out += [{**t, "variant": f"RING/0 {r.get('server', setting)}"} for t in r["timings"]]
+            name = label if env else r.get("server", setting)
+            out += [{**t, "variant": f"RING/0 {name}"} for t in r["timings"]]
     return out
 
 
 def format_cpu(timings: list[dict]) -> str:
-    """CPU seconds per all-reduce summed over the tasks (median over the repeats): the cost of a
-    setting whatever else shares the cores, which moves its wall time on a loaded machine."""
-    lines = ["CPU per all-reduce, all tasks (ms, median and min-max over the repeats):"]
+    """CPU seconds and minor page faults per all-reduce summed over the tasks (median and min-max
+    over the repeats): the cost of a setting whatever else shares the cores, which moves its wall
+    time on a loaded machine."""
+    lines = ["CPU per all-reduce, all tasks (ms, median and min-max over the repeats; page faults, median):"]
     for variant in dict.fromkeys(t["variant"] for t in timings):
-        per_task = [t["cpu"] for t in timings if t["variant"] == variant and "cpu" in t]
-        total = [sum(c) for c in zip(*per_task)]
+        total = _summed(timings, variant, "cpu")
+        faults = _summed(timings, variant, "faults")
         if total:
             lines.append(
                 f"  {variant:<50} {statistics.median(total) * 1e3:8.1f} "
                 f"{min(total) * 1e3:.1f}-{max(total) * 1e3:.1f}"
+                + (f"  {statistics.median(faults):9.0f} faults" if faults else "")
             )
     return "\n".join(lines)
+
+
+def _summed(timings: list[dict], variant: str, key: str) -> list[float]:
+    """Per repeat, `key` summed over the tasks that measured `variant`."""
+    return [sum(v) for v in zip(*(t[key] for t in timings if t["variant"] == variant and key in t))]
 
 
 def payload_shapes(names: str) -> dict[str, list[tuple[int, ...]]]:
@@ -245,8 +274,12 @@ def _in_netns(e: Endpoint, *cmd: str) -> list[str]:
     return (["nsenter", "-t", str(e.netns_pid), "-n"] if e.netns_pid else []) + list(cmd)
 
 
-def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> tuple[list[dict], int]:
-    """Every task's result, and the most TCP connections seen between the first two tasks."""
+def _run_sweep(
+    endpoints: list[Endpoint], task_args: list[str], extra_env: dict[str, str] | None = None
+) -> tuple[list[dict], int]:
+    """Every task's result, and the most TCP connections seen between the first two tasks;
+    `extra_env` is set in every task's process (an allocator setting of the A/B)."""
+    extra_env = extra_env or {}
     from bench.launch import _die_with_parent, free_ports, stop
     from trainer.cluster import ClusterSpec
 
@@ -259,7 +292,7 @@ def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> tuple[list[di
     for e in endpoints:
         tf_config = spec.with_task(_task_id(e.task)).to_tf_config()
         cmd = [sys.executable, "-m", "trainer.bench.allreduce_sweep", *task_args]
-        env = {**os.environ, "TF_CONFIG": tf_config, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "TF_CONFIG": tf_config, "PYTHONUNBUFFERED": "1", **extra_env}
         if e.exec_prefix:  # the container's own Python and TF_CONFIG
             cmd = [
                 *e.exec_prefix[:2],
@@ -267,6 +300,7 @@ def _run_sweep(endpoints: list[Endpoint], task_args: list[str]) -> tuple[list[di
                 f"TF_CONFIG={tf_config}",
                 "-e",
                 "PYTHONUNBUFFERED=1",
+                *(arg for k, v in extra_env.items() for arg in ("-e", f"{k}={v}")),
                 *e.exec_prefix[2:],
                 "python",
                 *cmd[1:],
@@ -548,6 +582,12 @@ def _parser() -> argparse.ArgumentParser:
         help="gRPC server settings to A/B after the sweep, ';'-separated (trainer/server_config.py; "
         "'stock' = TF's own), each on a fresh cluster; '' = none",
     )
+    p.add_argument(
+        "--envs",
+        default=";".join(ENV_CANDIDATES),
+        help=f"process environments to A/B on the stock server, ';'-separated: NAME=VALUE or one of "
+        f"{', '.join(ENV_CANDIDATES)}; '' = none",
+    )
     p.add_argument("--ab-payload", default="resnet50", help="the payload the A/B times (RING/0, one pack)")
     p.add_argument("--out", type=Path, default=Path(".run/bench-comm"), help="writes OUT.json and OUT.png")
     return p
@@ -610,7 +650,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cleanup()
     n = results[0]["n"]
     table = rows([t for r in results for t in r["timings"]], n)
-    print(format_table(table, tcp, max(streams, 1)))
+    if table:  # empty when only the A/B was asked for (--sizes '' --payloads '')
+        print(format_table(table, tcp, max(streams, 1)))
     if ab:
         ab_table = rows(ab, n)
         print(f"\ngRPC server settings A/B ({args.ab_payload}, RING/0, each on a fresh cluster):")

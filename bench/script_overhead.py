@@ -5,6 +5,11 @@ served, as a team gets it by default) / the same script run plainly, both as a l
 (tests/scripts/fit_cnn.py prints each epoch's seconds); the first epoch (tracing) is left out.
 
     python -m bench.script_overhead [--rounds 5] [--workers 1] [--epochs 8] [--steps-per-epoch 100]
+                                    [--variants observed,no-marks,no-server]
+
+Variants besides `observed` (as a team gets it) take parts away, to show what each costs: no-marks
+(TRAINER_SPLIT_MARKS=0: the hooks and the metrics server, no split), no-server (no marks and no
+metrics server: the hooks alone). Each runs in every round, interleaved with the others.
 """
 
 from __future__ import annotations
@@ -23,6 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
 EPOCH = re.compile(r"^\[chief\] epoch (\d+) done, loss [\d.]+, ([\d.]+) s$", re.M)
 TARGET = 0.97
+VARIANTS = {
+    "observed": {},
+    "no-marks": {"TRAINER_SPLIT_MARKS": "0"},
+    "no-server": {"TRAINER_SPLIT_MARKS": "0", "TRAINER_METRICS_PORT": "0"},
+}
+"""The observed runs' extra environment, by name (`observed`: the wrapper's defaults)."""
 
 
 def steps_per_second(stdout: str, steps_per_epoch: int) -> float:
@@ -33,7 +44,7 @@ def steps_per_second(stdout: str, steps_per_epoch: int) -> float:
     return steps_per_epoch * len(seconds) / sum(seconds)
 
 
-def one_run(module: str, args: argparse.Namespace) -> float:
+def one_run(module: str, args: argparse.Namespace, extra: dict[str, str] | None = None) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
     env.update(
         TF_CPP_MIN_LOG_LEVEL="2",
@@ -41,6 +52,7 @@ def one_run(module: str, args: argparse.Namespace) -> float:
         STEPS_PER_EPOCH=str(args.steps_per_epoch),
         STEPS_PER_EXECUTION=str(args.steps_per_execution),
         TRAINER_SPLIT_PERIOD_S=str(args.period),
+        **(extra or {}),
     )
     cmd = [
         sys.executable,
@@ -75,29 +87,39 @@ def main(argv: list[str] | None = None) -> int:
         default=ObserveConfig().period_s,
         help="TRAINER_SPLIT_PERIOD_S of the observed runs (default: the wrapper's, no profiler windows)",
     )
+    p.add_argument(
+        "--variants",
+        default="observed",
+        help=f"observed runs per round, comma-separated, from {', '.join(VARIANTS)}",
+    )
     args = p.parse_args(argv)
+    variants = [v for v in args.variants.split(",") if v]
     if args.rounds < 1 or args.epochs < 2:
         p.error("--rounds must be 1 or more and --epochs 2 or more (the first epoch is not counted)")
-    ratios, rates = [], {"plain": [], "observed": []}
+    if not variants or set(variants) - set(VARIANTS):
+        p.error(f"--variants {args.variants!r}: choose from {', '.join(VARIANTS)}")
+    rates: dict[str, list[float]] = {"plain": [], **{v: [] for v in variants}}
+    ratios: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(args.rounds):
-        plain = one_run("bench.plain_script", args)
-        observed = one_run("trainer.run_script", args)
-        rates["plain"].append(plain)
-        rates["observed"].append(observed)
-        ratios.append(observed / plain)
+        rates["plain"].append(one_run("bench.plain_script", args))
+        for v in variants:
+            rates[v].append(one_run("trainer.run_script", args, VARIANTS[v]))
+            ratios[v].append(rates[v][-1] / rates["plain"][-1])
         print(
-            f"script-overhead round {r + 1}/{args.rounds}: plain {plain:.1f} steps/s, "
-            f"observed {observed:.1f} steps/s, ratio {observed / plain:.3f}",
+            f"script-overhead round {r + 1}/{args.rounds}: plain {rates['plain'][-1]:.1f} steps/s, "
+            + ", ".join(f"{v} {rates[v][-1]:.1f} steps/s (ratio {ratios[v][-1]:.3f})" for v in variants),
             flush=True,
         )
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
-    print(
-        f"(f) user fit script observed / plain steps/s over {args.rounds} interleaved rounds: "
-        f"{spread(ratios)} (target median >= {TARGET}); plain {spread(rates['plain'])} steps/s; "
-        f"load {load}",
-        flush=True,
-    )
+    for v in variants:
+        name = "(f) user fit script observed" if v == "observed" else f"(f) variant {v}"
+        print(
+            f"{name} / plain steps/s over {args.rounds} interleaved rounds: {spread(ratios[v])}"
+            + (f" (target median >= {TARGET})" if v == "observed" else "")
+            + f"; plain {spread(rates['plain'])} steps/s; load {load}",
+            flush=True,
+        )
     return 0
 
 

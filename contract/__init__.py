@@ -225,6 +225,8 @@ ALL = (
 )
 BUILD_LABELS = ("tf_version", "trainer_version", "strategy", "communication", "task")
 """The labels of BUILD_INFO: tasks whose values differ cannot train together."""
+SCRIPT_STRATEGY = "script"
+"""BUILD_INFO's strategy (and communication) for a user's own script (SCRIPT=): the advice differs."""
 RUN_BY = ("job", *TARGET_LABELS)
 """Labels of one run's series in PromQL `by (...)` clauses: what cluster-level figures keep."""
 TASK_BY = (*RUN_BY, "instance", *LABELS)

@@ -103,8 +103,8 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     metrics.build_info(
         tf_version=_tf_version(),
         trainer_version=trainer.__version__,
-        strategy="script",
-        communication="script",
+        strategy=contract.SCRIPT_STRATEGY,
+        communication=contract.SCRIPT_STRATEGY,
         task=os.path.basename(path),
     )
     server = Server(registry, port) if port else None

@@ -32,3 +32,17 @@ def launch(*args: str, workers: int = 1, timeout: float = 300) -> subprocess.Com
         timeout=timeout,
         check=False,
     )
+
+
+def start_script(script: Path, metrics_port: int, env: dict[str, str]) -> subprocess.Popen:
+    """A chief + 1 worker running `script` under the SCRIPT= wrapper in the background, metrics on
+    metrics_port (chief) and metrics_port + 1 (worker-0); `env` on top of the caller's clean one."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
+    cmd = [sys.executable, "-m", "bench.launch", "--workers", "1", "--metrics-port", str(metrics_port)]
+    return subprocess.Popen(
+        [*cmd, "--module", "trainer.run_script", str(script)],
+        cwd=ROOT,
+        env={**clean, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )

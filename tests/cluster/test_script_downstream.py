@@ -5,16 +5,14 @@ with the generated rules: `make status` (--no-docker) shows every task's step, p
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 
 import pytest
 
 import contract
 from monitoring import diagnose, rules, status
-from tests.cluster.local import ROOT
+from tests.cluster.local import ROOT, start_script
 from tests.unit.test_monitoring_live import free_port, poll, prometheus_binary  # noqa: F401 (fixture)
 
 SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
@@ -24,16 +22,7 @@ TASKS = ("chief", "worker-0")
 @pytest.fixture(scope="module")
 def script_run():
     chief_port = free_port()
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
-    env = {**clean, "TF_CPP_MIN_LOG_LEVEL": "2", "TRAINER_SPLIT_PERIOD_S": "5", "EPOCHS": "30"}
-    cmd = [sys.executable, "-m", "bench.launch", "--workers", "1", "--metrics-port", str(chief_port)]
-    proc = subprocess.Popen(
-        [*cmd, "--module", "trainer.run_script", str(SCRIPT)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_script(SCRIPT, chief_port, {"TRAINER_SPLIT_PERIOD_S": "5", "EPOCHS": "30"})
     try:
         yield [chief_port, chief_port + 1]
     finally:

@@ -102,7 +102,7 @@ def test_what_the_driver_writes_is_what_diagnose_reads(tmp_path, monkeypatch):
     out = tmp_path / "bench-comm"
     argv = ["--where", "local", "--payloads", "", "--servers", "", "--out", str(out)]
     results = [{"n": 2, "tf_version": "2.x", "timings": [t("RING/0", s, s / 1e8) for s in (4096, 1 << 20)]}]
-    monkeypatch.setattr(bc, "_run_sweep", lambda endpoints, task_args: (results, 2))
+    monkeypatch.setattr(bc, "_run_sweep", lambda endpoints, task_args, env=None: (results, 2))
     monkeypatch.setattr(bc, "tcp_throughput", lambda *a, **k: 2e8)
     assert bc.main(argv) == 0
     busbw, size = diagnose.link_reference(out.with_suffix(".json"), 1 << 20)
@@ -206,9 +206,9 @@ def test_the_server_ab_runs_each_setting_on_its_own_cluster_and_labels_its_rows(
     out = tmp_path / "bench-comm"
     calls = []
 
-    def sweep(endpoints, task_args):
+    def sweep(endpoints, task_args, env=None):
         server = task_args[task_args.index("--server") + 1] if "--server" in task_args else "stock"
-        calls.append(server)
+        calls.append((server, env or {}))
         timings = [{**t("RING/0", 4096, 1e-3), "cpu": [5e-4] * 3}]
         return [{"n": 2, "tf_version": "2.x", "server": server, "timings": timings}], 2
 
@@ -222,10 +222,30 @@ def test_the_server_ab_runs_each_setting_on_its_own_cluster_and_labels_its_rows(
         "",
         "--servers",
         "stock;recv_buf_max_chunk=-1",
+        "--envs",
+        "malloc-keep;FOO=a=b",
         "--out",
         str(out),
     ]
     assert bc.main(argv) == 0
-    assert calls == ["stock", "stock", "recv_buf_max_chunk=-1"]  # the sweep, then one cluster per setting
+    tunables = bc.ENV_CANDIDATES["malloc-keep"].partition("=")[2]
+    # the sweep, then one cluster per setting, then one per environment on the stock server
+    assert calls == [
+        ("stock", {}),
+        ("stock", {}),
+        ("recv_buf_max_chunk=-1", {}),
+        ("stock", {"GLIBC_TUNABLES": tunables}),
+        ("stock", {"FOO": "a=b"}),
+    ]
     variants = {r["variant"] for r in json.loads(out.with_suffix(".json").read_text())["rows"]}
-    assert {"RING/0 stock", "RING/0 recv_buf_max_chunk=-1"} <= variants
+    assert {
+        "RING/0 stock",
+        "RING/0 recv_buf_max_chunk=-1",
+        "RING/0 env:malloc-keep",
+        "RING/0 env:FOO=a=b",
+    } <= variants
+
+
+def test_a_bad_env_entry_is_one_line_naming_the_candidates():
+    with pytest.raises(SystemExit, match="expected NAME=VALUE or one of malloc-keep"):
+        bc.env_setting("no-such-setting")

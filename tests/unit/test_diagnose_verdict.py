@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+import contract
 from monitoring import verdict as v
 from monitoring import verdict_cases as vc
 from monitoring.verdict import TaskSample
@@ -85,3 +86,13 @@ def test_priorities_are_the_codes():
         "stuck",
         "down",
     ]
+
+
+def test_a_users_script_gets_advice_for_its_own_code_not_our_flags():
+    script = (*BUILD[:2], contract.SCRIPT_STRATEGY, contract.SCRIPT_STRATEGY, "train.py")
+    comm = samples("communication-bound")
+    ours = " ".join(v.diagnose(comm).cluster.advice)
+    theirs = " ".join(v.diagnose([replace(s, build=script) for s in comm]).cluster.advice)
+    assert "--bytes-per-pack" in ours and "communication_options=" not in ours
+    assert "communication_options=" in theirs and " --" not in theirs
+    assert "skip_gradients_aggregation=True" in theirs

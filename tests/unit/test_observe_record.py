@@ -127,3 +127,18 @@ def test_split_check_names_one_task_or_every_task():
     assert not config.from_env({config.CHECK_ENV: "chief", "TF_CONFIG": worker}).check
     assert config.from_env({config.CHECK_ENV: "worker-1", "TF_CONFIG": worker}).check
     assert config.from_env({config.CHECK_ENV: "1", "TF_CONFIG": worker}).check
+
+
+def test_the_input_step_moves_with_each_batch_taken_inside_a_call_and_never_steps_back():
+    registry = CollectorRegistry()
+    rec = Recorder(Metrics(registry, TaskId("worker", 1)))
+    rec.call(1.0, 10, global_step=10)
+    assert _value(registry, c.INPUT_STEP.name) == 10
+    rec.begin_call()
+    for i in range(3):  # the running call's graph hands each batch over as it arrives
+        rec.marks.add(marks.INPUT, i, i + 0.5)
+    assert _value(registry, c.INPUT_STEP.name) == 13  # a task blocked in its input stays behind
+    rec.call(1.0, 10, global_step=20)
+    assert _value(registry, c.INPUT_STEP.name) == 20
+    rec.traced(10, global_step=30, examples_per_step=None, loss=None)
+    assert _value(registry, c.INPUT_STEP.name) == 30

@@ -95,13 +95,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for payload, shapes in payloads(args.sizes, json.loads(args.shapes)):
             size = 4 * sum(math.prod(s) for s in shapes)
-            samples, cpu = _time_all_reduce(strategy, options, shapes, iterations(size), args.repeats)
+            samples, cpu, faults = _time_all_reduce(strategy, options, shapes, iterations(size), args.repeats)
             timings.append(
-                {"variant": variant, "payload": payload, "size": size, "samples": samples, "cpu": cpu}
+                {
+                    "variant": variant,
+                    "payload": payload,
+                    "size": size,
+                    "samples": samples,
+                    "cpu": cpu,
+                    "faults": faults,
+                }
             )
             print(
                 f"{variant:>11} {payload:>8} {human(size):>9}: {statistics.median(samples) * 1e3:9.3f} ms"
-                f" ({statistics.median(cpu) * 1e3:.1f} ms CPU)",
+                f" ({statistics.median(cpu) * 1e3:.1f} ms CPU, {statistics.median(faults):.0f} page faults)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -127,9 +134,9 @@ def payloads(sizes: str, named: dict[str, list]) -> list[tuple[str, list[tuple[i
     return equal + [(name, [tuple(s) for s in shapes]) for name, shapes in named.items()]
 
 
-def _time_all_reduce(strategy, options, shapes, iters: int, repeats: int) -> list[float]:
-    """Seconds of one all-reduce of float32 tensors of `shapes`, per repeat, chained `iters` times
-    per call (each depends on the previous: they cannot overlap)."""
+def _time_all_reduce(strategy, options, shapes, iters: int, repeats: int):
+    """Per repeat: seconds, CPU seconds and minor page faults of one all-reduce of float32 tensors
+    of `shapes`, chained `iters` times per call (each depends on the previous: they cannot overlap)."""
     import tensorflow as tf  # already loaded by main
 
     @tf.function
@@ -144,20 +151,23 @@ def _time_all_reduce(strategy, options, shapes, iters: int, repeats: int) -> lis
         return strategy.run(replica_fn)
 
     float(chain())  # trace, build the collective groups, warm up
-    samples, cpu = [], []
+    samples, cpu, faults = [], [], []
     for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), _cpu_seconds()
+        start, (start_cpu, start_faults) = time.perf_counter(), _usage()
         float(chain())  # the fetch waits for the last all-reduce (CPU: eager is synchronous anyway)
         samples.append((time.perf_counter() - start) / iters)
-        cpu.append((_cpu_seconds() - start_cpu) / iters)
-    return samples, cpu
+        end_cpu, end_faults = _usage()
+        cpu.append((end_cpu - start_cpu) / iters)
+        faults.append((end_faults - start_faults) / iters)
+    return samples, cpu, faults
 
 
-def _cpu_seconds() -> float:
-    """This process's user + system CPU time, all threads (gRPC's included): what an all-reduce costs
-    in CPU whatever else shares the cores, unlike its wall time."""
+def _usage() -> tuple[float, int]:
+    """This process's user + system CPU time and minor page faults, all threads (gRPC's included):
+    what an all-reduce costs whatever else shares the cores, unlike its wall time. The faults are
+    fresh memory being mapped and zeroed (docs/communication.md: the largest part of that CPU)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime + usage.ru_stime, usage.ru_minflt
 
 
 if __name__ == "__main__":

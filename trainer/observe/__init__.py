@@ -30,7 +30,8 @@ def install(metrics: Metrics, env: Mapping[str, str]) -> Sampler:
     steps = env.get("TRAINER_STEPS", "")
     if steps.isdigit():
         recorder.target(int(steps))
-    marks.install(recorder.marks)
+    if settings.marks:
+        marks.install(recorder.marks)
     fit.install(recorder)
     loop.install(recorder)
     sampler = Sampler(recorder, settings)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 PERIOD_ENV = "TRAINER_SPLIT_PERIOD_S"
 WINDOW_ENV = "TRAINER_SPLIT_WINDOW_S"
 CHECK_ENV = "TRAINER_SPLIT_CHECK"
-ENV_NAMES = (PERIOD_ENV, WINDOW_ENV)
+MARKS_ENV = "TRAINER_SPLIT_MARKS"
+ENV_NAMES = (PERIOD_ENV, WINDOW_ENV, MARKS_ENV)
 """What a stack passes from `make up` to a SCRIPT= run's tasks (compose/deployment.py)."""
 RECOMMENDED_PERIOD_S = 30.0
 """The period to turn sampling on with (XLA-compiled steps): a 1 s window every 30 s."""
@@ -23,6 +24,9 @@ class ObserveConfig:
     windows (docs/script.md). RECOMMENDED_PERIOD_S when turned on."""
     window_s: float = 1.0
     """Seconds each window traces (TRAINER_SPLIT_WINDOW_S), lengthened when it holds too few calls."""
+    marks: bool = True
+    """TRAINER_SPLIT_MARKS=0: no marks in the step's graph (no split but the profiler windows'): what
+    `make bench`'s (f) variants use to show what the marks cost apart from the hooks."""
     check: bool = False
     """TRAINER_SPLIT_CHECK=1 (every task) or =<task> (e.g. chief: that task only): trace back to back
     and print the near-full trace's split at exit next to the exported one, over the same calls
@@ -50,6 +54,7 @@ def from_env(env: Mapping[str, str]) -> ObserveConfig:
     return ObserveConfig(
         period_s=number(PERIOD_ENV, defaults.period_s),
         window_s=number(WINDOW_ENV, defaults.window_s),
+        marks=env.get(MARKS_ENV, "1") != "0",
         check=env.get(CHECK_ENV, "") in ("1", task_name(env.get("TF_CONFIG", ""))),
     )
 

@@ -48,16 +48,22 @@ class Marks:
         self._spans: dict[str, list[tuple[float, float]]] = {ALLREDUCE: [], INPUT: []}
         self.seen = False
         """Whether any step function carried all-reduce marks: only then is the split measured."""
+        self.batches = 0
+        """Batches the running call has taken so far (its input marks): handed over as each batch
+        arrives, while the call still runs, so a task blocked in its input is seen behind its peers
+        (trainer_input_step, trainer/supervise.py) even when every task is frozen in the collective."""
 
     def add(self, kind: str, start, stop) -> None:
         with self._lock:
             self._spans[kind].append((float(start), float(stop)))
             self.seen = self.seen or kind == ALLREDUCE
+            self.batches += kind == INPUT
 
     def clear(self) -> None:
         with self._lock:
             for spans in self._spans.values():
                 spans.clear()
+            self.batches = 0
 
     def take(self) -> dict[str, float] | None:
         """Seconds of all-reduce and of input wait since clear(); None when no all-reduce was marked."""

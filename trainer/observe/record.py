@@ -77,6 +77,13 @@ class Recorder:
         and stops the profiler there)."""
         self.marks = Marks()
         """What the step functions' graphs measure (marks.install wraps TensorFlow to feed it)."""
+        self._global_step = 0
+        metrics.watch_input(self.input_step)
+
+    def input_step(self) -> int:
+        """The step whose batch this task has taken (contract.INPUT_STEP): the global step after the
+        last call plus the batches the running call has taken (0 when its input is not marked)."""
+        return self._global_step + self.marks.batches
 
     def begin_call(self) -> None:
         """A call of the step function starts (the hooks call it): what its graph marks is its own."""
@@ -122,6 +129,7 @@ class Recorder:
         if steps <= 0:
             return
         m, now, per = self.metrics, self.clock(), seconds / steps
+        self._global_step = global_step  # before the marks go: the input step never steps back
         marked = self.marks.take()
         with self._lock:
             split = self._split(seconds, marked, self._ratios)
@@ -145,6 +153,7 @@ class Recorder:
         """A call that traced the step function: its time went into building the graph (seen: 14 s,
         against 0.5 s per later call). Its steps count; its time goes into neither the step
         histogram nor the split."""
+        self._global_step = global_step
         self.marks.clear()
         with self._lock:
             self._calls.append(HostCall(self.clock(), 0.0, steps, None, traced=True))
