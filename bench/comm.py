@@ -33,7 +33,7 @@ from pathlib import Path
 
 import contract
 from monitoring.benchcomm_result import Result, Row
-from trainer import __version__
+from trainer import __version__, server_config
 from trainer.bench.allreduce_sweep import EQUAL, REPEATS, RESULT, SIZES, VARIANTS, human, parse_bytes
 
 PAYLOADS = ("mlp", "cnn", "resnet50")
@@ -134,13 +134,17 @@ SERVER_CANDIDATES = (
 )
 """What `make bench-comm` A/Bs by default (docs/communication.md says why each)."""
 
+_KEEP = "glibc.malloc.trim_threshold=4294967295:glibc.malloc.top_pad=268435456"
 ENV_CANDIDATES = {
-    "malloc-keep": "GLIBC_TUNABLES=glibc.malloc.trim_threshold=4294967295:glibc.malloc.top_pad=268435456",
-    "malloc-mmap32M": "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824",
+    "malloc-thp-keep": f"GLIBC_TUNABLES=glibc.malloc.hugetlb=1:{_KEEP}",
+    "malloc-thp": "GLIBC_TUNABLES=glibc.malloc.hugetlb=1",
+    "malloc-keep": f"GLIBC_TUNABLES={_KEEP}",
+    "malloc-nommap-thp-keep": f"GLIBC_TUNABLES=glibc.malloc.mmap_max=0:{_KEEP}:glibc.malloc.hugetlb=1",
     "bfc": "TF_CPU_ALLOCATOR_USE_BFC=1",
 }
 """Process environments A/B'd on TF's stock server (`--envs`): the allocator settings that act on the
-page faults perf found (docs/communication.md). glibc reads its tunables only at process start."""
+page faults perf found (docs/communication.md). glibc reads its tunables only at process start.
+malloc-thp-keep is trainer.server_config.ENVIRONMENT, the default every task gets."""
 
 
 def env_setting(entry: str) -> tuple[str, dict[str, str]]:
@@ -158,10 +162,10 @@ def server_ab(endpoints: list[Endpoint], args) -> list[dict]:
     """Every task's timings of the A/B payload under each server setting, then each environment on
     the stock server (a fresh cluster each: both are read at start), the variant named
     `RING/0 <setting>` or `RING/0 env:<label>`."""
-    runs = [(s, s, {}) for s in args.servers.split(";") if s]
-    runs += [
-        ("stock", f"env:{label}", env) for label, env in map(env_setting, filter(None, args.envs.split(";")))
-    ]
+    stock_env = dict.fromkeys(server_config.ENVIRONMENT, "")  # glibc's own defaults: the reference
+    runs = [(s, s, stock_env) for s in args.servers.split(";") if s]
+    envs = map(env_setting, filter(None, args.envs.split(";")))
+    runs += [("stock", f"env:{label}", {**stock_env, **env}) for label, env in envs]
     task_args = ["--sizes", "", "--variants", "RING/0", "--repeats", str(args.repeats)]
     task_args += ["--shapes", json.dumps(payload_shapes(args.ab_payload))] if runs else []
     out = []
@@ -169,7 +173,7 @@ def server_ab(endpoints: list[Endpoint], args) -> list[dict]:
         print(f"bench-comm: A/B {label}", file=sys.stderr, flush=True)
         results, _ = _run_sweep(endpoints, [*task_args, "--server", setting], env)
         for r in results:
-            name = label if env else r.get("server", setting)
+            name = label if env is not stock_env else r.get("server", setting)
             out += [{**t, "variant": f"RING/0 {name}"} for t in r["timings"]]
     return out
 
@@ -584,7 +588,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--envs",
-        default=";".join(ENV_CANDIDATES),
+        default="malloc-thp-keep;malloc-thp;malloc-keep",
         help=f"process environments to A/B on the stock server, ';'-separated: NAME=VALUE or one of "
         f"{', '.join(ENV_CANDIDATES)}; '' = none",
     )
@@ -628,7 +632,8 @@ def _measure(where: str, endpoints: list, args: argparse.Namespace) -> tuple[lis
         file=sys.stderr,
         flush=True,
     )
-    results, streams = _run_sweep(endpoints, _task_args(args))
+    # as every task runs (containers have it already; local processes get it here)
+    results, streams = _run_sweep(endpoints, _task_args(args), dict(server_config.ENVIRONMENT))
     ab = server_ab(endpoints, args)
     tcp = None
     if len(endpoints) > 1:

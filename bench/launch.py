@@ -56,7 +56,10 @@ def start(
     metrics_port: int | None = None,
     host: str = "127.0.0.1",
 ) -> list[tuple[str, subprocess.Popen]]:
-    """Every task as a child of this process, with this process's environment plus its own TF_CONFIG."""
+    """Every task as a child of this process, with this process's environment plus its own TF_CONFIG,
+    on top of the environment every deployed task starts with (trainer.server_config.ENVIRONMENT)."""
+    from trainer import server_config
+
     spec = on_ports(host, free_ports(workers + 1, host))
     if metrics_port == 0:
         mports = [0] * (workers + 1)
@@ -67,6 +70,7 @@ def start(
     procs = []
     for task, mport in zip(spec.tasks, mports):
         child_env = {
+            **server_config.ENVIRONMENT,
             **os.environ,
             "TF_CONFIG": spec.with_task(task).to_tf_config(),
             "TRAINER_METRICS_PORT": str(mport),

@@ -20,13 +20,14 @@ import re
 import statistics
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.observe.config import ObserveConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
-EPOCH = re.compile(r"^\[chief\] epoch (\d+) done, loss [\d.]+, ([\d.]+) s$", re.M)
+EPOCH = re.compile(r"^\[chief\] epoch (\d+) done, loss [\d.]+, ([\d.]+) s, ([\d.]+) s CPU$", re.M)
 TARGET = 0.97
 VARIANTS = {
     "observed": {},
@@ -36,15 +37,24 @@ VARIANTS = {
 """The observed runs' extra environment, by name (`observed`: the wrapper's defaults)."""
 
 
-def steps_per_second(stdout: str, steps_per_epoch: int) -> float:
+@dataclass(frozen=True)
+class Run:
+    rate: float
     """The chief's steps/s over every epoch but the first."""
-    seconds = [float(s) for epoch, s in EPOCH.findall(stdout) if int(epoch) > 0]
-    if not seconds:
+    cpu_ms: float
+    """The chief process's CPU ms per step (all threads) over the same epochs: what observing costs
+    whatever else shares the cores, which moves the rate on a loaded machine."""
+
+
+def measure(stdout: str, steps_per_epoch: int) -> Run:
+    epochs = [(float(s), float(cpu)) for epoch, s, cpu in EPOCH.findall(stdout) if int(epoch) > 0]
+    if not epochs:
         raise RuntimeError(f"no epoch timing lines in the run's output:\n{stdout[-2000:]}")
-    return steps_per_epoch * len(seconds) / sum(seconds)
+    steps = steps_per_epoch * len(epochs)
+    return Run(steps / sum(s for s, _ in epochs), 1e3 * sum(c for _, c in epochs) / steps)
 
 
-def one_run(module: str, args: argparse.Namespace, extra: dict[str, str] | None = None) -> float:
+def one_run(module: str, args: argparse.Namespace, extra: dict[str, str] | None = None) -> Run:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
     env.update(
         TF_CPP_MIN_LOG_LEVEL="2",
@@ -67,7 +77,7 @@ def one_run(module: str, args: argparse.Namespace, extra: dict[str, str] | None 
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200, check=False)
     if out.returncode:
         raise RuntimeError(f"{module} exited {out.returncode}:\n{out.stdout[-2000:]}")
-    return steps_per_second(out.stdout, args.steps_per_epoch)
+    return measure(out.stdout, args.steps_per_epoch)
 
 
 def spread(values: list[float]) -> str:
@@ -98,26 +108,34 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--rounds must be 1 or more and --epochs 2 or more (the first epoch is not counted)")
     if not variants or set(variants) - set(VARIANTS):
         p.error(f"--variants {args.variants!r}: choose from {', '.join(VARIANTS)}")
-    rates: dict[str, list[float]] = {"plain": [], **{v: [] for v in variants}}
-    ratios: dict[str, list[float]] = {v: [] for v in variants}
+    runs: dict[str, list[Run]] = {"plain": [], **{v: [] for v in variants}}
     for r in range(args.rounds):
-        rates["plain"].append(one_run("bench.plain_script", args))
+        runs["plain"].append(one_run("bench.plain_script", args))
         for v in variants:
-            rates[v].append(one_run("trainer.run_script", args, VARIANTS[v]))
-            ratios[v].append(rates[v][-1] / rates["plain"][-1])
+            runs[v].append(one_run("trainer.run_script", args, VARIANTS[v]))
+        plain = runs["plain"][-1]
         print(
-            f"script-overhead round {r + 1}/{args.rounds}: plain {rates['plain'][-1]:.1f} steps/s, "
-            + ", ".join(f"{v} {rates[v][-1]:.1f} steps/s (ratio {ratios[v][-1]:.3f})" for v in variants),
+            f"script-overhead round {r + 1}/{args.rounds}: plain {plain.rate:.1f} steps/s "
+            f"{plain.cpu_ms:.1f} ms CPU/step, "
+            + ", ".join(
+                f"{v} {x.rate:.1f} steps/s (ratio {x.rate / plain.rate:.3f}) {x.cpu_ms:.1f} ms CPU/step"
+                for v in variants
+                for x in [runs[v][-1]]
+            ),
             flush=True,
         )
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
+    plain = runs["plain"]
     for v in variants:
+        rate = [x.rate / p.rate for x, p in zip(runs[v], plain)]
+        cpu = [x.cpu_ms / p.cpu_ms for x, p in zip(runs[v], plain)]
         name = "(f) user fit script observed" if v == "observed" else f"(f) variant {v}"
         print(
-            f"{name} / plain steps/s over {args.rounds} interleaved rounds: {spread(ratios[v])}"
+            f"{name} / plain steps/s over {args.rounds} interleaved rounds: {spread(rate)}"
             + (f" (target median >= {TARGET})" if v == "observed" else "")
-            + f"; plain {spread(rates['plain'])} steps/s; load {load}",
+            + f"; the chief's CPU per step / plain's: {spread(cpu)}"
+            + f"; plain {spread([p.rate for p in plain])} steps/s; load {load}",
             flush=True,
         )
     return 0

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import contract
 from compose import knobs as trainer_knobs
-from trainer import __version__, supervise
+from trainer import __version__, server_config, supervise
 from trainer.cluster import COMPOSE_ADDRESS, ClusterSpec, TaskId, from_template
 from trainer.config import ENV_PREFIX, Config
 from trainer.observe import config as observe_config
@@ -162,6 +162,7 @@ def trainer_env(d: Deployment) -> dict[str, str]:
         "TRAINER_CHECKPOINT_DIR": CHECKPOINT_DIR,
         "TRAINER_LOGDIR": LOG_DIR,
         "TRAINER_PROFILER_PORT": str(contract.PROFILER_PORT),
+        **server_config.ENVIRONMENT,
     }
     env.update({ENV_PREFIX + name.upper(): value for name, value in d.knobs})
     if d.data:

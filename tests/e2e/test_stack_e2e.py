@@ -33,6 +33,29 @@ def test_first_step_seen(stack) -> None:
     assert stack.first_step_seconds == stack.first_step_seconds, "Prometheus never saw a step"
 
 
+def test_every_task_starts_with_the_allocator_settings_and_its_glibc_takes_them(stack) -> None:
+    """trainer.server_config.ENVIRONMENT reaches the containers (through the deployment's trainer
+    environment) and the image's glibc knows every tunable: an unknown one is silently ignored, so a
+    new base image whose glibc lacks one fails here, not as a slower all-reduce. While it trains."""
+    from trainer import server_config
+
+    wanted = dict(item.split("=", 1) for item in server_config.ENVIRONMENT["GLIBC_TUNABLES"].split(":"))
+    listed = subprocess.run(
+        ["docker", "exec", "mwms-chief-1", "/lib64/ld-linux-x86-64.so.2", "--list-tunables"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    got = {
+        name: value.split()[0]
+        for name, _, value in (line.partition(": ") for line in listed.stdout.splitlines())
+    }
+    assert {name: int(got.get(name, "-1"), 0) for name in wanted} == {
+        name: int(value) for name, value in wanted.items()
+    }, listed.stdout
+
+
 def test_training_completes_and_wait_returns_zero(stack) -> None:
     result = stack.make("wait", timeout=600)
     assert result.returncode == 0, result.stderr

@@ -9,6 +9,7 @@ import pytest
 
 from bench import comm as bc
 from bench import scaling
+from trainer import server_config
 from trainer.bench import allreduce_sweep as sweep
 
 
@@ -229,13 +230,15 @@ def test_the_server_ab_runs_each_setting_on_its_own_cluster_and_labels_its_rows(
     ]
     assert bc.main(argv) == 0
     tunables = bc.ENV_CANDIDATES["malloc-keep"].partition("=")[2]
-    # the sweep, then one cluster per setting, then one per environment on the stock server
+    default, stock = dict(server_config.ENVIRONMENT), dict.fromkeys(server_config.ENVIRONMENT, "")
+    # the sweep as every task runs; one cluster per setting on glibc's defaults; then one per
+    # environment on the stock server
     assert calls == [
-        ("stock", {}),
-        ("stock", {}),
-        ("recv_buf_max_chunk=-1", {}),
+        ("stock", default),
+        ("stock", stock),
+        ("recv_buf_max_chunk=-1", stock),
         ("stock", {"GLIBC_TUNABLES": tunables}),
-        ("stock", {"FOO": "a=b"}),
+        ("stock", {**stock, "FOO": "a=b"}),
     ]
     variants = {r["variant"] for r in json.loads(out.with_suffix(".json").read_text())["rows"]}
     assert {
@@ -247,5 +250,5 @@ def test_the_server_ab_runs_each_setting_on_its_own_cluster_and_labels_its_rows(
 
 
 def test_a_bad_env_entry_is_one_line_naming_the_candidates():
-    with pytest.raises(SystemExit, match="expected NAME=VALUE or one of malloc-keep"):
+    with pytest.raises(SystemExit, match="expected NAME=VALUE or one of malloc-thp-keep"):
         bc.env_setting("no-such-setting")

@@ -11,6 +11,7 @@ import yaml
 from compose import emit, gpus
 from compose import knobs as knobs_lib
 from compose.deployment import Deployment
+from trainer import server_config
 from trainer.cluster import parse_tf_config
 
 
@@ -81,6 +82,7 @@ def test_environment_contract_with_the_trainer(tmp_path: Path) -> None:
         "TRAINER_CLUSTER_TIMEOUT": "30",
         "SUPERVISE_MAX_RESTARTS": "3",
         "SUPERVISE_STATE_DIR": "/var/lib/supervise",
+        **server_config.ENVIRONMENT,
     }
 
 
@@ -99,6 +101,7 @@ def test_unset_knobs_are_left_to_the_trainer_defaults_but_the_job_length(tmp_pat
         "TRAINER_LEARNING_RATE",
         "SUPERVISE_MAX_RESTARTS",
         "SUPERVISE_STATE_DIR",
+        *server_config.ENVIRONMENT,
     }
 
 

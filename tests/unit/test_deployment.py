@@ -8,7 +8,7 @@ import pytest
 
 from compose import deployment, knobs
 from compose.deployment import Change, Deployment
-from trainer import cluster
+from trainer import cluster, server_config
 from trainer.cluster import ClusterSpecError
 
 
@@ -51,6 +51,7 @@ def test_trainer_env_is_the_same_for_every_target() -> None:
         "TRAINER_SAVE_EVERY": "5",
         "TRAINER_DATA": "/data",
         "SUPERVISE_MAX_RESTARTS": "3",
+        **server_config.ENVIRONMENT,  # the allocator settings every task starts with
     }
 
 
