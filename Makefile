@@ -52,9 +52,10 @@ test: $(VENV)/.stamp ## Run every test: unit, local clusters, promtool, and the 
 
 FAULTS ?= 20
 SEED ?=
+CHAOS_ENGINE ?= dind
 .PHONY: chaos
-chaos: $(VENV)/.stamp ## Long chaos run: FAULTS faults (default 20) into one job at random steps from SEED (printed; set it to replay)
-	CHAOS_FAULTS=$(FAULTS) CHAOS_SEED=$(SEED) $(PY) -m pytest -s tests/e2e/test_chaos.py $(PYTEST_ARGS)
+chaos: $(VENV)/.stamp ## Long chaos run: FAULTS faults (default 20) into one job at random steps from SEED (printed; set it to replay), on a Docker-in-Docker engine so that engine kills, graceful engine stops and host reboots are drawn too (CHAOS_ENGINE=host: this host's engine, container faults only)
+	CHAOS_FAULTS=$(FAULTS) CHAOS_SEED=$(SEED) CHAOS_ENGINE=$(CHAOS_ENGINE) $(PY) -m pytest -s tests/e2e/test_chaos.py $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: $(VENV)/.stamp ## Run only the fast unit tests (no TensorFlow cluster, no Docker)

@@ -8,7 +8,10 @@ retryable exit and itself exits only when its task is over: 0 done, or a final c
     reported at once, with the task's one-line error, and its code is the exit code; a task that
     exited 5 only echoes another's final exit (its peers end with it, trainer.supervise), so the
     task that failed first is the one named;
-  - every task's container is stopped (`docker compose stop`, `make down`): exit with the chief's code.
+  - every task's container is stopped (`docker compose stop`, `make down`): exit with the chief's code;
+    unless the engine is stopping (SIGTERM to dockerd, `systemctl stop|restart docker`): it closes
+    its API first, then stops every container (their exits still stream), and starts them again by
+    their policy when it starts: that is waited for like any engine restart.
 A container that exits 128-255 was stopped or killed from outside: not the end by itself. Docker's
 restart policy (`on-failure`) brings back a container whose processes died (its PID 1 killed, the
 engine or the host restarted), but a `docker kill` counts for Docker as a manual stop: this watcher
@@ -46,6 +49,7 @@ ERROR_LINE = re.compile(r"^\S+ \S+ E (.+)$")
 SUPERVISOR_PREFIX = "supervise:"
 SIGKILL, SIGTERM = str(signal.SIGKILL.value), str(signal.SIGTERM.value)
 ENGINE_RETRY_S = 1.0
+STOPPED = "stopped with every task (make up resumes)"
 
 
 def docker(cmd: Sequence[str]) -> str:
@@ -82,7 +86,7 @@ def judge(states: dict[str, tuple[str, int]]) -> Over | None:
     if chief and chief == ("exited", 0):
         return Over(0, CHIEF, "done")
     if states and all(status in ("exited", "removed") for status, _ in states.values()):
-        return Over(chief[1] if chief else 125, CHIEF, "stopped with every task (make up resumes)")
+        return Over(chief[1] if chief else 125, CHIEF, STOPPED)
     return None
 
 
@@ -175,6 +179,9 @@ class Job:
         self.states[service] = ("starting", code)  # not stopped: every task killed at once is not the end
         return f"{service} was killed ({code}, {meaning(code)}; docker kill): started it again"
 
+    def engine_up(self) -> bool:
+        return engine_up(self._run)
+
     def settle(self) -> None:
         """The job is over: no task is started again, by Docker's restart policy either."""
         for cid in self.containers.values():
@@ -201,6 +208,10 @@ def watch(job: Job, events: Iterable[dict], log: Callable[[str], None]) -> int |
             if note:
                 log(f"wait: {note}")
         over = judge(job.states)
+        if over and over.reason == STOPPED and not job.engine_up():
+            # A stopping engine (its API already closed) stopped them: its stream ends when it exits.
+            log("wait: every task was stopped by the engine, which is stopping; waiting for it")
+            continue
         if over:
             job.settle()
             log(job.report(over))

@@ -118,6 +118,46 @@ class EngineNode:
             capture_output=True,
         )
 
+    def stop_engine(self, timeout: float) -> float:
+        """SIGTERM to the node's dockerd, the path of `systemctl stop docker` (and of a restart): it
+        stops every container at once (SIGTERM, SIGKILL after its stop timeout) and exits; returns
+        when it has (its pid file, removed last, is gone), the seconds that took."""
+        started = time.time()
+        subprocess.run(
+            ["docker", "exec", self.container, "sh", "-c", 'kill -TERM "$(cat /var/run/docker.pid)"'],
+            check=True,
+            capture_output=True,
+        )
+        wait_until("the node's dockerd to stop and exit", lambda: not self.engine_running(), timeout)
+        return time.time() - started
+
+    def engine_running(self) -> bool:
+        """The node's dockerd has not exited yet (a graceful stop keeps its pid file to the end)."""
+        probe = ["docker", "exec", self.container, "test", "-e", "/var/run/docker.pid"]
+        return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+
+    def host_pid(self, node_pid: int) -> int:
+        """This host's PID of the node's process `node_pid` (a PID as the node's engine's `docker top`
+        gives it): the process whose NSpid has it at the node's level and whose parents lead to the
+        node's own PID 1, so that it can be signalled from here as fast as a host container's."""
+        root = int(
+            subprocess.run(
+                ["docker", "inspect", "-f", "{{.State.Pid}}", self.container],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                fields = dict(ln.split(":", 1) for ln in status.read_text().splitlines() if ":" in ln)
+            except OSError:
+                continue  # gone meanwhile
+            ids = [int(i) for i in fields.get("NSpid", "").split()]
+            if len(ids) >= 2 and ids[1] == node_pid and descends(ids[0], root):
+                return ids[0]
+        raise AssertionError(f"no host process is PID {node_pid} of {self.container}")
+
     def reboot(self) -> None:
         """`docker restart` of the node: every process in it dies at once, its engine starts again."""
         subprocess.run(["docker", "restart", self.container], check=True, capture_output=True, timeout=120)
@@ -131,3 +171,16 @@ class EngineNode:
             check=True,
         )
         return Path(out.stdout.strip())
+
+
+def descends(pid: int, ancestor: int) -> bool:
+    """`pid` is `ancestor` or one of its descendants (by the parent PIDs in /proc)."""
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return False
+        pid = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("PPid:")))
+    return pid == ancestor

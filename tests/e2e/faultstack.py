@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -60,6 +61,9 @@ class FaultStack:
     """The engine the stack runs on (DOCKER_HOST), when not this host's: a Docker-in-Docker node's."""
     engine_root: Path | None = None
     """Where that engine's /var/lib/docker is on this host (its volumes' files are read there)."""
+    host_pid: Callable[[int], int] | None = None
+    """That engine's PIDs (`docker top`'s, of its own namespace) to this host's: a DinD node's
+    EngineNode.host_pid, so that a process in there can be signalled from here."""
 
     @property
     def env(self) -> dict[str, str] | None:
@@ -157,7 +161,9 @@ class FaultStack:
     def process_pid(self, service: str, marker: str, but: str = "\0") -> int:
         """Host PID of the one process of `service` whose command line holds `marker` (and not `but`)."""
         # Another engine's `docker top` gives PIDs of its own namespace: never signal those from here.
-        assert not self.docker_host, f"{service}: its PIDs are not this host's (engine {self.docker_host})"
+        assert not self.docker_host or self.host_pid, (
+            f"{service}: its PIDs are not this host's (engine {self.docker_host})"
+        )
         out = subprocess.run(
             ["docker", "top", self.container(service), "-eo", "pid,args"],
             capture_output=True,
@@ -167,7 +173,7 @@ class FaultStack:
         ).stdout.splitlines()[1:]
         found = [int(ln.split()[0]) for ln in out if marker in ln and but not in ln]
         assert len(found) == 1, f"{service}: expected one {marker!r} process, found {out}"
-        return found[0]
+        return self.host_pid(found[0]) if self.host_pid else found[0]
 
     def volume_dir(self, volume: str) -> Path:
         path = Path(

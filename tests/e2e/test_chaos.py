@@ -13,11 +13,20 @@ steps (a seeded draw, in save intervals), then strikes:
   kill-every-task       `docker kill` of every task's container at once (a host's crash, as far as
                         one engine shows it)
   stop-start-worker     `docker stop` of a worker (SIGTERM: every task saves), `docker start` later
+With CHAOS_ENGINE=dind (`make chaos`'s default) the job runs on the Docker engine of a
+Docker-in-Docker node (tests/e2e/dind.py; the host's engine, shared, is never touched), and the
+draw also holds the engine's faults:
+  engine-sigkill        SIGKILL of the node's dockerd, then dockerd again (its containers' shims live on)
+  engine-stop           SIGTERM to the node's dockerd (`systemctl stop docker`): it stops every
+                        container with its stop timeout and exits; then dockerd again
+  host-reboot           `docker restart` of the node: every process in it dies at once, the engine
+                        starts again and its containers by their restart policy
 The job must finish every step with the chief's exit 0, lose at most one save interval per SIGKILL
-(or pause) and nothing per SIGTERM, and `make wait`, started before the first fault, must return
+(or pause, engine kill, reboot) and nothing per SIGTERM (engine stop included), and `make wait`, started before the first fault, must return
 only when the job is over. Waits are sized from this run's own step time and start-up time.
 
-    CHAOS_FAULTS=3 (make test) | make chaos FAULTS=20 SEED=1234
+    CHAOS_FAULTS=3 (make test) | make chaos FAULTS=20 SEED=1234 [ENGINE=host]
+    CHAOS_ENGINE=host (the default here) | dind
     CHAOS_RESULTS=file: one JSON line per fault; CHAOS_LOGS=dir: every task's log at the end
 """
 
@@ -29,11 +38,15 @@ import random
 import signal
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 
 import pytest
 
+from compose.deployment import STOP_GRACE_SECONDS
 from tests.e2e.conftest import engine_ready
+from tests.e2e.dind import EngineNode
 from tests.e2e.faultstack import SUPERVISOR_RESTART, FaultStack, stamp
 
 pytestmark = pytest.mark.docker
@@ -49,9 +62,12 @@ KINDS = (
     "kill-every-task",
     "stop-start-worker",
 )
+ENGINE_KINDS = ("engine-sigkill", "engine-stop", "host-reboot")
+"""Drawn too when the job runs on a DinD node's engine (CHAOS_ENGINE=dind)."""
 # Three faults: the pair that used to end a job (a crash, then a preemption) and the chief killed mid-save.
 SHORT = ("sigkill-worker", "sigterm-worker", "sigkill-chief-saving")
-LOSES_NOTHING = ("sigterm-worker", "restart-prometheus", "stop-start-worker")
+LOSES_NOTHING = ("sigterm-worker", "restart-prometheus", "stop-start-worker", "engine-stop")
+EVERY_TASK = ("kill-every-task", *ENGINE_KINDS)
 TARGETS = {"sigkill-chief-saving": "chief", "docker-kill-chief": "chief", "restart-prometheus": "prometheus"}
 WORKERS = 2
 TASKS = ("chief", *(f"worker-{i}" for i in range(WORKERS)))
@@ -69,19 +85,17 @@ class Fault:
     """Steps the job trains after recovering from the previous fault before this one strikes."""
 
 
-def plan(seed: int, count: int) -> list[Fault]:
+def plan(seed: int, count: int, drawn: tuple[str, ...] = KINDS) -> list[Fault]:
     rng = random.Random(seed)
     if count <= len(SHORT):
         kinds = list(SHORT[:count])
     else:  # every kind at least once, then any
-        kinds = list(KINDS) + [rng.choice(KINDS) for _ in range(count - len(KINDS))]
+        kinds = list(drawn) + [rng.choice(drawn) for _ in range(count - len(drawn))]
     rng.shuffle(kinds)
     return [
         Fault(
             kind,
-            "every-task"
-            if kind == "kill-every-task"
-            else TARGETS.get(kind) or f"worker-{rng.randrange(WORKERS)}",
+            "every-task" if kind in EVERY_TASK else TARGETS.get(kind) or f"worker-{rng.randrange(WORKERS)}",
             rng.randint(SAVE_EVERY // 2, 2 * SAVE_EVERY),
         )
         for kind in kinds
@@ -105,8 +119,8 @@ class Result:
 class Chaos:
     """One job and the faults injected into it; timings measured on the way."""
 
-    def __init__(self, stack: FaultStack, faults: list[Fault]) -> None:
-        self.stack, self.faults = stack, faults
+    def __init__(self, stack: FaultStack, faults: list[Fault], node: EngineNode | None = None) -> None:
+        self.stack, self.faults, self.node = stack, faults, node
         self.start_s = 0.0  # containers started -> the chief's first step
         self.step_s = 0.0  # seconds per step, measured before the first fault
         self.base = 0  # the step the job last (re)started from: the next fault counts from here
@@ -114,8 +128,9 @@ class Chaos:
         self.background: list[subprocess.Popen] = []
 
     def recovery_timeout(self) -> float:
-        # a restart is a start-up again, plus noticing the fault and a missing peer's retries
-        return 3 * self.start_s + 2 * CLUSTER_TIMEOUT_S + 4 * HEARTBEAT_S + 60
+        # a restart is a start-up again, plus noticing the fault and a missing peer's retries (and an
+        # engine's stop: its containers' stop timeout at most)
+        return 3 * self.start_s + 2 * CLUSTER_TIMEOUT_S + 4 * HEARTBEAT_S + 60 + STOP_GRACE_SECONDS
 
     def steps_timeout(self, steps: int) -> float:
         return 5 * steps * self.step_s + 60
@@ -147,6 +162,8 @@ class Chaos:
     def strike(self, fault: Fault) -> tuple[float, int, str]:
         """Inject one fault; (when, the chief's last step before it, a note)."""
         stack, note = self.stack, ""
+        if fault.kind in ENGINE_KINDS:
+            return self.strike_engine(fault.kind)
         if fault.kind == "sigkill-chief-saving":
             seen = stack.kill_chief_during_a_save(timeout=self.steps_timeout(2 * SAVE_EVERY))
             note = "caught a save in flight" if seen else "MISSED the save"
@@ -155,34 +172,54 @@ class Chaos:
         elif fault.kind in ("docker-kill-worker", "docker-kill-chief", "kill-every-task"):
             targets = TASKS if fault.target == "every-task" else (fault.target,)
             at, step = time.time(), self.current_step()
-            docker("kill", *(stack.container(t) for t in targets))  # make wait starts them again
+            self.docker("kill", *(stack.container(t) for t in targets))  # make wait starts them again
             return at, step, note
         elif fault.kind == "stop-start-worker":
             at, step = time.time(), self.current_step()
-            docker("stop", "-t", "60", stack.container(fault.target))
+            self.docker("stop", "-t", "60", stack.container(fault.target))
             time.sleep(2 * HEARTBEAT_S)  # down a while: its peers restart and wait for it
-            docker("start", stack.container(fault.target))
+            self.docker("start", stack.container(fault.target))
             return at, step, note
         elif fault.kind == "sigterm-worker":
             at = time.time()
-            docker("restart", "-t", "60", stack.container(fault.target))
+            self.docker("restart", "-t", "60", stack.container(fault.target))
             return at, self.current_step(), note
         elif fault.kind == "pause-worker":
             at = time.time()
-            docker("pause", stack.container(fault.target))
+            self.docker("pause", stack.container(fault.target))
             try:
                 noticed = wait_until(lambda: restarts_since(stack, "chief", at) > 0, self.recovery_timeout())
             finally:
-                docker("unpause", stack.container(fault.target))
+                self.docker("unpause", stack.container(fault.target))
             return at, self.current_step(), f"paused {noticed - at:.1f}s (heartbeat {HEARTBEAT_S}s)"
         else:  # in the background: training goes on meanwhile, and the next fault must not wait for it
             self.background.append(
                 subprocess.Popen(
                     ["docker", "restart", "-t", "10", stack.container(fault.target)],
                     stdout=subprocess.DEVNULL,
+                    env=stack.env,
                 )
             )
         return time.time(), self.current_step(), note
+
+    def docker(self, *args: str) -> None:
+        docker(*args, env=self.stack.env)
+
+    def strike_engine(self, kind: str) -> tuple[float, int, str]:
+        """A fault of the node's engine; returns when the engine answers again."""
+        node, at, step = self.node, time.time(), self.current_step()
+        assert node, f"{kind} needs the job on a DinD engine (CHAOS_ENGINE=dind)"
+        note = ""
+        if kind == "host-reboot":
+            node.reboot()
+        else:
+            if kind == "engine-sigkill":
+                node.kill_engine()
+            else:  # dockerd's own bound: its containers' longest stop timeout + 5 s; slack for the load
+                note = f"dockerd stopped in {node.stop_engine(timeout=3 * (STOP_GRACE_SECONDS + 5)):.1f}s, "
+            node.start_engine()
+        back = node.wait_engine(timeout=self.recovery_timeout())
+        return at, step, f"{note}engine back {back - at:.1f}s after"
 
     def run_one(self, index: int, fault: Fault, wait: subprocess.Popen) -> Result:
         stack = self.stack
@@ -222,8 +259,12 @@ class Chaos:
                 f"{self.recovery_timeout():.0f}s:\n" + "\n".join(stack.logs()[-30:])
             )
         # The last step logged before the resume, not the highest ever: an earlier fault's resume
-        # went back below steps the log still holds.
-        before = [s for t, s in stack.chief_steps() if t < starts[0][0]][-1]
+        # went back below steps the log still holds. What a killed engine had not written of a
+        # log is gone: after an engine's fault the step seen at the fault counts too.
+        logged = [s for t, s in stack.chief_steps() if t < starts[0][0]]
+        before = logged[-1] if logged else at_step
+        if fault.kind in ENGINE_KINDS:
+            before = max(before, at_step)
         return Result(
             index,
             fault.kind,
@@ -237,8 +278,8 @@ class Chaos:
         )
 
 
-def docker(*args: str) -> None:
-    out = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=180)
+def docker(*args: str, env: dict[str, str] | None = None) -> None:
+    out = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 0, f"docker {' '.join(args)}: {out.stderr}"
 
 
@@ -259,19 +300,33 @@ def restarts_all(stack: FaultStack, since: float) -> int:
     return sum(restarts_since(stack, s, since) for s in ["chief", *(f"worker-{i}" for i in range(WORKERS))])
 
 
+ENGINES = ("host", "dind")
+
+
 def test_a_job_survives_a_sequence_of_faults() -> None:
     engine_ready()
     count = int(os.environ.get("CHAOS_FAULTS", "3"))
     seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(10**6))
-    faults = plan(seed, count)
+    engine = os.environ.get("CHAOS_ENGINE") or "host"
+    assert engine in ENGINES, f"CHAOS_ENGINE={engine!r}: one of {', '.join(ENGINES)}"
+    faults = plan(seed, count, KINDS + ENGINE_KINDS if engine == "dind" else KINDS)
     # Enough steps that every fault strikes before the end: the draws, plus per fault the wait for
     # a save (the chief's kill) and the steps run before a recovery is seen, plus the measurement.
     steps = sum(f.after_steps for f in faults) + (count + 3) * SAVE_EVERY
-    print(f"chaos: seed {seed}, {count} faults, {steps} steps: {[f.kind + '@' + f.target for f in faults]}")
+    print(
+        f"chaos: seed {seed}, {count} faults, {steps} steps, engine {engine}: "
+        f"{[f.kind + '@' + f.target for f in faults]}"
+    )
+    project = os.environ.get("CHAOS_PROJECT", "mwms-chaos")
+    node = (
+        EngineNode(f"{project}-engine", os.environ.get("CHAOS_ENGINE_SUBNET", "10.225.0"))
+        if engine == "dind"
+        else None
+    )
     stack = FaultStack(
-        os.environ.get("CHAOS_PROJECT", "mwms-chaos"),
+        project,
         os.environ.get("CHAOS_RUN_DIR", ".run/chaos"),
-        os.environ.get("CHAOS_BIND_ADDR", "127.0.0.3"),
+        node.ip if node else os.environ.get("CHAOS_BIND_ADDR", "127.0.0.3"),
         {
             "WORKERS": str(WORKERS),
             "STEPS": str(steps),
@@ -281,28 +336,53 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
             "ARGS": f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}",
         },
     )
-    chaos = Chaos(stack, faults)
-    chaos.steps = steps
+    with started(stack, node) as stack:
+        chaos = Chaos(stack, faults, node)
+        chaos.steps = steps
+        try:
+            wait = stack.wait_process()
+            chaos.measure(started=time.time())
+            results = [chaos.run_one(i + 1, fault, wait) for i, fault in enumerate(faults)]
+            code = wait.wait(timeout=chaos.steps_timeout(steps) + chaos.recovery_timeout())
+            assert all(p.wait(timeout=120) == 0 for p in chaos.background), "a Prometheus restart failed"
+            report(seed, results, os.environ.get("CHAOS_RESULTS"))
+            assert code == 0, wait.stderr.read()
+            # make wait returned because the job was over: the chief had exited 0, every step done.
+            assert stack.inspect("chief", "{{.State.Status}} {{.State.ExitCode}}") == "exited 0"
+            assert stack.checkpoint_step() == steps
+            for r in results:
+                limit = 0 if r.kind in LOSES_NOTHING else SAVE_EVERY
+                assert r.lost <= limit, f"fault {r.index} ({r.kind}) lost {r.lost} steps (limit {limit})"
+                assert "MISSED" not in r.note, f"fault {r.index}: no save was in flight"
+        finally:
+            keep_logs(stack, os.environ.get("CHAOS_LOGS"))
+
+
+@contextmanager
+def started(stack: FaultStack, node: EngineNode | None) -> Iterator[FaultStack]:
+    """The job started (`make up`) on this host's engine, or, given a node, its images built here,
+    loaded into the node's engine and started there: the stack as it runs. Removed at the end."""
     stack.make("clean", "FORCE=1", timeout=300)
     try:
-        up = stack.make("up", timeout=1800)
-        assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
-        wait = stack.wait_process()
-        chaos.measure(started=time.time())
-        results = [chaos.run_one(i + 1, fault, wait) for i, fault in enumerate(faults)]
-        code = wait.wait(timeout=chaos.steps_timeout(steps) + chaos.recovery_timeout())
-        assert all(p.wait(timeout=120) == 0 for p in chaos.background), "a Prometheus restart failed"
-        report(seed, results, os.environ.get("CHAOS_RESULTS"))
-        assert code == 0, wait.stderr.read()
-        # make wait returned because the job was over: the chief had exited 0, every step done.
-        assert stack.inspect("chief", "{{.State.Status}} {{.State.ExitCode}}") == "exited 0"
-        assert stack.checkpoint_step() == steps
-        for r in results:
-            limit = 0 if r.kind in LOSES_NOTHING else SAVE_EVERY
-            assert r.lost <= limit, f"fault {r.index} ({r.kind}) lost {r.lost} steps (limit {limit})"
-            assert "MISSED" not in r.note, f"fault {r.index}: no save was in flight"
+        if node is None:
+            up = stack.make("up", timeout=1800)
+            assert up.returncode == 0, f"make up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
+            yield stack
+            return
+        node.remove()
+        built = stack.make("images", timeout=1800)
+        assert built.returncode == 0, f"make images failed:\n{built.stderr[-3000:]}"
+        node.start()
+        node.load(stack.compose("config", "--images").stdout.split())
+        inside = replace(
+            stack, docker_host=node.docker_host, engine_root=node.engine_root(), host_pid=node.host_pid
+        )
+        up = inside.compose("up", "-d", "--no-build", timeout=600)
+        assert up.returncode == 0, f"docker compose up in {node.container} failed:\n{up.stderr[-3000:]}"
+        yield inside
     finally:
-        keep_logs(stack, os.environ.get("CHAOS_LOGS"))
+        if node:
+            node.remove()
         stack.make("clean", "FORCE=1", timeout=300)
 
 

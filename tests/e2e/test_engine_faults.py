@@ -7,6 +7,9 @@ images are loaded into the node's engine and the same files started there with `
 `make wait` (python -m compose.wait) runs here against the node's engine (DOCKER_HOST).
   engine restart: SIGKILL of the node's dockerd, then dockerd again (live-restore off: the restarted
                   engine kills the containers it finds and starts them by their restart policy);
+  engine stop:    SIGTERM to the node's dockerd (`systemctl stop docker`, and a `systemctl restart`'s
+                  first half): it stops every container with its stop timeout and exits; then
+                  dockerd again, which starts them by their restart policy;
   reboot:         `docker restart` of the node: every process in it dies at once, its engine starts
                   again from its entrypoint (a power cut and boot, as far as one machine shows it).
 Recovery time = fault -> the chief's first step after the resume; steps lost = the chief's last
@@ -23,6 +26,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from compose.deployment import STOP_GRACE_SECONDS
 from tests.e2e.conftest import engine_ready
 from tests.e2e.dind import EngineNode, wait_until
 from tests.e2e.faultstack import FaultStack, Outcome, Watch
@@ -155,3 +159,21 @@ def test_host_reboot_every_container_dies_at_once_the_job_resumes_and_make_wait_
     outcome, said = strike(job, NODE.reboot)
     assert_recovered(job, outcome, said)
     assert "wait: the engine is back; reading the tasks again" in said, said
+
+
+def test_engine_stopped_gracefully_and_started_again_every_task_saves_and_the_job_resumes(
+    job: FaultStack,
+) -> None:
+    took: list[float] = []
+
+    def stop_and_start_engine() -> None:
+        # dockerd's own bound: the longest stop timeout of its containers, plus 5 s; slack for the load.
+        took.append(NODE.stop_engine(timeout=3 * (STOP_GRACE_SECONDS + 5)))
+        NODE.start_engine()
+
+    outcome, said = strike(job, stop_and_start_engine)
+    figure("SIGTERM to dockerd -> dockerd exited, seconds", took[0])
+    assert_recovered(job, outcome, said)
+    assert "wait: the engine is back; reading the tasks again" in said, said
+    # Every task got SIGTERM from the stopping engine: all saved the same step, none was killed.
+    assert outcome.lost == 0, outcome

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterable, Sequence
 
 import pytest
@@ -41,8 +42,12 @@ class FakeDocker:
     def __init__(self, logs: dict[str, str], states: dict[str, str]) -> None:
         self.logs, self.states = logs, states
         self.calls: list[tuple[str, ...]] = []
+        self.engine = True
+        """The engine answers (a stopping one has closed its API)."""
 
     def __call__(self, cmd: Sequence[str]) -> str:
+        if cmd[0] == "info" and not self.engine:
+            raise subprocess.CalledProcessError(1, ["docker", *cmd])
         if cmd[0] in ("start", "update"):
             self.calls.append(tuple(cmd))
             return ""
@@ -149,6 +154,19 @@ def test_removed_containers_end_the_wait() -> None:
     assert code == 125  # removed while running: no exit code of its own
     assert lines[0] == "wait: chief's container was removed (make down?)"
     assert "stopped with every task" in lines[-1]
+
+
+def test_every_task_stopped_by_a_stopping_engine_is_not_the_end_but_by_the_operator_it_is() -> None:
+    # SIGTERM to dockerd: it closes its API, then stops every container (their exits still stream),
+    # then exits; it starts them again by their policy. Found by tests/e2e/test_engine_faults.py:
+    # `make wait` returned 201 ("stopped with every task") while the job was resuming.
+    docker = FakeDocker({}, {"chief": "running 0", "worker-0": "running 0"})
+    docker.engine = False
+    stopped = [kill("chief", 15), kill("worker-0", 15), die("chief", 201), die("worker-0", 201)]
+    code, lines = run_watch(stopped, docker=docker)
+    assert code is None, lines
+    assert "wait: every task was stopped by the engine, which is stopping; waiting for it" in lines, lines
+    assert run_watch(stopped)[0] == 201  # `docker compose stop`: the engine answers
 
 
 def test_returns_at_the_deciding_event_without_waiting_for_more() -> None:
