@@ -1,8 +1,8 @@
 """Local MWMS clusters of real TensorFlow processes (chief + workers on 127.0.0.1), tiny MLP.
 
 What a cluster must do: loss falls, replicas end bit-identical, tasks see disjoint
-examples, every metric is exposed with sane values while training, the breakdown adds up, only
-the chief writes checkpoints, a killed cluster resumes, a missing peer exits 3 naming it.
+examples, every metric is exposed with sane values while training, the breakdown adds up, the chief
+writes checkpoints and every other task keeps its copy, a killed cluster resumes, a missing peer exits 3 naming it.
 """
 
 from __future__ import annotations
@@ -155,8 +155,7 @@ def test_cluster_trains_identically_on_disjoint_data_with_metrics(tmp_path, laun
         _check_metrics(TaskId("chief", 0) if task == "chief" else TaskId("worker", int(task[-1])), fams)
         _check_breakdown(early[task], fams)
 
-    files = sorted(os.listdir(ckpt))
-    assert files == [
+    saves = [
         "checkpoint",
         "ckpt-250.data-00000-of-00001",
         "ckpt-250.index",
@@ -167,9 +166,14 @@ def test_cluster_trains_identically_on_disjoint_data_with_metrics(tmp_path, laun
         "ckpt-500.data-00000-of-00001",
         "ckpt-500.index",
         "ckpt-500.manifest.json",
-        "export",
-        "summary.json",
-    ], files
+    ]
+    files = sorted(os.listdir(ckpt))
+    # the chief's saves, its export and summary; every other task keeps its own copy of each save
+    # under replicas/<task> (trainer/checkpoint.py), without an export
+    assert files == [*saves, "export", "replicas", "summary.json"], files
+    for task in TASKS[1:]:
+        copy = sorted(os.listdir(os.path.join(ckpt, "replicas", task)))
+        assert copy == saves, (task, copy)
 
 
 def _check_metrics(task: TaskId, fams: dict) -> None:
