@@ -119,12 +119,22 @@ def service(s: Service, every: tuple[Service, ...], base_image: str) -> dict:
     out.update(user=s.user, read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges:true"])
     out["logging"] = services.LOGGING
     _put(out, "secrets", list(s.secrets))
-    _put(out, "tmpfs", list(s.tmpfs))
+    _put(out, "tmpfs", [_owned(t, s.user) for t in s.tmpfs])
     _put(out, "volumes", _volumes(s))
     if s.healthcheck:
         out["healthcheck"] = healthcheck(s.healthcheck)
     _put(out, "depends_on", {n: {"condition": _condition(n, every)} for n in s.depends_on})
     return out
+
+
+def _owned(target: str, user: str | None) -> str:
+    """A tmpfs the service's user writes (a non-chief's checkpoint copy): Docker mounts a tmpfs owned
+    by root whatever owns the image's directory, so it gets the user as owner. /tmp keeps the image's
+    1777, which Docker copies."""
+    if target == "/tmp" or not user:
+        return target
+    uid, _, gid = user.partition(":")
+    return f"{target}:uid={uid},gid={gid or uid}"
 
 
 def healthcheck(h: Healthcheck) -> dict:

@@ -241,7 +241,9 @@ def _condition(restart: str) -> str:
 
 
 def _tmpfs(value: list[str], service: dict, deploy: dict, volumes: list) -> None:
-    volumes.extend(tmpfs_volume(target) for target in value)
+    # Compose's "path:uid=..,gid=.." options have no long-syntax equivalent; the one tmpfs they are
+    # for (a non-chief's checkpoints) becomes the node's volume (_own_checkpoint_copy).
+    volumes.extend(tmpfs_volume(target.split(":", 1)[0]) for target in value)
 
 
 def _volumes(value: list, service: dict, deploy: dict, volumes: list) -> None:

@@ -115,7 +115,10 @@ def test_only_the_chief_mounts_the_checkpoint_volume_every_task_the_log_volume(t
     ]
     for name in ("worker-0", "worker-1"):
         assert svc[name]["volumes"] == ["supervise:/var/lib/supervise", "tensorboard-logs:/logs"]
-        assert "/checkpoints" in svc[name]["tmpfs"]
+        # its own checkpoint copy (trainer/checkpoint.py: replicas/<task>), written as the task's user:
+        # Docker mounts a tmpfs root-owned (PermissionError on every worker before the owner was set)
+        uid, gid = svc[name]["user"].split(":")
+        assert f"/checkpoints:uid={uid},gid={gid}" in svc[name]["tmpfs"]
 
 
 def test_fault_handling_settings(tmp_path: Path) -> None:
