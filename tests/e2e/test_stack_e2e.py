@@ -47,10 +47,7 @@ def test_every_task_starts_with_the_allocator_settings_and_its_glibc_takes_them(
         timeout=60,
     )
     assert listed.returncode == 0, listed.stderr
-    got = {
-        name: value.split()[0]
-        for name, _, value in (line.partition(": ") for line in listed.stdout.splitlines())
-    }
+    got = dict(re.findall(r"^(\S+): (\S+)", listed.stdout, re.MULTILINE))
     assert {name: int(got.get(name, "-1"), 0) for name in wanted} == {
         name: int(value) for name, value in wanted.items()
     }, listed.stdout
