@@ -49,6 +49,8 @@ class Stack:
     up_seconds: float
     """`make up` wall time; the first step seen in Prometheus is `first_step_seconds` after it started."""
     first_step_seconds: float
+    started: float = 0.0
+    """time.time() when `make up` started: queries over the whole run reach back to it."""
 
     @property
     def tasks(self) -> list[tuple[str, str]]:
@@ -93,7 +95,7 @@ def stack(docker_engine) -> Iterator[Stack]:
     subprocess.run(
         ["make", "--no-print-directory", "clean", "FORCE=1"], cwd=ROOT, capture_output=True, timeout=300
     )
-    start = time.monotonic()
+    start, started = time.monotonic(), time.time()
     up = subprocess.run(
         ["make", "--no-print-directory", "up", *MAKE_ARGS],
         cwd=ROOT,
@@ -124,6 +126,7 @@ def stack(docker_engine) -> Iterator[Stack]:
             up_output=up.stdout + up.stderr,
             up_seconds=up_seconds,
             first_step_seconds=first_step or float("nan"),
+            started=started,
         )
     finally:
         down = subprocess.run(

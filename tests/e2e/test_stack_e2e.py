@@ -6,6 +6,7 @@ import json
 import re
 import statistics
 import subprocess
+import time
 
 import pytest
 
@@ -36,18 +37,30 @@ def test_first_step_seen(stack) -> None:
 def test_every_task_starts_with_the_allocator_settings_and_its_glibc_takes_them(stack) -> None:
     """trainer.server_config.ENVIRONMENT reaches the containers (through the deployment's trainer
     environment) and the image's glibc knows every tunable: an unknown one is silently ignored, so a
-    new base image whose glibc lacks one fails here, not as a slower all-reduce. While it trains."""
+    new base image whose glibc lacks one fails here, not as a slower all-reduce. Read from the chief
+    container's configuration and its image, so it holds whether or not the shared stack still trains."""
     from trainer import server_config
 
-    wanted = dict(item.split("=", 1) for item in server_config.ENVIRONMENT["GLIBC_TUNABLES"].split(":"))
-    listed = subprocess.run(
-        ["docker", "exec", "mwms-chief-1", "/lib64/ld-linux-x86-64.so.2", "--list-tunables"],
+    inspect = subprocess.run(
+        ["docker", "inspect", "mwms-chief-1", "--format", "{{json .Config.Env}} {{.Config.Image}}"],
         capture_output=True,
         text=True,
         timeout=60,
     )
+    assert inspect.returncode == 0, inspect.stderr
+    env_json, image = inspect.stdout.rsplit(" ", 1)
+    env = dict(item.split("=", 1) for item in json.loads(env_json))
+    assert {k: env.get(k) for k in server_config.ENVIRONMENT} == dict(server_config.ENVIRONMENT)
+    listed = subprocess.run(
+        ["docker", "run", "--rm", "-e", f"GLIBC_TUNABLES={env['GLIBC_TUNABLES']}", "--entrypoint"]
+        + ["/lib64/ld-linux-x86-64.so.2", image.strip(), "--list-tunables"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert listed.returncode == 0, listed.stderr
     got = dict(re.findall(r"^(\S+): (\S+)", listed.stdout, re.MULTILINE))
+    wanted = dict(item.split("=", 1) for item in env["GLIBC_TUNABLES"].split(":"))
     assert {name: int(got.get(name, "-1"), 0) for name in wanted} == {
         name: int(value) for name, value in wanted.items()
     }, listed.stdout
@@ -56,7 +69,10 @@ def test_every_task_starts_with_the_allocator_settings_and_its_glibc_takes_them(
 def test_training_completes_and_wait_returns_zero(stack) -> None:
     result = stack.make("wait", timeout=600)
     assert result.returncode == 0, result.stderr
-    steps = stack.query(f"max by (task_type, task_index) (max_over_time({STEPS.name}[30m]))")
+    # Over the whole run, however long ago it ended: other modules share this stack and may have run
+    # for more than half an hour since (a 30 min window found nothing once the suite grew).
+    since = int(time.time() - stack.started) + 60
+    steps = stack.query(f"max by (task_type, task_index) (max_over_time({STEPS.name}[{since}s]))")
     assert set(steps) == set(stack.tasks), steps
     assert all(v >= stack.steps for v in steps.values()), f"steps seen in Prometheus: {steps}"
 
