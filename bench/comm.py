@@ -224,6 +224,21 @@ def format_cpu(timings: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def format_rounds(timings: list[dict], repeats: int) -> str:
+    """Each cluster's median wall time per all-reduce (each repeat's slowest task), in round order:
+    how far apart two clusters of one setting land, which the pooled spread hides."""
+    lines = ["ms per all-reduce, each round's cluster's median (the rounds in order):"]
+    for payload in dict.fromkeys(t.get("payload", EQUAL) for t in timings):
+        for variant in dict.fromkeys(t["variant"] for t in timings if t.get("payload", EQUAL) == payload):
+            per_task = [
+                t["samples"] for t in timings if t["variant"] == variant and t.get("payload", EQUAL) == payload
+            ]
+            slowest = [max(v) for v in zip(*per_task)]
+            medians = [statistics.median(slowest[i : i + repeats]) for i in range(0, len(slowest), repeats)]
+            lines.append(f"  {payload:>8} {variant:<50} " + " ".join(f"{m * 1e3:.2f}" for m in medians))
+    return "\n".join(lines)
+
+
 def _summed(timings: list[dict], variant: str, key: str) -> list[float]:
     """Per repeat, `key` summed over the tasks that measured `variant`."""
     return [sum(v) for v in zip(*(t[key] for t in timings if t["variant"] == variant and key in t))]
@@ -701,6 +716,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\ngRPC server settings A/B ({args.ab_payload}, RING/0, each on a fresh cluster):")
         print(format_table(ab_table, tcp, max(streams, 1)))
         print(format_cpu(ab))
+        if args.rounds > 1:
+            print(format_rounds(ab, args.repeats))
         print(
             f"load average (1 min) before/after each A/B cluster, {args.rounds} round(s): "
             f"{min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f})"

@@ -296,3 +296,9 @@ def test_merged_rounds_concatenates_repeats_per_task_and_cell():
         ("worker-0", [1], [2]),
     ]
     assert a["samples"] == [1]  # the inputs are not changed
+
+
+def test_format_rounds_gives_each_clusters_median_of_the_slowest_task():
+    chief = {"variant": "v", "payload": "cnn", "size": 4, "samples": [1e-3, 3e-3, 2e-3, 10e-3, 10e-3, 10e-3]}
+    worker = {**chief, "samples": [2e-3, 1e-3, 1e-3, 10e-3, 20e-3, 30e-3]}
+    assert bc.format_rounds([chief, worker], repeats=3).splitlines()[1].split()[-2:] == ["2.00", "20.00"]
