@@ -141,10 +141,6 @@ ENV_CANDIDATES = {
     "malloc-keep": f"GLIBC_TUNABLES={_KEEP}",
     "malloc-nommap-thp-keep": f"GLIBC_TUNABLES=glibc.malloc.mmap_max=0:{_KEEP}:glibc.malloc.hugetlb=1",
     "bfc": "TF_CPU_ALLOCATOR_USE_BFC=1",
-    "malloc-trim": "GLIBC_TUNABLES=glibc.malloc.trim_threshold=4294967295",
-    "malloc-pad": "GLIBC_TUNABLES=glibc.malloc.top_pad=268435456",
-    "malloc-thp-trim": "GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.trim_threshold=4294967295",
-    "malloc-thp-pad": "GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.top_pad=268435456",
 }
 """Process environments A/B'd on TF's stock server (`--envs`): the allocator settings that act on the
 page faults perf found (docs/communication.md). glibc reads its tunables only at process start.
