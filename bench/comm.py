@@ -227,7 +227,9 @@ def format_rounds(timings: list[dict], repeats: int) -> str:
     for payload in dict.fromkeys(t.get("payload", EQUAL) for t in timings):
         for variant in dict.fromkeys(t["variant"] for t in timings if t.get("payload", EQUAL) == payload):
             per_task = [
-                t["samples"] for t in timings if t["variant"] == variant and t.get("payload", EQUAL) == payload
+                t["samples"]
+                for t in timings
+                if t["variant"] == variant and t.get("payload", EQUAL) == payload
             ]
             slowest = [max(v) for v in zip(*per_task)]
             medians = [statistics.median(slowest[i : i + repeats]) for i in range(0, len(slowest), repeats)]

@@ -278,7 +278,9 @@ def test_ab_rounds_interleave_the_settings_and_pool_each_cells_repeats(tmp_path,
     assert order[1:] == ["stock", keep, keep, "stock", "stock", keep]
     ab = json.loads((tmp_path / "b.json").read_text())["rows"]
     out = capsys.readouterr().out
-    assert "env:malloc-keep" in out and "load average (1 min) before/after each A/B cluster, 3 round(s)" in out
+    assert (
+        "env:malloc-keep" in out and "load average (1 min) before/after each A/B cluster, 3 round(s)" in out
+    )
     assert {r["variant"] for r in ab} >= {"RING/0 stock", "RING/0 env:malloc-keep"}
     pooled = [r for r in ab if r["variant"] == "RING/0 stock"][0]
     assert pooled["seconds"] == pytest.approx(2e-3) and pooled["seconds_max"] == pytest.approx(2e-3)
