@@ -107,3 +107,23 @@ def test_rows_overwritten_before_the_call_do_not_cost_it_its_split(monkeypatch):
     sink.clear()
     call(x)
     assert sink.take()[marks.ALLREDUCE] >= PACKS * STEPS * SLEEP_S
+
+
+def test_the_ring_is_written_beside_its_variables_under_a_gpu_scope():
+    """A step built under `tf.device('/gpu:0')` (the GPU image's trainer, a user's script) still
+    writes the ring on the CPU that holds it: no int64 counter op is asked for on a GPU."""
+    sink = marks.Marks()
+    sink.ring()  # created outside the scope, as the first trace does under init_scope
+
+    @tf.function
+    def call(x):
+        with tf.device("/gpu:0"):
+            return marks._bracket(sink, marks.ALLREDUCE, lambda: x * 2.0, lambda out: [out])
+
+    graph = call.get_concrete_function(tf.constant(1.0)).graph
+    ring_ops = [
+        op for op in graph.get_operations() if op.type in ("AssignAddVariableOp", "ResourceScatterNdUpdate")
+    ]
+    assert len(ring_ops) == 2 and all("CPU" in op.device for op in ring_ops), [
+        (o.type, o.device) for o in ring_ops
+    ]

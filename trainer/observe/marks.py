@@ -123,9 +123,10 @@ class _Ring:
         import tensorflow as tf
         from tensorflow.python.ops import gen_state_ops
 
-        row = tf.math.floormod(self.count.assign_add(1) - 1, self.rows)
-        pair = tf.reshape(tf.stack([start, stop]), (1, 2))
-        gen_state_ops.resource_scatter_nd_update(self.spans.handle, tf.reshape(row, (1, 1)), pair)
+        with tf.device(self.spans.device):  # beside the variables (a step built under a GPU's scope)
+            row = tf.math.floormod(self.count.assign_add(1) - 1, self.rows)
+            pair = tf.reshape(tf.stack([start, stop]), (1, 2))
+            gen_state_ops.resource_scatter_nd_update(self.spans.handle, tf.reshape(row, (1, 1)), pair)
 
     def read(self, since: float) -> list[tuple[float, float]] | None:
         """On the host, between calls: the rows written since the last read that start at `since` or
