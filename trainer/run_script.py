@@ -16,7 +16,8 @@ a lost peer (the collective aborted: Unavailable, Aborted, Cancelled, DeadlineEx
 runs again from the top. Where it resumes is the script's own business, in TRAINER_CHECKPOINT_DIR
 (the same directory in every task on one host, as MWMS expects): e.g.
 `tf.keras.callbacks.BackupAndRestore(os.environ["TRAINER_CHECKPOINT_DIR"])` in `fit`, or a
-`tf.train.CheckpointManager` there. See docs/faults.md.
+`tf.train.CheckpointManager` there. SIGTERM (`docker stop`) ends the script, or runs the handler it
+set, although MWMS's preemption notifier would swallow it (trainer/sigterm.py). See docs/faults.md.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from prometheus_client import CollectorRegistry
 
 import contract
 import trainer
-from trainer import observe, tensorboard
+from trainer import observe, sigterm, tensorboard
 from trainer.cluster import CHIEF, ClusterSpecError, TaskId, parse_tf_config
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_PEER_LOST, REASON_ENV
 from trainer.metrics import Metrics, Server
@@ -111,6 +112,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     tensorboard.start_profiler(profiler_port, task.name)
     metrics.state("training")
     sampler = observe.install(metrics, env)
+    sigterm.install()
     sys.argv = [path, *args]
     try:
         if spec is not None:  # the script's own MWMS starts its server with the trainer's settings

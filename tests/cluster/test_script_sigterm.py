@@ -1,0 +1,101 @@
+"""SIGTERM reaches a user's script under the SCRIPT= wrapper (trainer/sigterm.py).
+
+MWMS's coordination service swallows SIGTERM (TensorFlow's preemption notifier only records it), so
+`docker stop` of a SCRIPT task waited out the stop grace for the engine's SIGKILL (`make down` took
+61 s on a fit script). Two local processes under the wrapper; worker-0 gets SIGTERM mid-run, as its
+supervisor forwards `docker stop`'s: it must end well within the grace, and a handler the script
+set before building its strategy must be the one that runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import contract
+from compose.deployment import STOP_GRACE_SECONDS
+from tests.cluster.local import start_script
+from tests.cluster.test_script_stuck import scrape
+from tests.unit.test_monitoring_live import free_port
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+
+    if os.environ.get("OWN_HANDLER"):
+        def saved(signum, frame):  # the user's own: write where it got to, then leave
+            open(os.environ["OWN_HANDLER"], "w").write("saved")
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, saved)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    ds = tf.data.Dataset.from_tensor_slices(tf.random.normal((256, 8))).repeat().batch(16)
+    ds = ds.map(lambda x: (x, tf.reduce_sum(x, axis=1, keepdims=True)))
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Input((8,)), tf.keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse", steps_per_execution=5)
+    model.fit(ds, epochs=1, steps_per_epoch=10_000_000, verbose=0)
+    """
+)
+
+
+def worker_pid(launcher: subprocess.Popen) -> int:
+    """The wrapper process of worker-0 among the launcher's children (by its TF_CONFIG)."""
+    children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
+    for pid in map(int, children):
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        config = next(e for e in env if e.startswith(b"TF_CONFIG=")).split(b"=", 1)[1]
+        if json.loads(config)["task"] == {"type": "worker", "index": 0}:
+            return pid
+    raise AssertionError(f"no worker-0 among {children}")
+
+
+def alive(pid: int) -> bool:
+    """Running: not gone and not a zombie waiting for the launcher to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_training(port: int, launcher: subprocess.Popen) -> None:
+    """Worker-0 has stepped past fit's tracing call (no time bound but the run's: a loaded machine
+    is slow to get there, and a run that ends first fails)."""
+    deadline = time.monotonic() + 900
+    while (step := scrape(port, contract.GLOBAL_STEP.name)) is None or step < 20:
+        assert launcher.poll() is None, f"the run ended with {launcher.returncode} before training"
+        assert time.monotonic() < deadline, "worker-0 never trained"
+        time.sleep(1)
+
+
+@pytest.mark.parametrize("own_handler", [False, True], ids=["default", "the-scripts-own-handler"])
+def test_sigterm_ends_a_script_task_within_the_stop_grace(tmp_path, own_handler) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    marker = tmp_path / "saved"
+    port = free_port()
+    launcher = start_script(script, port, {"OWN_HANDLER": str(marker)} if own_handler else {})
+    try:
+        wait_training(port + 1, launcher)
+        pid = worker_pid(launcher)
+        sent = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        while alive(pid):
+            assert time.monotonic() - sent < STOP_GRACE_SECONDS / 2, (
+                "worker-0 still runs: SIGTERM was swallowed"
+            )
+            time.sleep(0.2)
+        print(f"worker-0 ended {time.monotonic() - sent:.1f} s after SIGTERM")
+        if own_handler:
+            assert marker.read_text() == "saved"
+    finally:
+        launcher.kill()
+        launcher.wait()
