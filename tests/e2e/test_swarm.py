@@ -32,6 +32,8 @@ import yaml
 
 import contract
 from compose.targets import swarm as stack
+from tests.e2e import alerting
+from tests.e2e.alerting import Inbox
 from tests.e2e.conftest import ROOT, engine_ready, trainer_targets
 from tests.e2e.dind import wait_until
 
@@ -55,12 +57,17 @@ HEARTBEAT_S = 5
 # Covers the manager noticing the dead node (~15 s), the restart and the restarted node's engine.
 CLUSTER_TIMEOUT_S = 180
 TRAINER_ARGS = f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}"
+RUN_DIR = ".run/swarm-e2e"
+ALERTS_FILE = f"{RUN_DIR}/alertmanager.yml"
+"""The Alertmanager config a user would edit, receiver pointed at this module's webhook (`make stack-up
+ALERTMANAGER_CONFIG=`): the shipped routing and timings."""
 VARS = [
     f"SWARM_NAME={SWARM}",
     f"SWARM_SUBNET={SUBNET}",
     f"STACK={STACK}",
     f"BIND_ADDR={BIND}",
-    "RUN_DIR=.run/swarm-e2e",
+    f"RUN_DIR={RUN_DIR}",
+    f"ALERTMANAGER_CONFIG={ALERTS_FILE}",
     "WORKERS=2",
     "NODES=3",
     "OFFLINE=1",
@@ -147,6 +154,8 @@ def figure(name: str, value: float) -> None:
 class Deployed:
     started: float
     """When `make stack-up` began (wall clock)."""
+    inbox: Inbox
+    """The webhook the swarm's Alertmanager delivers to, on the nodes' network gateway."""
 
 
 @pytest.fixture(scope="module")
@@ -154,12 +163,19 @@ def swarm() -> Iterator[Deployed]:
     engine_ready()
     make("nodes-down", timeout=300)
     started = time.time()
+    # The nodes' network first: the receiver listens on its gateway, the host's address the nodes reach.
+    nodes = make("nodes-up", timeout=600)
+    assert nodes.returncode == 0, f"make nodes-up failed:\n{nodes.stderr[-3000:]}"
+    inbox = Inbox(f"{SUBNET}.1")
+    (ROOT / ALERTS_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (ROOT / ALERTS_FILE).write_text(alerting.with_receiver(inbox.url))
     up = make("stack-up", timeout=1800)
     try:
         assert up.returncode == 0, f"make stack-up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
         figure("stack-up seconds (images on nodes included)", time.time() - started)
-        yield Deployed(started=started)
+        yield Deployed(started=started, inbox=inbox)
     finally:
+        inbox.close()
         make("stack-down", timeout=300)
         down = make("nodes-down", timeout=300)
         left = subprocess.run(
@@ -225,6 +241,71 @@ def test_stack_keeps_the_hardening_compose_has(swarm: Deployed) -> None:
         "f",
     )
     assert found.returncode == 0 and found.stdout.strip() == "", f"setuid/setgid binaries: {found.stdout}"
+
+
+def test_a_paused_task_is_alerted_by_the_swarms_alertmanager_and_resolved(swarm: Deployed) -> None:
+    """Issue 21: worker-0's container paused on its node (its scrapes time out, the job waits for it), so
+    TrainerDown fires in the swarm's Prometheus and the swarm's Alertmanager delivers it to the receiver
+    of ALERTMANAGER_CONFIG within the rule's `for:` plus one evaluation (+ group_wait); unpaused, the
+    resolution follows and the job steps again (the next test kills a node of the same run)."""
+    _, body = prom_api("alertmanagers")
+    assert [a["url"] for a in body["data"]["activeAlertmanagers"]], f"Prometheus has no Alertmanager: {body}"
+    rules = {r["name"] for g in prom_api("rules")[1]["data"]["groups"] for r in g["rules"]}
+    assert "TrainerDown" in rules, sorted(rules)
+    down_for = alerting.rule_for("TrainerDown")
+    task = {"task_type": "worker", "task_index": "0", "project": STACK}
+    n = int(placed(STACK)["worker-0"].rsplit("-", 1)[1])
+    (container,) = node(
+        n, "ps", "-q", "--filter", f"label=com.docker.swarm.service.name={STACK}_worker-0"
+    ).stdout.split()
+    paused = time.time()
+    assert node(n, "pause", container).returncode == 0
+    try:
+        fired = alerting.wait(
+            lambda: swarm.inbox.notification("TrainerDown", "firing", paused, **task),
+            timeout=down_for + 2 * (alerting.SCRAPE + alerting.EVALUATION) + alerting.GROUP_WAIT + 120,
+        )
+        assert fired, f"no TrainerDown for worker-0 delivered; received: {swarm.inbox.received}"
+        pending = prom_alert("TrainerDown", **task)
+    finally:
+        assert node(n, "unpause", container).returncode == 0
+    unpaused = time.time()
+    arrived, notice = fired
+    (alert,) = notice["alerts"]
+    active, fired_at = alerting.rfc3339(pending["activeAt"]), alerting.rfc3339(alert["startsAt"])
+    figure("task paused -> TrainerDown pending, seconds", active - paused)
+    figure("TrainerDown pending -> firing, seconds", fired_at - active)
+    figure("TrainerDown firing -> delivered by the swarm's Alertmanager, seconds", arrived - fired_at)
+    print(
+        f"for: {down_for:g} s, evaluation {alerting.EVALUATION:g} s, group_wait {alerting.GROUP_WAIT:g} s; "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+    assert fired_at - active <= down_for + alerting.EVALUATION
+    assert arrived - fired_at <= alerting.GROUP_WAIT + alerting.EVALUATION
+    assert alert["labels"]["run"] and "is down" in alert["annotations"]["summary"], alert
+    resolved = alerting.wait(
+        lambda: swarm.inbox.notification("TrainerDown", "resolved", arrived, **task),
+        timeout=alerting.SCRAPE + alerting.EVALUATION + alerting.GROUP_INTERVAL + 120,
+    )
+    assert resolved, f"no resolution after the unpause; received: {swarm.inbox.received}"
+    figure("unpause -> TrainerDown resolution delivered, seconds", resolved[0] - unpaused)
+    stepping = wait_until(
+        "a chief step after the unpause",
+        lambda: [t for t, _ in matches(STEP_LINE, chief_log()) if t > unpaused],
+        timeout=CLUSTER_TIMEOUT_S + 120,
+    )
+    figure("unpause -> the chief's next step, seconds", stepping[0] - unpaused)
+
+
+def prom_api(path: str) -> tuple[int, dict]:
+    with urllib.request.urlopen(f"{PROM}/api/v1/{path}", timeout=5) as r:
+        return r.status, json.load(r)
+
+
+def prom_alert(name: str, **labels: str) -> dict | None:
+    wanted = {"alertname": name, **labels}
+    alerts = prom_api("alerts")[1]["data"]["alerts"]
+    return next((a for a in alerts if wanted.items() <= a["labels"].items()), None)
 
 
 def test_worker_node_killed_mid_run_resumes_and_chief_exits_0(swarm: Deployed) -> None:
