@@ -13,6 +13,16 @@ NODES_SH=compose/swarm/nodes.sh
 say() { echo "stack-up: $*" >&2; }
 export SWARM_NAME SWARM_SUBNET NODES BIND_ADDR
 
+# A bad receiver file would only show as the Alertmanager task restarting on node-1: refuse it before any work.
+alerts=${ALERTMANAGER_CONFIG:-monitoring/config/alertmanager/alertmanager.yml}
+if command -v "${AMTOOL:-amtool}" >/dev/null; then
+  if ! out=$("${AMTOOL:-amtool}" check-config "$alerts" 2>&1); then
+    why=$(grep -m1 -o 'FAILED: .*' <<<"$out" || tail -n1 <<<"$out")
+    say "ALERTMANAGER_CONFIG=$alerts is not a valid Alertmanager config ($why): fix it, make check-alerts ALERTMANAGER_CONFIG=$alerts"
+    exit 2
+  fi
+fi
+
 "$NODES_SH" up
 # The trainer and Prometheus images, built offline exactly as `make up` builds them.
 compose/up.sh --build-only
@@ -52,11 +62,6 @@ args=(--workers "${WORKERS:-$DEFAULT_WORKERS}" --nodes "${NODES:-3}" --out "$SWA
 for var in ARGS GRAFANA_IMAGE ALERTMANAGER_CONFIG; do
   [ -n "${!var:-}" ] && args+=("--$(tr 'A-Z_' 'a-z-' <<<"$var")" "${!var}")
 done
-# A bad receiver file would only show as the Alertmanager task restarting on node-1: refuse it here.
-alerts=${ALERTMANAGER_CONFIG:-monitoring/config/alertmanager/alertmanager.yml}
-if command -v "${AMTOOL:-amtool}" >/dev/null; then
-  out=$("${AMTOOL:-amtool}" check-config "$alerts" 2>&1) || { say "ALERTMANAGER_CONFIG=$alerts is not valid: $out"; exit 2; }
-fi
 "${PYTHON:-python3}" -m compose.emit --target swarm "${args[@]}"
 
 # The bundle is self-contained: copy it to the manager and deploy there (the host is no swarm member).
