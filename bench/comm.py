@@ -158,24 +158,47 @@ def env_setting(entry: str) -> tuple[str, dict[str, str]]:
     return (entry if entry in ENV_CANDIDATES else text), {name: value}
 
 
-def server_ab(endpoints: list[Endpoint], args) -> list[dict]:
+def server_ab(endpoints: list[Endpoint], args) -> tuple[list[dict], list[float]]:
     """Every task's timings of the A/B payload under each server setting, then each environment on
     the stock server (a fresh cluster each: both are read at start), the variant named
-    `RING/0 <setting>` or `RING/0 env:<label>`."""
+    `RING/0 <setting>` or `RING/0 env:<label>`; and the 1-minute load average before and after each
+    cluster. --rounds repeats the whole list, odd rounds in reverse (a slow drift of the shared
+    machine's load then favours no setting); a cell's repeats are all its rounds' together."""
     stock_env = dict.fromkeys(server_config.ENVIRONMENT, "")  # glibc's own defaults: the reference
     runs = [(s, s, stock_env) for s in args.servers.split(";") if s]
     envs = map(env_setting, filter(None, args.envs.split(";")))
     runs += [("stock", f"env:{label}", {**stock_env, **env}) for label, env in envs]
     task_args = ["--sizes", "", "--variants", "RING/0", "--repeats", str(args.repeats)]
     task_args += ["--shapes", json.dumps(payload_shapes(args.ab_payload))] if runs else []
-    out = []
-    for setting, label, env in runs:
-        print(f"bench-comm: A/B {label}", file=sys.stderr, flush=True)
-        results, _ = _run_sweep(endpoints, [*task_args, "--server", setting], env)
-        for r in results:
-            name = label if env is not stock_env else r.get("server", setting)
-            out += [{**t, "variant": f"RING/0 {name}"} for t in r["timings"]]
-    return out
+    out, loads = [], []
+    for round_ in range(args.rounds):
+        for setting, label, env in runs if round_ % 2 == 0 else runs[::-1]:
+            loads.append(os.getloadavg()[0])
+            print(
+                f"bench-comm: A/B round {round_ + 1}/{args.rounds} {label} (load {loads[-1]:.1f})",
+                file=sys.stderr,
+                flush=True,
+            )
+            results, _ = _run_sweep(endpoints, [*task_args, "--server", setting], env)
+            loads.append(os.getloadavg()[0])
+            for r in results:
+                name = label if env is not stock_env else r.get("server", setting)
+                out += [{**t, "variant": f"RING/0 {name}", "task": r.get("task")} for t in r["timings"]]
+    return merged_rounds(out), loads
+
+
+def merged_rounds(timings: list[dict]) -> list[dict]:
+    """One timing per (task, variant, payload, size), its rounds' repeats concatenated in order."""
+    merged: dict[tuple, dict] = {}
+    for t in timings:
+        key = (t.get("task"), t["variant"], t.get("payload", EQUAL), t["size"])
+        if key not in merged:
+            merged[key] = {**t, **{k: list(t[k]) for k in ("samples", "cpu", "faults") if k in t}}
+            continue
+        for k in ("samples", "cpu", "faults"):
+            if k in t:
+                merged[key][k] += t[k]
+    return list(merged.values())
 
 
 def format_cpu(timings: list[dict]) -> str:
@@ -183,15 +206,34 @@ def format_cpu(timings: list[dict]) -> str:
     over the repeats): the cost of a setting whatever else shares the cores, which moves its wall
     time on a loaded machine."""
     lines = ["CPU per all-reduce, all tasks (ms, median and min-max over the repeats; page faults, median):"]
-    for variant in dict.fromkeys(t["variant"] for t in timings):
-        total = _summed(timings, variant, "cpu")
-        faults = _summed(timings, variant, "faults")
-        if total:
-            lines.append(
-                f"  {variant:<50} {statistics.median(total) * 1e3:8.1f} "
-                f"{min(total) * 1e3:.1f}-{max(total) * 1e3:.1f}"
-                + (f"  {statistics.median(faults):9.0f} faults" if faults else "")
-            )
+    for payload in dict.fromkeys(t.get("payload", EQUAL) for t in timings):
+        of_payload = [t for t in timings if t.get("payload", EQUAL) == payload]
+        for variant in dict.fromkeys(t["variant"] for t in of_payload):
+            total = _summed(of_payload, variant, "cpu")
+            faults = _summed(of_payload, variant, "faults")
+            if total:
+                lines.append(
+                    f"  {payload:>8} {variant:<50} {statistics.median(total) * 1e3:8.2f} "
+                    f"{min(total) * 1e3:.2f}-{max(total) * 1e3:.2f}"
+                    + (f"  {statistics.median(faults):9.0f} faults" if faults else "")
+                )
+    return "\n".join(lines)
+
+
+def format_rounds(timings: list[dict], repeats: int) -> str:
+    """Each cluster's median wall time per all-reduce (each repeat's slowest task), in round order:
+    how far apart two clusters of one setting land, which the pooled spread hides."""
+    lines = ["ms per all-reduce, each round's cluster's median (the rounds in order):"]
+    for payload in dict.fromkeys(t.get("payload", EQUAL) for t in timings):
+        for variant in dict.fromkeys(t["variant"] for t in timings if t.get("payload", EQUAL) == payload):
+            per_task = [
+                t["samples"]
+                for t in timings
+                if t["variant"] == variant and t.get("payload", EQUAL) == payload
+            ]
+            slowest = [max(v) for v in zip(*per_task)]
+            medians = [statistics.median(slowest[i : i + repeats]) for i in range(0, len(slowest), repeats)]
+            lines.append(f"  {payload:>8} {variant:<50} " + " ".join(f"{m * 1e3:.2f}" for m in medians))
     return "\n".join(lines)
 
 
@@ -592,7 +634,17 @@ def _parser() -> argparse.ArgumentParser:
         help=f"process environments to A/B on the stock server, ';'-separated: NAME=VALUE or one of "
         f"{', '.join(ENV_CANDIDATES)}; '' = none",
     )
-    p.add_argument("--ab-payload", default="resnet50", help="the payload the A/B times (RING/0, one pack)")
+    p.add_argument(
+        "--ab-payload",
+        default="resnet50",
+        help=f"the payload(s) the A/B times (RING/0, one pack), comma-separated ({', '.join(PAYLOADS)})",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="A/B rounds: every setting once per round, odd rounds in reverse order (interleaved)",
+    )
     p.add_argument("--out", type=Path, default=Path(".run/bench-comm"), help="writes OUT.json and OUT.png")
     return p
 
@@ -634,7 +686,7 @@ def _measure(where: str, endpoints: list, args: argparse.Namespace) -> tuple[lis
     )
     # as every task runs (containers have it already; local processes get it here)
     results, streams = _run_sweep(endpoints, _task_args(args), dict(server_config.ENVIRONMENT))
-    ab = server_ab(endpoints, args)
+    ab, loads = server_ab(endpoints, args)
     tcp = None
     if len(endpoints) > 1:
         print(
@@ -643,14 +695,14 @@ def _measure(where: str, endpoints: list, args: argparse.Namespace) -> tuple[lis
             file=sys.stderr,
         )
         tcp = tcp_throughput(endpoints[0], endpoints[1], max(streams, 1))
-    return results, streams, ab, tcp
+    return results, streams, (ab, loads), tcp
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     where, endpoints, cleanup = _endpoints(args)
     try:
-        results, streams, ab, tcp = _measure(where, endpoints, args)
+        results, streams, (ab, loads), tcp = _measure(where, endpoints, args)
     finally:
         cleanup()
     n = results[0]["n"]
@@ -662,15 +714,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\ngRPC server settings A/B ({args.ab_payload}, RING/0, each on a fresh cluster):")
         print(format_table(ab_table, tcp, max(streams, 1)))
         print(format_cpu(ab))
+        if args.rounds > 1:
+            print(format_rounds(ab, args.repeats))
+        print(
+            f"load average (1 min) before/after each A/B cluster, {args.rounds} round(s): "
+            f"{min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f})"
+        )
         table = table + ab_table
     Result(where=where, n=n, tf_version=results[0]["tf_version"], tcp=tcp, rows=tuple(table)).write(
         args.out.with_suffix(".json")
     )
-    write_png(table, tcp, n, where, args.out.with_suffix(".png"))
-    print(
-        f"bench-comm: wrote {args.out.with_suffix('.json')} and {args.out.with_suffix('.png')}",
-        file=sys.stderr,
-    )
+    written = [args.out.with_suffix(".json")]
+    if any(r.payload == EQUAL for r in table):  # the plot's axis is the equal-tensor sizes
+        write_png(table, tcp, n, where, args.out.with_suffix(".png"))
+        written.append(args.out.with_suffix(".png"))
+    print(f"bench-comm: wrote {' and '.join(map(str, written))}", file=sys.stderr)
     return 0
 
 

@@ -39,7 +39,9 @@ bench.launch's local tasks): the bench-comm A/B winner (docs/communication.md). 
 madvises its memory for transparent huge pages (used when the host's THP mode is `madvise` or
 `always`), never trims its heap and grows it 256 MiB at a time, so the all-reduce's fresh buffers stop
 being page-faulted and zeroed 4 KiB at a time: page faults per ResNet-50 all-reduce fell from ~165,000
-to ~5,500 and CPU per all-reduce by 45-56 %. The cost: a task's resident memory stays at its peak.
+to ~5,500 and CPU per all-reduce by 45-56 %. On the small `cnn`/`mlp` lists (0-4 faults either way)
+it was within the spread of stock over 6 interleaved rounds, and the `cnn` job's all-reduce was not
+slower. The cost: a task's resident memory stays at its peak.
 glibc reads it only at process start (hence not in `apply`); tests/e2e/test_image_layout.py checks
 the image's glibc takes every tunable."""
 

@@ -252,3 +252,55 @@ def test_the_server_ab_runs_each_setting_on_its_own_cluster_and_labels_its_rows(
 def test_a_bad_env_entry_is_one_line_naming_the_candidates():
     with pytest.raises(SystemExit, match="expected NAME=VALUE or one of malloc-thp-keep"):
         bc.env_setting("no-such-setting")
+
+
+def test_ab_rounds_interleave_the_settings_and_pool_each_cells_repeats(tmp_path, monkeypatch, capsys):
+    order = []
+
+    def sweep(endpoints, task_args, env=None):
+        label = (env or {}).get("GLIBC_TUNABLES") or "stock"
+        order.append(label)
+        seconds = 2e-3 if label == "stock" else 1e-3
+        timings = [{**t("RING/0", 4096, seconds), "payload": "cnn", "cpu": [5e-4] * 3, "faults": [9] * 3}]
+        return [
+            {"n": 2, "task": task, "tf_version": "2.x", "server": "stock", "timings": timings}
+            for task in ("chief", "worker-0")
+        ], 2
+
+    monkeypatch.setattr(bc, "_run_sweep", sweep)
+    monkeypatch.setattr(bc, "tcp_throughput", lambda *a, **k: None)
+    monkeypatch.setattr(bc, "payload_shapes", lambda names: {})
+    argv = ["--where", "local", "--payloads", "", "--sizes", "", "--servers", "stock"]
+    argv += ["--envs", "malloc-keep", "--rounds", "3", "--out", str(tmp_path / "b")]
+    assert bc.main(argv) == 0
+    keep = bc.ENV_CANDIDATES["malloc-keep"].partition("=")[2]
+    # the first call is the sweep as every task runs; then stock/keep, keep/stock, stock/keep
+    assert order[1:] == ["stock", keep, keep, "stock", "stock", keep]
+    ab = json.loads((tmp_path / "b.json").read_text())["rows"]
+    out = capsys.readouterr().out
+    assert (
+        "env:malloc-keep" in out and "load average (1 min) before/after each A/B cluster, 3 round(s)" in out
+    )
+    assert {r["variant"] for r in ab} >= {"RING/0 stock", "RING/0 env:malloc-keep"}
+    pooled = [r for r in ab if r["variant"] == "RING/0 stock"][0]
+    assert pooled["seconds"] == pytest.approx(2e-3) and pooled["seconds_max"] == pytest.approx(2e-3)
+    # 3 rounds x 3 repeats, both tasks' CPU summed per repeat: 2 x 0.5 ms
+    assert "1.00 1.00-1.00" in out
+
+
+def test_merged_rounds_concatenates_repeats_per_task_and_cell():
+    a = {"task": "chief", "variant": "v", "payload": "cnn", "size": 4, "samples": [1], "cpu": [2]}
+    b = {**a, "samples": [3], "cpu": [4]}
+    other_task = {**a, "task": "worker-0"}
+    merged = bc.merged_rounds([a, other_task, b])
+    assert [(m["task"], m["samples"], m["cpu"]) for m in merged] == [
+        ("chief", [1, 3], [2, 4]),
+        ("worker-0", [1], [2]),
+    ]
+    assert a["samples"] == [1]  # the inputs are not changed
+
+
+def test_format_rounds_gives_each_clusters_median_of_the_slowest_task():
+    chief = {"variant": "v", "payload": "cnn", "size": 4, "samples": [1e-3, 3e-3, 2e-3, 10e-3, 10e-3, 10e-3]}
+    worker = {**chief, "samples": [2e-3, 1e-3, 1e-3, 10e-3, 20e-3, 30e-3]}
+    assert bc.format_rounds([chief, worker], repeats=3).splitlines()[1].split()[-2:] == ["2.00", "20.00"]

@@ -1,0 +1,129 @@
+"""The marks a step function's graph carries (trainer/observe/marks.py), built and run by real
+TensorFlow in one process: the all-reduce spans go through the variable ring and reach the host once
+per call, with no Python call in the step; the input marks are still handed over as each batch comes."""
+
+from __future__ import annotations
+
+import time
+
+import tensorflow as tf
+
+import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
+from trainer.observe import marks
+
+SLEEP_S = 0.01
+PACKS, STEPS = 2, 3
+
+
+def _slow(x):
+    time.sleep(SLEEP_S)
+    return x
+
+
+def _step_function(sink: marks.Marks, kind: str = marks.ALLREDUCE):
+    """An in-graph loop of STEPS steps (as fit's steps_per_execution builds), each with PACKS marked
+    spans of a slow op: what the wrapped all-reduce (or get_next) builds around MWMS's own."""
+
+    def pack(x):
+        build = lambda: tf.ensure_shape(tf.numpy_function(_slow, [x], tf.float32), ())  # noqa: E731
+        return marks._bracket(sink, kind, build, lambda out: [out])
+
+    @tf.function
+    def call(x):
+        for _ in tf.range(STEPS):
+            for _ in range(PACKS):
+                x = pack(x)
+        return x
+
+    return call
+
+
+def _op_types(fn, *args) -> list[str]:
+    graph = fn.get_concrete_function(*args).graph.as_graph_def()
+    return [n.op for f in graph.library.function for n in f.node_def] + [n.op for n in graph.node]
+
+
+def test_every_all_reduce_of_every_step_reaches_the_host_once_per_call():
+    sink, x = marks.Marks(), tf.constant(1.0)
+    call = _step_function(sink)
+    call(x)  # traces: its spans are not the next call's
+    sink.clear()
+    start = time.perf_counter()
+    call(x)
+    wall = time.perf_counter() - start
+    taken = sink.take()
+    assert sink.seen
+    spans = PACKS * STEPS
+    assert spans * SLEEP_S <= taken[marks.ALLREDUCE] <= wall, (taken, wall)
+    assert taken[marks.INPUT] == 0
+    assert sink.take() is None  # read once: nothing is counted twice
+
+
+def test_an_all_reduce_before_the_call_is_not_its_own():
+    sink, x = marks.Marks(), tf.constant(1.0)
+    call = _step_function(sink)
+    call(x)
+    call(x)  # e.g. another function's all-reduces between two hooked calls
+    sink.clear()
+    assert sink.take() is None
+
+
+def test_the_all_reduce_marks_run_no_python_in_the_step():
+    """A numpy_function per pack was ~46 us of CPU under the GIL each (7 per step of the fit seed
+    script): the ring's counter and scatter replace it."""
+    sink = marks.Marks()
+    ops = _op_types(_step_function(sink), tf.constant(1.0))
+    assert ops.count("PyFunc") == PACKS  # the slow ops of this test only
+    assert ops.count("ResourceScatterNdUpdate") == PACKS
+
+
+def test_a_batch_is_handed_over_as_it_arrives():
+    """The input step of a task blocked mid-call (trainer_input_step) counts batches as they come."""
+    sink, x = marks.Marks(), tf.constant(1.0)
+    call = _step_function(sink, marks.INPUT)
+    sink.clear()
+    call(x)
+    assert sink.batches == PACKS * STEPS
+    assert sink.take() is None  # no all-reduce marked: no split
+    assert sink.batches == 0
+
+
+def test_a_call_that_overruns_the_ring_gets_no_split(monkeypatch):
+    """More spans in one call than the ring holds: its all-reduce is not known, so none is made up."""
+    monkeypatch.setattr(marks, "RING_ROWS", PACKS * STEPS - 1)
+    sink, x = marks.Marks(), tf.constant(1.0)
+    call = _step_function(sink)
+    sink.clear()
+    call(x)
+    assert sink.take() is None
+
+
+def test_rows_overwritten_before_the_call_do_not_cost_it_its_split(monkeypatch):
+    monkeypatch.setattr(marks, "RING_ROWS", PACKS * STEPS + 1)
+    sink, x = marks.Marks(), tf.constant(1.0)
+    call = _step_function(sink)
+    call(x)
+    call(x)  # unread: more than the ring holds, all before the hooked call
+    sink.clear()
+    call(x)
+    assert sink.take()[marks.ALLREDUCE] >= PACKS * STEPS * SLEEP_S
+
+
+def test_the_ring_is_written_beside_its_variables_under_a_gpu_scope():
+    """A step built under `tf.device('/gpu:0')` (the GPU image's trainer, a user's script) still
+    writes the ring on the CPU that holds it: no int64 counter op is asked for on a GPU."""
+    sink = marks.Marks()
+    sink.ring()  # created outside the scope, as the first trace does under init_scope
+
+    @tf.function
+    def call(x):
+        with tf.device("/gpu:0"):
+            return marks._bracket(sink, marks.ALLREDUCE, lambda: x * 2.0, lambda out: [out])
+
+    graph = call.get_concrete_function(tf.constant(1.0)).graph
+    ring_ops = [
+        op for op in graph.get_operations() if op.type in ("AssignAddVariableOp", "ResourceScatterNdUpdate")
+    ]
+    assert len(ring_ops) == 2 and all("CPU" in op.device for op in ring_ops), [
+        (o.type, o.device) for o in ring_ops
+    ]
