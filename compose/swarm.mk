@@ -39,7 +39,7 @@ push: ## Push the trainer image to REGISTRY=host:port; prints the digest referen
 
 .PHONY: stack-up
 stack-up: ## Deploy the run as swarm stack STACK on the nodes (nodes-up, images, push or load, deploy; TRANSPORT=registry|load)
-	@$(foreach v,$(STACK_VARS) SWARM_NAME SWARM_SUBNET NODES STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE ALERTMANAGER_IMAGE SWARM_ENCRYPT,$(v)='$($(v))') \
+	@$(foreach v,$(STACK_VARS) SWARM_NAME SWARM_SUBNET NODES STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE ALERTMANAGER_IMAGE ALERTMANAGER_CONFIG SWARM_ENCRYPT,$(v)='$($(v))') \
 	  SWARM_DIR='$(SWARM_DIR)' compose/swarm/stack-up.sh
 
 .PHONY: stack-down

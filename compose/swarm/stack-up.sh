@@ -13,6 +13,16 @@ NODES_SH=compose/swarm/nodes.sh
 say() { echo "stack-up: $*" >&2; }
 export SWARM_NAME SWARM_SUBNET NODES BIND_ADDR
 
+# A bad receiver file would only show as the Alertmanager task restarting on node-1: refuse it before any work.
+alerts=${ALERTMANAGER_CONFIG:-monitoring/config/alertmanager/alertmanager.yml}
+if command -v "${AMTOOL:-amtool}" >/dev/null; then
+  if ! out=$("${AMTOOL:-amtool}" check-config "$alerts" 2>&1); then
+    why=$(grep -m1 -o 'FAILED: .*' <<<"$out" || tail -n1 <<<"$out")
+    say "ALERTMANAGER_CONFIG=$alerts is not a valid Alertmanager config ($why): fix it, make check-alerts ALERTMANAGER_CONFIG=$alerts"
+    exit 2
+  fi
+fi
+
 "$NODES_SH" up
 # The trainer and Prometheus images, built offline exactly as `make up` builds them.
 compose/up.sh --build-only
@@ -47,7 +57,9 @@ args=(--workers "${WORKERS:-$DEFAULT_WORKERS}" --nodes "${NODES:-3}" --out "$SWA
 # Trainer knobs (STEPS=, SAVE_EVERY=, any trainer flag) reach the swarm target through the environment.
 # SWARM_ENCRYPT=1: IPsec on the overlays, only where every node's kernel has ESP (docs/security.md).
 [ "${SWARM_ENCRYPT:-0}" = 1 ] && args+=(--encrypt-overlay)
-for var in ARGS GRAFANA_IMAGE; do
+# ALERTMANAGER_CONFIG: the receivers and routes (default: monitoring/config/alertmanager/alertmanager.yml,
+# the file Compose mounts), shipped as a swarm config: edit it and rerun `make stack-up`.
+for var in ARGS GRAFANA_IMAGE ALERTMANAGER_CONFIG; do
   [ -n "${!var:-}" ] && args+=("--$(tr 'A-Z_' 'a-z-' <<<"$var")" "${!var}")
 done
 "${PYTHON:-python3}" -m compose.emit --target swarm "${args[@]}"
@@ -60,4 +72,5 @@ docker cp "$SWARM_DIR" "$manager:/stacks/$STACK"
 docker exec -w "/stacks/$STACK" "$manager" docker stack deploy --resolve-image never -c stack.yaml "$STACK"
 echo
 echo "Prometheus: http://$("$NODES_SH" ip 1):$PROMETHEUS_PORT   (published mode host on node-1)"
+echo "Alerts:     http://$("$NODES_SH" ip 1):$ALERTMANAGER_PORT   (receivers: ${ALERTMANAGER_CONFIG:-monitoring/config/alertmanager/alertmanager.yml})"
 echo "Follow:     make stack-status STACK=$STACK | docker exec $manager docker service logs -f ${STACK}_chief"

@@ -48,6 +48,9 @@ IMAGES = {
 }
 """Swarm's default image of a service where it differs from the description's: nodes cannot pull from
 outside, so Prometheus is the Debian-built image that `make stack-up` loads or pushes."""
+ALERTMANAGER_CONFIG = Path(services.ALERTMANAGER.configs[0].source) / "alertmanager.yml"
+"""The file users edit for receivers and routes (`make check-alerts` validates it): Compose mounts it,
+Swarm ships it as a config; --alertmanager-config ships another file in its place."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,6 +66,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--gpus-per-worker", type=int, default=0, help="GPUs per task (0: CPU); the node picks them"
     )
     p.add_argument("--secrets-dir", type=Path, default=Path("secrets"))
+    p.add_argument(
+        "--alertmanager-config",
+        type=Path,
+        default=REPO / ALERTMANAGER_CONFIG,
+        help="the Alertmanager config (receivers, routes) shipped as the alertmanager config; default: "
+        "the one file Compose mounts too",
+    )
     p.add_argument(
         "--encrypt-overlay",
         action="store_true",
@@ -92,8 +102,9 @@ def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
     chosen = [(s, image) for s in services.SERVICES if (image := _image(s, ns, d)) or not s.optional]
     stack = trainer_services(d, ns.nodes, report)
     sources = {}
+    replaced = {ALERTMANAGER_CONFIG: ns.alertmanager_config.read_text()}
     for s, image in chosen:
-        stack[s.name], files = _service(s, image, ns.nodes, d, report)
+        stack[s.name], files = _service(s, image, ns.nodes, d, report, replaced)
         if clash := set(files) & set(sources):
             raise ValueError(
                 f"swarm: {s.name}'s config files {sorted(clash)} clash with another service's: rename one"
@@ -317,10 +328,11 @@ CHANGES = {
 
 
 def _service(
-    s: Service, image: str, nodes: int, d: Deployment, report: Report
+    s: Service, image: str, nodes: int, d: Deployment, report: Report, replaced: Mapping[Path, str]
 ) -> tuple[dict, dict[str, str]]:
-    """A service of compose/services.py as a stack service, and the config files it ships (key -> text)."""
-    configs = _configs(s, d)
+    """A service of compose/services.py as a stack service, and the config files it ships (key -> text;
+    `replaced`: a source file's text given in its place)."""
+    configs = _configs(s, d, replaced)
     out: dict = {"image": image, "user": s.user, "read_only": True, "cap_drop": ["ALL"]}
     out["logging"] = services.LOGGING
     if s.command:
@@ -396,13 +408,15 @@ def _report(s: Service, report: Report) -> None:
         report.add(Change(key, *CHANGES[key]))
 
 
-def _configs(s: Service, d: Deployment) -> dict[str, tuple[str, str]]:
+def _configs(s: Service, d: Deployment, replaced: Mapping[Path, str]) -> dict[str, tuple[str, str]]:
     """Config key -> (path in the container, content) for every file of the service's config folders
     and run folders. Keys are the file's path (folder separators and dots as `_`, suffix dropped)."""
     found: dict[str, tuple[str, str]] = {}
     for c in s.configs:
         for rel in services.config_files(c, REPO):
-            _add(found, _key(rel), f"{c.target}/{rel.as_posix()}", (REPO / c.source / rel).read_text())
+            source = Path(c.source) / rel
+            text = replaced[source] if source in replaced else (REPO / source).read_text()
+            _add(found, _key(rel), f"{c.target}/{rel.as_posix()}", text)
     run = services.run_files(d)
     for r in s.run_dirs:
         for path, text in run.items():

@@ -19,18 +19,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
 
 from compose import services
+from tests.e2e.alerting import EVALUATION, GROUP_WAIT, Inbox, rfc3339, rule_for, wait, with_receiver
 from tests.e2e.conftest import ROOT, engine_ready
 from tests.e2e.faultstack import FaultStack
 
@@ -49,38 +48,10 @@ STACK = FaultStack(
         "IMAGE_REPO": os.environ.get("IMAGE_REPO", "mwms/trainer"),
     },
 )
-CONFIG = ROOT / "monitoring" / "config" / "alertmanager" / "alertmanager.yml"
-PROMETHEUS_CONFIG = ROOT / "monitoring" / "config" / "prometheus" / "prometheus.yml"
-RULES = ROOT / "monitoring" / "config" / "prometheus" / "rules" / "trainer.alerts.yml"
-
-
-def seconds(text: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600}
-    return float(text[:-1]) * units[text[-1]]
 
 
 def stall_for() -> float:
-    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
-    return seconds(next(r["for"] for r in rules if r.get("alert") == "TrainingStalled"))
-
-
-EVALUATION = seconds(yaml.safe_load(PROMETHEUS_CONFIG.read_text())["global"]["evaluation_interval"])
-GROUP_WAIT = seconds(yaml.safe_load(CONFIG.read_text())["route"]["group_wait"])
-
-
-class Receiver(BaseHTTPRequestHandler):
-    """Alertmanager's webhook: every notification, with the time it arrived."""
-
-    received: list[tuple[float, dict]] = []
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        Receiver.received.append((time.time(), body))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
+    return rule_for("TrainingStalled")
 
 
 def gateway() -> str:
@@ -95,12 +66,9 @@ def gateway() -> str:
 
 def receiver_config(tmp: Path, url: str) -> Path:
     """The shipped config with the receiver pointed at this test: routing and timings unchanged."""
-    doc = yaml.safe_load(CONFIG.read_text())
-    (training,) = [r for r in doc["receivers"] if r["name"] == "training"]
-    training["webhook_configs"] = [{"url": url, "send_resolved": True}]
     folder = tmp / "alertmanager"
     folder.mkdir()
-    (folder / "alertmanager.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (folder / "alertmanager.yml").write_text(with_receiver(url))
     folder.chmod(0o755)
     (folder / "alertmanager.yml").chmod(0o644)
     override = tmp / "override.yaml"
@@ -110,13 +78,12 @@ def receiver_config(tmp: Path, url: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory) -> Iterator[FaultStack]:
+def stack(tmp_path_factory) -> Iterator[tuple[FaultStack, Inbox]]:
     engine_ready()
     up = STACK.make("up", timeout=1200)
     assert up.returncode == 0, up.stdout + up.stderr
-    server = ThreadingHTTPServer((gateway(), 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    override = receiver_config(tmp_path_factory.mktemp("alerts"), f"http://{gateway()}:{server.server_port}/")
+    inbox = Inbox(gateway())
+    override = receiver_config(tmp_path_factory.mktemp("alerts"), inbox.url)
     files = (ROOT / STACK.run_dir / "compose.args").read_text().split()
     recreate = subprocess.run(
         [
@@ -142,9 +109,9 @@ def stack(tmp_path_factory) -> Iterator[FaultStack]:
     )
     assert recreate.returncode == 0, recreate.stderr
     try:
-        yield STACK
+        yield STACK, inbox
     finally:
-        server.shutdown()
+        inbox.close()
         STACK.make("clean", timeout=300)
 
 
@@ -165,29 +132,6 @@ def prometheus_alert(name: str, **labels: str) -> dict | None:
     )
 
 
-def notification(name: str, status: str, since: float) -> tuple[float, dict] | None:
-    for at, body in Receiver.received:
-        if at >= since and body["status"] == status and body["commonLabels"].get("alertname") == name:
-            return at, body
-    return None
-
-
-def wait(what, timeout: float, every: float = 1.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if found := what():
-            return found
-        time.sleep(every)
-    return None
-
-
-def rfc3339(text: str) -> float:
-    from datetime import datetime
-
-    head, _, frac = text.rstrip("Z").partition(".")
-    return datetime.fromisoformat(head + "+00:00").timestamp() + float(f"0.{frac or 0}")
-
-
 def block_tensorflow(service: str, on: bool) -> None:
     """Drop every TCP packet of the task but its metrics port's: the collective hangs, scrapes go on."""
     pid = STACK.inspect(service, "{{.State.Pid}}")
@@ -201,13 +145,16 @@ def block_tensorflow(service: str, on: bool) -> None:
 
 
 def test_a_stalled_job_is_delivered_and_resolved(stack):
+    stack, inbox = stack
     stack.wait_for_step(50, timeout=600)
     start = time.time()
     block_tensorflow("worker-0", on=True)
     try:
         assert wait(lambda: prometheus_alert("TrainingStalled"), timeout=400), "never pending"
-        fired = wait(lambda: notification("TrainingStalled", "firing", start), timeout=stall_for() + 120)
-        assert fired, f"no TrainingStalled notification; received: {Receiver.received}"
+        fired = wait(
+            lambda: inbox.notification("TrainingStalled", "firing", start), timeout=stall_for() + 120
+        )
+        assert fired, f"no TrainingStalled notification; received: {inbox.received}"
         arrived, body = fired
         alert = body["alerts"][0]
         task = {k: alert["labels"][k] for k in ("task_type", "task_index", "run")}
@@ -224,18 +171,20 @@ def test_a_stalled_job_is_delivered_and_resolved(stack):
     assert arrived - fired_at <= GROUP_WAIT + EVALUATION
     assert alert["labels"]["project"] == PROJECT and alert["labels"]["run"], alert["labels"]
     assert "has made no step" in alert["annotations"]["summary"]
-    assert not notification("TrainerDown", "firing", start), "every task stayed scraped"
-    resolved = wait(lambda: notification("TrainingStalled", "resolved", arrived), timeout=600)
-    assert resolved, f"no resolution after the traffic flowed again; received: {Receiver.received}"
+    assert not inbox.notification("TrainerDown", "firing", start), "every task stayed scraped"
+    resolved = wait(lambda: inbox.notification("TrainingStalled", "resolved", arrived), timeout=600)
+    assert resolved, f"no resolution after the traffic flowed again; received: {inbox.received}"
     print(f"TrainingStalled resolved: delivered {resolved[0] - arrived:.1f} s after the firing notification")
 
 
 def test_prometheus_lifecycle_api_is_off(stack):
+    stack, _ = stack
     code, body = api(f"{stack.prometheus}/-/quit", method="POST")
     assert code == 403 and "Lifecycle API is not enabled" in body, (code, body)
 
 
 def test_prometheus_retains_by_time_and_size(stack):
+    stack, _ = stack
     _, body = api(f"{stack.prometheus}/api/v1/status/flags")
     flags = json.loads(body)["data"]
     assert flags["storage.tsdb.retention.time"] == services.RETENTION_TIME
@@ -243,6 +192,7 @@ def test_prometheus_retains_by_time_and_size(stack):
 
 
 def test_container_logs_are_rotated(stack):
+    stack, _ = stack
     for service in ("chief", "worker-0", "prometheus", "alertmanager"):
         config = json.loads(stack.inspect(service, "{{json .HostConfig.LogConfig}}"))
         assert config["Type"] == "json-file", service

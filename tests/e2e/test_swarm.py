@@ -32,6 +32,8 @@ import yaml
 
 import contract
 from compose.targets import swarm as stack
+from tests.e2e import alerting
+from tests.e2e.alerting import Inbox
 from tests.e2e.conftest import ROOT, engine_ready, trainer_targets
 from tests.e2e.dind import wait_until
 
@@ -48,19 +50,26 @@ only what proves the job finishes (CI's time: this test ran 6 min at 1500 steps,
 BIND = os.environ.get("SWARM_E2E_BIND", "127.0.0.5")
 SUBNET = os.environ.get("SWARM_E2E_SUBNET", "10.212.0")
 PROM = f"http://{SUBNET}.11:{contract.PROMETHEUS_PORT}"  # node-1's own address: Prometheus is published in host mode there
-# ~20 steps/s: the kill lands well before the end wherever the first checkpoint is seen.
-STEPS = 1500
+# ~14-25 steps/s (the input delay caps it at 25): the kill lands well before the end wherever the first
+# checkpoint is seen. The alert test before it trains on meanwhile: 1442 steps in its 100 s at load 15,
+# 2412 in 105 s at load 7; at most ~2750 (110 s at 25 steps/s), so 1800 more than the 1500 the kill needs.
+STEPS = 3300
 SAVE_EVERY = 50
 HEARTBEAT_S = 5
 # Covers the manager noticing the dead node (~15 s), the restart and the restarted node's engine.
 CLUSTER_TIMEOUT_S = 180
 TRAINER_ARGS = f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}"
+RUN_DIR = ".run/swarm-e2e"
+ALERTS_FILE = f"{RUN_DIR}/alertmanager.yml"
+"""The Alertmanager config a user would edit, receiver pointed at this module's webhook (`make stack-up
+ALERTMANAGER_CONFIG=`): the shipped routing and timings."""
 VARS = [
     f"SWARM_NAME={SWARM}",
     f"SWARM_SUBNET={SUBNET}",
     f"STACK={STACK}",
     f"BIND_ADDR={BIND}",
-    "RUN_DIR=.run/swarm-e2e",
+    f"RUN_DIR={RUN_DIR}",
+    f"ALERTMANAGER_CONFIG={ALERTS_FILE}",
     "WORKERS=2",
     "NODES=3",
     "OFFLINE=1",
@@ -147,6 +156,8 @@ def figure(name: str, value: float) -> None:
 class Deployed:
     started: float
     """When `make stack-up` began (wall clock)."""
+    inbox: Inbox
+    """The webhook the swarm's Alertmanager delivers to, on the nodes' network gateway."""
 
 
 @pytest.fixture(scope="module")
@@ -154,12 +165,19 @@ def swarm() -> Iterator[Deployed]:
     engine_ready()
     make("nodes-down", timeout=300)
     started = time.time()
+    # The nodes' network first: the receiver listens on its gateway, the host's address the nodes reach.
+    nodes = make("nodes-up", timeout=600)
+    assert nodes.returncode == 0, f"make nodes-up failed:\n{nodes.stderr[-3000:]}"
+    inbox = Inbox(f"{SUBNET}.1")
+    (ROOT / ALERTS_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (ROOT / ALERTS_FILE).write_text(alerting.with_receiver(inbox.url))
     up = make("stack-up", timeout=1800)
     try:
         assert up.returncode == 0, f"make stack-up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
         figure("stack-up seconds (images on nodes included)", time.time() - started)
-        yield Deployed(started=started)
+        yield Deployed(started=started, inbox=inbox)
     finally:
+        inbox.close()
         make("stack-down", timeout=300)
         down = make("nodes-down", timeout=300)
         left = subprocess.run(
@@ -227,6 +245,96 @@ def test_stack_keeps_the_hardening_compose_has(swarm: Deployed) -> None:
     assert found.returncode == 0 and found.stdout.strip() == "", f"setuid/setgid binaries: {found.stdout}"
 
 
+def test_an_unscrapable_task_is_alerted_by_the_swarms_alertmanager_and_resolved(swarm: Deployed) -> None:
+    """Issue 21: Prometheus cut off from worker-0's metrics port (iptables in the task's network namespace
+    on its node; TensorFlow's traffic flows, so the job trains on), so TrainerDown fires in the swarm's
+    Prometheus and the swarm's Alertmanager delivers it to the receiver of ALERTMANAGER_CONFIG within
+    the rule's `for:` plus one evaluation (+ group_wait); reachable again, the resolution follows.
+    A pause or a TensorFlow block would end the job's collectives (HEARTBEAT_S) and take every task's
+    metrics down with the restart: three pages for one fault, and minutes of recovery."""
+    _, body = prom_api("alertmanagers")
+    assert [a["url"] for a in body["data"]["activeAlertmanagers"]], f"Prometheus has no Alertmanager: {body}"
+    rules = {r["name"] for g in prom_api("rules")[1]["data"]["groups"] for r in g["rules"]}
+    assert "TrainerDown" in rules, sorted(rules)
+    down_for = alerting.rule_for("TrainerDown")
+    task = {"task_type": "worker", "task_index": "0", "project": STACK}
+    step_before = prom("trainer_global_step")["chief0"]
+    blocked = time.time()
+    unreachable = _metrics_blocked("worker-0", on=True)
+    try:
+        fired = alerting.wait(
+            lambda: swarm.inbox.notification("TrainerDown", "firing", blocked, **task),
+            timeout=down_for + 2 * (alerting.SCRAPE + alerting.EVALUATION) + alerting.GROUP_WAIT + 120,
+        )
+        assert fired, f"no TrainerDown for worker-0 delivered; received: {swarm.inbox.received}"
+        pending = prom_alert("TrainerDown", **task)
+    finally:
+        unreachable(on=False)
+    unblocked = time.time()
+    arrived, notice = fired
+    (alert,) = notice["alerts"]
+    active, fired_at = alerting.rfc3339(pending["activeAt"]), alerting.rfc3339(alert["startsAt"])
+    figure("metrics blocked -> TrainerDown pending, seconds", active - blocked)
+    figure("TrainerDown pending -> firing, seconds", fired_at - active)
+    figure("TrainerDown firing -> delivered by the swarm's Alertmanager, seconds", arrived - fired_at)
+    print(
+        f"for: {down_for:g} s, evaluation {alerting.EVALUATION:g} s, group_wait {alerting.GROUP_WAIT:g} s; "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+    assert fired_at - active <= down_for + alerting.EVALUATION
+    assert arrived - fired_at <= alerting.GROUP_WAIT + alerting.EVALUATION
+    assert alert["labels"]["run"] and "is down" in alert["annotations"]["summary"], alert
+    resolved = alerting.wait(
+        lambda: swarm.inbox.notification("TrainerDown", "resolved", arrived, **task),
+        timeout=alerting.SCRAPE + alerting.EVALUATION + alerting.GROUP_INTERVAL + 120,
+    )
+    assert resolved, f"no resolution once reachable again; received: {swarm.inbox.received}"
+    figure("metrics reachable again -> TrainerDown resolution delivered, seconds", resolved[0] - unblocked)
+    # Only the cut-off task paged: the job trained on meanwhile (the next test needs it mid-run).
+    others = [
+        b["commonLabels"] for _, b in swarm.inbox.received if b["commonLabels"].get("task_type") == "chief"
+    ]
+    assert not others, others
+    step_after = prom("trainer_global_step")["chief0"]
+    figure("chief steps trained during the alert test", step_after - step_before)
+    print(f"chief at step {step_before:g} before the alert test, {step_after:g} after (of {STEPS})")
+    assert step_before < step_after < STEPS - 2 * SAVE_EVERY, f"step {step_after} of {STEPS}: raise STEPS"
+
+
+def _metrics_blocked(task: str, on: bool):
+    """Drop every packet to `task`'s metrics port that does not come from its own loopback (its
+    supervisor reads it there), in the task container's network namespace on its node."""
+    n = int(placed(STACK)[task].rsplit("-", 1)[1])
+    (container,) = node(
+        n, "ps", "-q", "--filter", f"label=com.docker.swarm.service.name={STACK}_{task}"
+    ).stdout.split()
+    pid = node(n, "inspect", "-f", "{{.State.Pid}}", container).stdout.strip()
+
+    def rule(on: bool) -> None:
+        op = "-I" if on else "-D"
+        rule = f"iptables {op} INPUT -p tcp --dport {contract.METRICS_PORT} ! -i lo -j DROP"
+        done = subprocess.run(
+            ["docker", "exec", f"{SWARM}-node-{n}", "nsenter", "-t", pid, "-n", *rule.split()],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+
+    rule(on)
+    return rule
+
+
+def prom_api(path: str) -> tuple[int, dict]:
+    with urllib.request.urlopen(f"{PROM}/api/v1/{path}", timeout=5) as r:
+        return r.status, json.load(r)
+
+
+def prom_alert(name: str, **labels: str) -> dict | None:
+    wanted = {"alertname": name, **labels}
+    alerts = prom_api("alerts")[1]["data"]["alerts"]
+    return next((a for a in alerts if wanted.items() <= a["labels"].items()), None)
+
+
 def test_worker_node_killed_mid_run_resumes_and_chief_exits_0(swarm: Deployed) -> None:
     wait_until(
         f"a checkpoint at step {SAVE_EVERY}",
@@ -242,6 +350,9 @@ def test_worker_node_killed_mid_run_resumes_and_chief_exits_0(swarm: Deployed) -
     assert victims, f"every worker shares a node with the chief or runs on node-1: {where}"
     victim = victims[0]
     n = int(victim.rsplit("-", 1)[1])
+    # Checked before the kill too: a failure after it would leave the node down for every later test.
+    now = max(s for _, s in matches(STEP_LINE, chief_log()))
+    assert now < STEPS - 2 * SAVE_EVERY, f"the job was nearly over (step {now}) before the kill: raise STEPS"
     killed = time.time()
     subprocess.run(["docker", "kill", f"{SWARM}-node-{n}"], check=True, capture_output=True)
     at_kill = max(s for t, s in matches(STEP_LINE, chief_log()) if t <= killed)
@@ -394,7 +505,10 @@ def test_chief_node_removed_for_good_costs_at_most_one_save_interval(swarm: Depl
     figure("second stack-up seconds (images already on the nodes)", time.time() - started)
     wait_until(
         f"a checkpoint at step {SAVE_EVERY}",
-        lambda: prom("trainer_last_checkpoint_step").get("chief0", 0) >= SAVE_EVERY,
+        # This run's series only: the first stack's Prometheus can still answer on node-1 while it stops.
+        lambda: (
+            prom(f'trainer_last_checkpoint_step{{project="{LOSS_STACK}"}}').get("chief0", 0) >= SAVE_EVERY
+        ),
         timeout=600,
     )
     where = placed(LOSS_STACK)

@@ -131,6 +131,31 @@ def test_grafana_secret_gets_a_new_name_with_a_new_password(tmp_path: Path) -> N
     assert names[0] != names[1]
 
 
+def test_alertmanager_ships_the_users_receivers_under_a_new_config_name(tmp_path: Path) -> None:
+    """The one file users edit is what the swarm's Alertmanager reads (Compose mounts the same file);
+    ALERTMANAGER_CONFIG= ships another in its place, as a config with a new name (configs are immutable)."""
+    shipped, _ = bundle(tmp_path / "shipped")
+    assert (tmp_path / "shipped/configs/alertmanager").read_text() == (
+        stack.REPO / stack.ALERTMANAGER_CONFIG
+    ).read_text()
+    mine = tmp_path / "mine.yml"
+    mine.write_text((stack.REPO / stack.ALERTMANAGER_CONFIG).read_text() + "# my receiver\n")
+    doc, _ = bundle(tmp_path / "mine", "--alertmanager-config", str(mine))
+    assert (tmp_path / "mine/configs/alertmanager").read_text() == mine.read_text()
+    assert doc["configs"]["alertmanager"]["name"] != shipped["configs"]["alertmanager"]["name"]
+    (target,) = [
+        c["target"] for c in doc["services"]["alertmanager"]["configs"] if c["source"] == "alertmanager"
+    ]
+    assert f"--config.file={target}" in doc["services"]["alertmanager"]["command"]
+
+
+def test_a_missing_alertmanager_config_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    argv = ["--target", "swarm", "--workers", "1", "--image", IMAGE, "--out", str(tmp_path / "out")]
+    assert emit.main([*argv, "--alertmanager-config", str(tmp_path / "none.yml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "none.yml" in err, err
+
+
 def test_an_unknown_compose_key_fails_the_translation(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
