@@ -38,6 +38,18 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
+def plan_ports(workers: int, metrics_port: int | None, host: str) -> tuple[list[int], list[int]]:
+    """(cluster ports, metrics ports), all distinct. Drawn in one free_ports call, because ports
+    drawn in two calls can repeat (a port freed by the first is free again for the second: CI once
+    gave the chief's cluster port to worker-1's metrics server); given metrics ports are skipped."""
+    tasks = workers + 1
+    drawn = free_ports(2 * tasks, host)
+    if metrics_port is None:
+        return drawn[:tasks], drawn[tasks:]
+    mports = [0] * tasks if metrics_port == 0 else [metrics_port + i for i in range(tasks)]
+    return [p for p in drawn if p not in mports][:tasks], mports
+
+
 def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -60,13 +72,8 @@ def start(
     on top of the environment every deployed task starts with (trainer.server_config.ENVIRONMENT)."""
     from trainer import server_config
 
-    spec = on_ports(host, free_ports(workers + 1, host))
-    if metrics_port == 0:
-        mports = [0] * (workers + 1)
-    elif metrics_port is None:
-        mports = free_ports(workers + 1)
-    else:
-        mports = [metrics_port + i for i in range(workers + 1)]
+    ports, mports = plan_ports(workers, metrics_port, host)
+    spec = on_ports(host, ports)
     procs = []
     for task, mport in zip(spec.tasks, mports):
         child_env = {

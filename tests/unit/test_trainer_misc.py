@@ -62,6 +62,31 @@ def test_free_ports_distinct():
     assert len(set(ports)) == 5
 
 
+class _ReusingSocket:
+    """bind(port 0) takes the lowest port no open socket holds, as the kernel may: a port freed
+    by one free_ports call is handed out again by the next."""
+
+    held: set = set()
+
+    def bind(self, addr):
+        self.port = min(set(range(40000, 40100)) - self.held)
+        self.held.add(self.port)
+
+    def getsockname(self):
+        return ("127.0.0.1", self.port)
+
+    def close(self):
+        self.held.discard(self.port)
+
+
+def test_launcher_ports_are_distinct_even_when_the_kernel_reuses_freed_ports(monkeypatch):
+    monkeypatch.setattr(launch.socket, "socket", _ReusingSocket)
+    cluster, metrics = launch.plan_ports(2, None, "127.0.0.1")
+    assert len(set(cluster + metrics)) == 6, (cluster, metrics)
+    cluster, metrics = launch.plan_ports(2, 40001, "127.0.0.1")  # given ports the kernel would hand out
+    assert metrics == [40001, 40002, 40003] and len(set(cluster + metrics)) == 6, cluster
+
+
 def test_launcher_stops_the_others_and_returns_the_failure():
     ok = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     bad = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
