@@ -2,7 +2,7 @@
 # Included by the top Makefile; RUN_DIR and PROJECT come from compose/compose.mk, PY from the top Makefile.
 
 BENCH_ARGS ?= --rounds 5 --bench-steps 400
-SCRIPT_BENCH_ARGS ?= --rounds 5
+SCRIPT_BENCH_ARGS ?= --rounds 5 --workers 1
 TRAIN_ARGS ?= --steps 300 --log-every 50
 BENCH_COMM_ARGS ?=
 SCALING_SECONDS ?= 20
@@ -17,7 +17,7 @@ train-local: $(VENV)/.stamp ## Train a chief + WORKERS local processes (no Docke
 .PHONY: bench
 bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: ratios (a) timing overhead, (b) vs model.fit, (c) marks vs profiler, (d) overlap vs serial, (e) bfloat16 all-reduce, (f) a user's fit script observed (SCRIPT=) vs plain
 	$(PY) -m bench.launch --workers $(WORKERS) --metrics-port 0 --module bench.overhead $(BENCH_ARGS)
-	$(PY) -m bench.script_overhead --workers $(WORKERS) $(SCRIPT_BENCH_ARGS)
+	$(PY) -m bench.script_overhead $(SCRIPT_BENCH_ARGS)
 
 .PHONY: bench-comm
 bench-comm: $(VENV)/.stamp ## All-reduce sweep 4 KiB-64 MiB and mlp/cnn/ResNet-50 gradient lists (median, min-max, busbw per knob) next to iperf3 with TF's stream count; the stack's containers if up, else 2 local tasks (BENCH_COMM_ARGS=--where bridge: containers on a bridge); writes $(RUN_DIR)/bench-comm.{json,png}

@@ -1,8 +1,16 @@
 """What observing a user's script costs (`make bench`): a user's `model.fit` script's steps/s under
 the SCRIPT= wrapper (trainer.run_script: hooks, every step's split marked in its graph, metrics
 served, as a team gets it by default) / the same script run plainly, both as a local chief + workers cluster, rounds interleaved
-(plain, observed, plain, observed, ...). Steps/s comes from the script's own epoch timing line
-(tests/scripts/fit_cnn.py prints each epoch's seconds); the first epoch (tracing) is left out.
+(each round runs every setting twice, mirrored: plain, observed, observed, plain; the next round
+rotated). Steps/s comes from the script's own epoch timing line (tests/scripts/fit_cnn.py prints
+each epoch's seconds); the first epoch (tracing) is left out.
+
+Why mirrored: one cluster's rate differs from the next's by far more than what is measured (six
+plain runs in a row, chief + 2 workers on 2 cores: 26.1-35.1 steps/s), and a drift within a round
+(or a slow-fast alternation) favours whoever runs at the favoured positions; each setting's mean over
+positions i and n-1-i cancels a linear drift and a period-2 pattern. Why chief + 1 worker by default:
+one task per core, as in a deployment; three TF processes on two cores measured the scheduler (round
+ratios 0.79-1.62 for the same wrapper).
 
     python -m bench.script_overhead [--rounds 5] [--workers 1] [--epochs 8] [--steps-per-epoch 100]
                                     [--variants observed,no-marks,no-server]
@@ -81,6 +89,24 @@ def one_run(module: str, args: argparse.Namespace, extra: dict[str, str] | None 
     return measure(out.stdout, args.steps_per_epoch)
 
 
+def mirrored(order: list[str], r: int) -> list[str]:
+    """Round r's runs: the settings rotated by r, then the same in reverse (ABBA)."""
+    rotated = order[r % len(order) :] + order[: r % len(order)]
+    return rotated + rotated[::-1]
+
+
+def one_round(order: list[str], r: int, args: argparse.Namespace) -> dict[str, Run]:
+    """Each setting's mean over its two runs of round r."""
+    runs: dict[str, list[Run]] = {v: [] for v in order}
+    for v in mirrored(order, r):
+        module = "bench.plain_script" if v == "plain" else "trainer.run_script"
+        runs[v].append(one_run(module, args, VARIANTS.get(v)))
+    return {
+        v: Run(statistics.fmean(x.rate for x in pair), statistics.fmean(x.cpu_ms for x in pair))
+        for v, pair in runs.items()
+    }
+
+
 def spread(values: list[float]) -> str:
     return f"min {min(values):.3f} / median {statistics.median(values):.3f} / max {max(values):.3f}"
 
@@ -111,13 +137,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--variants {args.variants!r}: choose from {', '.join(VARIANTS)}")
     runs: dict[str, list[Run]] = {"plain": [], **{v: [] for v in variants}}
     for r in range(args.rounds):
-        order = ["plain", *variants]
-        for v in order[r % len(order) :] + order[: r % len(order)]:  # rotated: a drifting load favours none
-            module = "bench.plain_script" if v == "plain" else "trainer.run_script"
-            runs[v].append(one_run(module, args, VARIANTS.get(v)))
+        for v, pair in one_round(["plain", *variants], r, args).items():
+            runs[v].append(pair)
         plain = runs["plain"][-1]
         print(
-            f"script-overhead round {r + 1}/{args.rounds}: plain {plain.rate:.1f} steps/s "
+            f"script-overhead round {r + 1}/{args.rounds} (two runs each, mean): plain {plain.rate:.1f} steps/s "
             f"{plain.cpu_ms:.1f} ms CPU/step, "
             + ", ".join(
                 f"{v} {x.rate:.1f} steps/s (ratio {x.rate / plain.rate:.3f}) {x.cpu_ms:.1f} ms CPU/step"
@@ -134,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu = [x.cpu_ms / p.cpu_ms for x, p in zip(runs[v], plain)]
         name = "(f) user fit script observed" if v == "observed" else f"(f) variant {v}"
         print(
-            f"{name} / plain steps/s over {args.rounds} interleaved rounds: {spread(rate)}"
+            f"{name} / plain steps/s over {args.rounds} mirrored rounds: {spread(rate)}"
             + (f" (target median >= {TARGET})" if v == "observed" else "")
             + f"; the chief's CPU per step / plain's: {spread(cpu)}"
             + f"; plain {spread([p.rate for p in plain])} steps/s; load {load}",

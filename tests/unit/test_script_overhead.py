@@ -21,3 +21,22 @@ def test_rate_and_cpu_per_step_leave_the_tracing_epoch_out():
 def test_no_epoch_lines_is_an_error_with_the_output():
     with pytest.raises(RuntimeError, match="no epoch timing lines"):
         so.measure("[chief] Traceback ...", steps_per_epoch=100)
+
+
+@pytest.mark.parametrize(
+    "pattern", [lambda i: 30.0 + i, lambda i: 26.0 if i % 2 else 35.0], ids=["drift", "alternation"]
+)
+@pytest.mark.parametrize("order", [["plain", "observed"], ["plain", "observed", "no-marks"]])
+def test_a_round_cancels_a_drift_and_an_alternation(monkeypatch, pattern, order):
+    """Identical settings measured under a load that drifts, or alternates slow-fast, come out equal:
+    each setting's mean is over positions i and n-1-i of the round."""
+    positions = iter(range(100))
+
+    def fake(module, args, extra=None):
+        rate = pattern(next(positions))
+        return so.Run(rate, 1000 / rate)
+
+    monkeypatch.setattr(so, "one_run", fake)
+    for r in range(3):
+        means = so.one_round(order, r, None)
+        assert len({round(m.rate, 9) for m in means.values()}) == 1, (r, means)
