@@ -19,8 +19,14 @@ bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: ratios (a
 	$(PY) -m bench.launch --workers $(WORKERS) --metrics-port 0 --module bench.overhead $(BENCH_ARGS)
 	$(PY) -m bench.script_overhead $(SCRIPT_BENCH_ARGS)
 
+.PHONY: iperf3
+iperf3: ## Install iperf3 from Debian's packages if missing (make bench-comm's TCP reference; root, apt; without it bench-comm runs with no reference)
+	@command -v iperf3 >/dev/null || { echo "iperf3: apt-get install iperf3"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iperf3 >/dev/null; } \
+	  || echo "iperf3: could not install it (not root, or no apt): bench-comm runs without the TCP reference"; }
+
 .PHONY: bench-comm
-bench-comm: $(VENV)/.stamp ## All-reduce sweep 4 KiB-64 MiB and mlp/cnn/ResNet-50 gradient lists (median, min-max, busbw per knob) next to iperf3 with TF's stream count; the stack's containers if up, else 2 local tasks (BENCH_COMM_ARGS=--where bridge: containers on a bridge); writes $(RUN_DIR)/bench-comm.{json,png}
+bench-comm: $(VENV)/.stamp iperf3 ## All-reduce sweep 4 KiB-64 MiB and mlp/cnn/ResNet-50 gradient lists (median, min-max, busbw per knob) next to iperf3 with TF's stream count; the stack's containers if up, else 2 local tasks (BENCH_COMM_ARGS=--where bridge: containers on a bridge); writes $(RUN_DIR)/bench-comm.{json,png}
 	$(PY) -m bench.comm --project $(PROJECT) --out $(RUN_DIR)/bench-comm $(BENCH_COMM_ARGS)
 
 .PHONY: scaling
