@@ -101,6 +101,7 @@ def one_round(order: list[str], r: int, args: argparse.Namespace) -> dict[str, R
     for v in mirrored(order, r):
         module = "bench.plain_script" if v == "plain" else "trainer.run_script"
         runs[v].append(one_run(module, args, VARIANTS.get(v)))
+        print(f"  {v}: {runs[v][-1].rate:.1f} steps/s, {runs[v][-1].cpu_ms:.1f} ms CPU/step", flush=True)
     return {
         v: Run(statistics.fmean(x.rate for x in pair), statistics.fmean(x.cpu_ms for x in pair))
         for v, pair in runs.items()

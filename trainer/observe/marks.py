@@ -5,9 +5,9 @@ too), and every `next(iterator)` of a distributed dataset through DistributedIte
 both build ops into the step function as it is traced. Wrapped, each adds two Timestamp ops around
 what it builds (the first a control input of it, the second after its outputs): the all-reduce's
 span (waiting for the slowest task included, as the built-in trainer's t1..t2) and the time the step
-waited for its batch. An all-reduce's pair goes into a ring of two variables the graph writes (_Ring)
-and the host reads once per call; a batch's pair is handed to the host by a stateful numpy_function
-as the batch arrives (the input step a stuck task is seen at). The hooks mark when a call of the
+waited for its batch. An all-reduce's span is added by the graph to a variable (_Sums: seconds and count)
+that the host reads when a call starts and when it returns; a batch's pair is handed to the host by
+a stateful numpy_function as the batch arrives (the input step a stuck task is seen at). The hooks mark when a call of the
 step function starts and read the marks when it returns (Recorder.call): compute is the rest of the
 call's host time. Every step is measured, not
 sampled, and no profiler runs.
@@ -24,16 +24,12 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-import time
 
 import numpy as np
 
 ALLREDUCE, INPUT = "allreduce", "input"
 _ALL_REDUCE_ARGS = ("self", "input_tensor", "control_input", "options")
 _GET_NEXT_ARGS = ("self", "name")
-RING_ROWS = 1 << 16
-"""All-reduce spans the ring holds between two reads: a call's own are its steps times the packs
-per step (70 for the fit seed script at steps_per_execution=10); 1 MiB of float64 pairs."""
 
 
 def union_seconds(spans: list[tuple[float, float]]) -> float:
@@ -47,13 +43,14 @@ def union_seconds(spans: list[tuple[float, float]]) -> float:
 
 
 class Marks:
-    """What the graph's numpy_functions hand over (from TensorFlow's executor threads)."""
+    """What the graph's marks hand over: spans from TensorFlow's executor threads (batches), sums in
+    a variable (all-reduces)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._spans: dict[str, list[tuple[float, float]]] = {ALLREDUCE: [], INPUT: []}
-        self._ring: _Ring | None = None
-        self._since = 0.0
+        self._sums: _Sums | None = None
+        self._base = (0.0, 0.0)
         self.seen = False
         """Whether any step function carried all-reduce marks: only then is the split measured."""
         self.batches = 0
@@ -66,83 +63,75 @@ class Marks:
             self._spans[kind].append((float(start), float(stop)))
             self.batches += kind == INPUT
 
-    def ring(self) -> _Ring:
-        """The all-reduce ring, created by the first all-reduce a step function builds."""
+    def sums(self) -> _Sums:
+        """The all-reduce sums, created by the first all-reduce a step function builds."""
         with self._lock:
-            if self._ring is None:
-                self._ring = _Ring()
-            return self._ring
+            if self._sums is None:
+                self._sums = _Sums()
+            return self._sums
 
     def clear(self) -> None:
-        """A call starts (or a tracing call ended): what was marked before now is not its own."""
+        """A call starts: what was marked before now (another function's all-reduces, an evaluate,
+        the tracing call) is not its own."""
+        self._reset(self._read())
+
+    def _read(self) -> tuple[float, float]:
+        return self._sums.read() if self._sums is not None else (0.0, 0.0)
+
+    def _reset(self, base: tuple[float, float]) -> None:
         with self._lock:
             for spans in self._spans.values():
                 spans.clear()
             self.batches = 0
-            self._since = time.time()  # the ring's rows are kept; those that start earlier are skipped
+            self._base = base
 
     def take(self) -> dict[str, float] | None:
         """Seconds of all-reduce and of input wait since clear(); None when no all-reduce was marked."""
+        now = self._read()
         with self._lock:
-            spans = {kind: list(s) for kind, s in self._spans.items()}
-            ring, since = self._ring, self._since
-        ringed = ring.read(since) if ring is not None else []
-        self.clear()
-        if ringed is None:  # the call wrote more than the ring holds: its all-reduce is not known
-            return None
-        spans[ALLREDUCE] += ringed
-        if not spans[ALLREDUCE]:
+            spans, base = {kind: list(s) for kind, s in self._spans.items()}, self._base
+        self._reset(now)  # read once: nothing is counted twice
+        if now[1] - base[1] <= 0 and not spans[ALLREDUCE]:
             return None
         self.seen = True
-        return {kind: union_seconds(s) for kind, s in spans.items()}
+        allreduce = now[0] - base[0] + union_seconds(spans[ALLREDUCE])  # the graph's, the host's
+        return {ALLREDUCE: allreduce, INPUT: union_seconds(spans[INPUT])}
 
 
-class _Ring:
-    """All-reduce spans that the graph writes into two variables (a counter and RING_ROWS pairs) and
-    the host reads once per call. Not a numpy_function per pack: that is a Python call under the GIL
-    in the middle of the step (~46 us of CPU each, measured, 7 per step in the fit seed script),
-    where a counter and a scatter cost ~10 us and no GIL. Rows are read from where the last read
-    stopped; the ones older than the call (another function's all-reduces, an evaluate) are skipped."""
+class _Sums:
+    """All-reduce seconds and count, summed by the graph into one variable the host reads at a call's
+    start and end. Not a numpy_function per all-reduce (a Python call under the GIL in the middle of
+    the step, ~46 us of CPU each, 7 per step in the fit seed script), nor a ring of rows (a counter,
+    an index and a scatter: four ops more per all-reduce, run in every step): a subtraction and an
+    add. The sum is the union of the spans: they never overlap, because the marks' Timestamp ops are
+    stateful without a resource, and automatic control dependencies run all such ops in program
+    order (each all-reduce's start mark after the previous one's end mark)."""
 
     def __init__(self) -> None:
         import tensorflow as tf
         from tensorflow.python.ops import resource_variable_ops
 
-        # Built while a step function traces: lifted out of it, and plain variables rather than
+        # Built while a step function traces: lifted out of it, and a plain variable rather than
         # whatever the strategy's scope would make of tf.Variable (a mirrored one, with a broadcast).
-        self.rows = RING_ROWS
         with tf.init_scope():
-            variable = functools.partial(resource_variable_ops.ResourceVariable, trainable=False)
-            self.count = variable(tf.constant(0, tf.int64), name="observe_marks_count")
-            self.spans = variable(tf.zeros((self.rows, 2), tf.float64), name="observe_marks_spans")
-        self._read = 0
+            self.sums = resource_variable_ops.ResourceVariable(
+                tf.zeros((2,), tf.float64), trainable=False, name="observe_marks_allreduce"
+            )
 
     def write(self, start, stop) -> None:
-        """In the graph: the pair into the next row (the counter's ops run in program order, as
-        automatic control dependencies chain every op of one variable)."""
+        """In the graph: the span's seconds and 1 added to the sums."""
         import tensorflow as tf
-        from tensorflow.python.ops import gen_state_ops
 
-        with tf.device(self.spans.device):  # beside the variables (a step built under a GPU's scope)
-            row = tf.math.floormod(self.count.assign_add(1) - 1, self.rows)
-            pair = tf.reshape(tf.stack([start, stop]), (1, 2))
-            gen_state_ops.resource_scatter_nd_update(self.spans.handle, tf.reshape(row, (1, 1)), pair)
+        with tf.device(self.sums.device):  # beside the variable (a step built under a GPU's scope)
+            self.sums.assign_add(tf.stack([stop - start, tf.constant(1.0, tf.float64)]))
 
-    def read(self, since: float) -> list[tuple[float, float]] | None:
-        """On the host, between calls: the rows written since the last read that start at `since` or
-        later; None when rows the call wrote were overwritten (more than RING_ROWS of them)."""
+    def read(self) -> tuple[float, float]:
+        """On the host, between calls: (seconds, count) so far."""
         import tensorflow as tf
 
         with tf.init_scope():
-            written = int(self.count.numpy())
-            previous, self._read = self._read, written
-            first = max(previous, written - self.rows)
-            if written == first:
-                return []
-            rows = self.spans.sparse_read(tf.range(first, written, dtype=tf.int64) % self.rows).numpy()
-        if first > previous and rows[0][0] >= since:  # the overwritten rows may have been the call's
-            return None
-        return [(float(a), float(b)) for a, b in rows if a >= since]
+            seconds, count = self.sums.numpy()
+        return float(seconds), float(count)
 
 
 def _markable() -> bool:
@@ -164,7 +153,7 @@ def _bracket(marks: Marks, kind: str, build, after):
     with tf.control_dependencies(after(result)):
         stop = tf.timestamp()
     if kind == ALLREDUCE:
-        marks.ring().write(start, stop)
+        marks.sums().write(start, stop)
         return result
     handed = tf.numpy_function(functools.partial(_hand, marks, kind), [start, stop], tf.bool, stateful=True)
     _independent(handed.op)
