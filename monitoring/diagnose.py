@@ -131,6 +131,18 @@ def to_json(d: verdict.Diagnosis) -> dict:
     }
 
 
+def unreachable_json(message: str) -> dict:
+    code = verdict.NO_DATA
+    return {
+        "verdict": verdict.NAMES[code],
+        "code": code,
+        "exit_code": verdict.EXIT_NO_DATA,
+        "error": message,
+        "cluster": None,
+        "tasks": {},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m monitoring.diagnose", description=__doc__.splitlines()[0])
     p.add_argument("--prometheus", default=os.environ.get("PROMETHEUS_URL", DEFAULT_URL))
@@ -151,7 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         sel = rules.selector(args.project, runs.resolve(prom, args.project, args.run) or "")
         results = {name: prom.query(expr) for name, expr in queries(sel).items()}
     except PrometheusError as err:
-        print(f"diagnose: cannot query Prometheus at {args.prometheus}: {err}", file=sys.stderr)
+        message = f"diagnose: cannot query Prometheus at {args.prometheus}: {err}"
+        print(message, file=sys.stderr)
+        if args.json:  # a script parses stdout: no data is still an answer (a stack just started)
+            print(json.dumps(unreachable_json(message), indent=2))
         return verdict.EXIT_NO_DATA
     gradient_bytes = max((_number(s["value"][1]) or 0 for s in results["allreduce_bytes"]), default=None)
     busbw, size = link_reference(args.bench, gradient_bytes)

@@ -190,4 +190,14 @@ def test_unreachable_prometheus_exit_2(capsys):
     assert "cannot query Prometheus" in capsys.readouterr().err
 
 
+def test_unreachable_prometheus_still_gives_json_to_a_script(capsys):
+    """JSON=1 is for scripts: a Prometheus that does not answer yet (a stack just started) is no-data
+    in JSON too, not an empty stdout a script fails to parse (CI's test_runs did, right after `make up`)."""
+    assert diagnose.main(["--prometheus", "http://127.0.0.1:9", "--json"]) == 2
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["verdict"] == "no-data" and doc["exit_code"] == 2 and doc["tasks"] == {}
+    assert "cannot query Prometheus" in doc["error"] and "cannot query Prometheus" in err
+
+
 # The verdict rules' promtool unit tests run with every other rule test in test_monitoring_rules.py.
