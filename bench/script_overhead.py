@@ -1,34 +1,40 @@
 """What observing a user's script costs (`make bench`): a user's `model.fit` script's steps/s under
 the SCRIPT= wrapper (trainer.run_script: hooks, every step's split marked in its graph, metrics
-served, as a team gets it by default) / the same script run plainly, both as a local chief + workers cluster, rounds interleaved
-(each round runs every setting twice, mirrored: plain, observed, observed, plain; the next round
-rotated). Steps/s comes from the script's own epoch timing line (tests/scripts/fit_cnn.py prints
-each epoch's seconds); the first epoch (tracing) is left out.
+served, as a team gets it by default) / the same script run plainly, each a local chief + worker
+cluster. Steps/s comes from the script's own epoch timing lines (tests/scripts/fit_cnn.py prints
+each epoch's seconds and CPU seconds); the first epoch (tracing) is left out.
 
-Why mirrored: one cluster's rate differs from the next's by far more than what is measured (six
-plain runs in a row, chief + 2 workers on 2 cores: 26.1-35.1 steps/s), and a drift within a round
-(or a slow-fast alternation) favours whoever runs at the favoured positions; each setting's mean over
-positions i and n-1-i cancels a linear drift and a period-2 pattern. Why chief + 1 worker by default:
-one task per core, as in a deployment; three TF processes on two cores measured the scheduler (round
-ratios 0.79-1.62 for the same wrapper).
+Time-sliced: every round starts one cluster per setting, lets them trace together, then runs them in
+turns (SIGSTOP/SIGCONT of their tasks, `--slice` seconds each, one cluster at a time) until one
+finishes; each cluster's rate is its epochs over the time it was running. Why: this machine's own
+speed moves by up to 2x from one second to the next with nothing of ours running (a pure-Python loop
+on an idle machine: 107-208 ms a lap; with both vCPUs busy a steady ~210 ms: the vCPUs share a
+core with each other or a neighbour), so runs one after another (as this bench did, mirrored ABBA)
+measured the machine (round ratios 0.83-1.16, a plain run 37.8-60.7 steps/s); turns of half a second
+give every setting the same machine. The cost: each resume refills caches, so rates are ~10 % below
+an unsliced run's, for every setting alike. Plain against plain (--variants plain) measures the
+method's own spread: 0.986-1.008 over 3 rounds.
 
-    python -m bench.script_overhead [--rounds 5] [--workers 1] [--epochs 8] [--steps-per-epoch 100]
-                                    [--variants observed,no-marks,no-server]
+    python -m bench.script_overhead [--rounds 5] [--workers 1] [--epochs 20] [--steps-per-epoch 100]
+                                    [--slice 0.5] [--variants observed,no-marks,no-server,plain]
 
 Variants besides `observed` (as a team gets it) take parts away, to show what each costs: no-marks
 (TRAINER_SPLIT_MARKS=0: the hooks and the metrics server, no split), no-server (no marks and no
-metrics server: the hooks alone). Each runs in every round, interleaved with the others, the order
-rotated each round (a load that drifts during a round would favour whoever runs last).
+metrics server: the hooks alone), plain (a second plain cluster: the method's null).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,34 +42,28 @@ from trainer.observe.config import ObserveConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
-EPOCH = re.compile(r"^\[chief\] epoch (\d+) done, loss [\d.]+, ([\d.]+) s, ([\d.]+) s CPU$", re.M)
+EPOCH = re.compile(r"^\[chief\] epoch (\d+) done, loss [\d.]+, ([\d.]+) s, ([\d.]+) s CPU$")
+PID = re.compile(r"^\[launch\] \S+: pid (\d+),")
 TARGET = 0.97
 VARIANTS = {
     "observed": {},
     "no-marks": {"TRAINER_SPLIT_MARKS": "0"},
     "no-server": {"TRAINER_SPLIT_MARKS": "0", "TRAINER_METRICS_PORT": "0"},
+    "plain-again": {},
 }
-"""The observed runs' extra environment, by name (`observed`: the wrapper's defaults)."""
+"""The observed runs' extra environment, by name (`observed`: the wrapper's defaults; `plain-again`:
+a second plain cluster, the method's null)."""
 
 
 @dataclass(frozen=True)
 class Run:
     rate: float
-    """The chief's steps/s over every epoch but the first."""
+    """The chief's steps/s over the epochs counted."""
     cpu_ms: float
-    """The chief process's CPU ms per step (all threads) over the same epochs: what observing costs
-    whatever else shares the cores, which moves the rate on a loaded machine."""
+    """The chief process's CPU ms per step (all threads) over the same epochs."""
 
 
-def measure(stdout: str, steps_per_epoch: int) -> Run:
-    epochs = [(float(s), float(cpu)) for epoch, s, cpu in EPOCH.findall(stdout) if int(epoch) > 0]
-    if not epochs:
-        raise RuntimeError(f"no epoch timing lines in the run's output:\n{stdout[-2000:]}")
-    steps = steps_per_epoch * len(epochs)
-    return Run(steps / sum(s for s, _ in epochs), 1e3 * sum(c for _, c in epochs) / steps)
-
-
-def one_run(module: str, args: argparse.Namespace, extra: dict[str, str] | None = None) -> Run:
+def _environment(args: argparse.Namespace, extra: dict[str, str] | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
     env.update(
         TF_CPP_MIN_LOG_LEVEL="2",
@@ -73,39 +73,117 @@ def one_run(module: str, args: argparse.Namespace, extra: dict[str, str] | None 
         TRAINER_SPLIT_PERIOD_S=str(args.period),
         **(extra or {}),
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.launch",
-        "--workers",
-        str(args.workers),
-        "--module",
-        module,
-        str(SCRIPT),
-    ]
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200, check=False)
-    if out.returncode:
-        raise RuntimeError(f"{module} exited {out.returncode}:\n{out.stdout[-2000:]}")
-    return measure(out.stdout, args.steps_per_epoch)
+    return env
 
 
-def mirrored(order: list[str], r: int) -> list[str]:
-    """Round r's runs: the settings rotated by r, then the same in reverse (ABBA)."""
-    rotated = order[r % len(order) :] + order[: r % len(order)]
-    return rotated + rotated[::-1]
+class Cluster:
+    """One setting's local cluster (bench.launch), its output read as it comes: the tasks' pids (to
+    stop and resume them; the launcher keeps running, so a line arrives when it is printed) and when
+    each of the chief's epoch lines arrived."""
+
+    def __init__(self, variant: str, args: argparse.Namespace) -> None:
+        module = "bench.plain_script" if variant.startswith("plain") else "trainer.run_script"
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.launch",
+            "--workers",
+            str(args.workers),
+            "--module",
+            module,
+            str(SCRIPT),
+        ]
+        self.variant, self.tasks = variant, args.workers + 1
+        self.pids: list[int] = []
+        self.epochs: list[tuple[float, float]] = []
+        """(arrival time, CPU seconds) of every epoch line after the first (tracing) one."""
+        self.log: list[str] = []
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=_environment(args, VARIANTS.get(variant)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            now = time.monotonic()
+            self.log.append(line)
+            if m := PID.match(line):
+                self.pids.append(int(m.group(1)))
+            elif (m := EPOCH.match(line.rstrip("\n"))) and int(m.group(1)) > 0:
+                self.epochs.append((now, float(m.group(3))))
+
+    def ready(self) -> bool:
+        """Every task started and the chief's tracing epoch done."""
+        return len(self.pids) == self.tasks and bool(self.epochs)
+
+    def signal(self, sig: int) -> None:
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def check(self) -> None:
+        code = self.proc.poll()
+        if code:
+            raise RuntimeError(f"{self.variant} exited {code}:\n{''.join(self.log[-40:])}")
+
+
+def active_seconds(turns: list[tuple[float, float]], start: float, stop: float) -> float:
+    """Seconds of the turns (start, stop) that fall between start and stop."""
+    return sum(max(0.0, min(b, stop) - max(a, start)) for a, b in turns)
+
+
+def sliced_run(
+    epochs: list[tuple[float, float]], turns: list[tuple[float, float]], end: float, steps_per_epoch: int
+) -> Run:
+    """A cluster's rate and CPU per step over the epochs that ended during its turns: from the first
+    such epoch line to the last, over the time it ran between them."""
+    inside = [(t, cpu) for t, cpu in epochs if turns and turns[0][0] <= t <= end]
+    if len(inside) < 2:
+        raise RuntimeError(f"{len(inside)} epoch lines during the turns: raise --epochs")
+    steps = steps_per_epoch * (len(inside) - 1)
+    active = active_seconds(turns, inside[0][0], inside[-1][0])
+    return Run(steps / active, 1e3 * sum(cpu for _, cpu in inside[1:]) / steps)
 
 
 def one_round(order: list[str], r: int, args: argparse.Namespace) -> dict[str, Run]:
-    """Each setting's mean over its two runs of round r."""
-    runs: dict[str, list[Run]] = {v: [] for v in order}
-    for v in mirrored(order, r):
-        module = "bench.plain_script" if v == "plain" else "trainer.run_script"
-        runs[v].append(one_run(module, args, VARIANTS.get(v)))
-        print(f"  {v}: {runs[v][-1].rate:.1f} steps/s, {runs[v][-1].cpu_ms:.1f} ms CPU/step", flush=True)
-    return {
-        v: Run(statistics.fmean(x.rate for x in pair), statistics.fmean(x.cpu_ms for x in pair))
-        for v, pair in runs.items()
-    }
+    """Round r: one cluster per setting, traced together, then run in turns, the order rotated by r."""
+    order = order[r % len(order) :] + order[: r % len(order)]
+    clusters = [Cluster(v, args) for v in order]
+    turns: dict[str, list[tuple[float, float]]] = {v: [] for v in order}
+    try:
+        while not all(c.ready() for c in clusters):
+            for c in clusters:
+                c.check()
+            time.sleep(0.05)
+        for c in clusters:
+            c.signal(signal.SIGSTOP)
+        turn = 0
+        while all(c.proc.poll() is None for c in clusters):
+            c = clusters[turn % len(clusters)]
+            turn += 1
+            c.signal(signal.SIGCONT)
+            start = time.monotonic()
+            time.sleep(args.slice)
+            c.signal(signal.SIGSTOP)
+            turns[c.variant].append((start, time.monotonic()))
+        end = time.monotonic()
+    finally:
+        for c in clusters:
+            c.signal(signal.SIGCONT)
+    for c in clusters:
+        c.proc.wait(timeout=600)
+        c.reader.join(timeout=10)
+        c.check()
+    runs = {c.variant: sliced_run(c.epochs, turns[c.variant], end, args.steps_per_epoch) for c in clusters}
+    for v, x in runs.items():
+        print(f"  {v}: {x.rate:.1f} steps/s, {x.cpu_ms:.1f} ms CPU/step ({len(turns[v])} turns)", flush=True)
+    return runs
 
 
 def spread(values: list[float]) -> str:
@@ -116,9 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.script_overhead", description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=20, help="per cluster; the turns end when one finishes")
     p.add_argument("--steps-per-epoch", type=int, default=100)
     p.add_argument("--steps-per-execution", type=int, default=10)
+    p.add_argument(
+        "--slice", type=float, default=0.5, help="seconds of each cluster's turn (default %(default)s)"
+    )
     p.add_argument(
         "--period",
         type=float,
@@ -132,17 +213,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
-    if args.rounds < 1 or args.epochs < 2:
-        p.error("--rounds must be 1 or more and --epochs 2 or more (the first epoch is not counted)")
+    if args.rounds < 1 or args.epochs < 4 or args.slice <= 0:
+        p.error("--rounds must be 1 or more, --epochs 4 or more (the first is tracing) and --slice above 0")
     if not variants or set(variants) - set(VARIANTS):
         p.error(f"--variants {args.variants!r}: choose from {', '.join(VARIANTS)}")
     runs: dict[str, list[Run]] = {"plain": [], **{v: [] for v in variants}}
     for r in range(args.rounds):
-        for v, pair in one_round(["plain", *variants], r, args).items():
-            runs[v].append(pair)
+        for v, run in one_round(["plain", *variants], r, args).items():
+            runs[v].append(run)
         plain = runs["plain"][-1]
         print(
-            f"script-overhead round {r + 1}/{args.rounds} (two runs each, mean): plain {plain.rate:.1f} steps/s "
+            f"script-overhead round {r + 1}/{args.rounds} (in turns of {args.slice} s): plain {plain.rate:.1f} steps/s "
             f"{plain.cpu_ms:.1f} ms CPU/step, "
             + ", ".join(
                 f"{v} {x.rate:.1f} steps/s (ratio {x.rate / plain.rate:.3f}) {x.cpu_ms:.1f} ms CPU/step"
@@ -159,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu = [x.cpu_ms / p.cpu_ms for x, p in zip(runs[v], plain)]
         name = "(f) user fit script observed" if v == "observed" else f"(f) variant {v}"
         print(
-            f"{name} / plain steps/s over {args.rounds} mirrored rounds: {spread(rate)}"
+            f"{name} / plain steps/s over {args.rounds} time-sliced rounds: {spread(rate)}"
             + (f" (target median >= {TARGET})" if v == "observed" else "")
             + f"; the chief's CPU per step / plain's: {spread(cpu)}"
             + f"; plain {spread([p.rate for p in plain])} steps/s; load {load}",

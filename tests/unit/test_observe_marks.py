@@ -1,6 +1,7 @@
 """The marks a step function's graph carries (trainer/observe/marks.py), built and run by real
-TensorFlow in one process: the all-reduce spans are summed in a variable by the graph and reach the
-host once per call, with no Python call in the step; the input marks are still handed over as each batch comes."""
+TensorFlow in one process: the all-reduce and input spans are summed in variables by the graph and
+reach the host once per call, with no Python call in the step; the batches taken are readable while
+the call runs."""
 
 from __future__ import annotations
 
@@ -68,13 +69,15 @@ def test_an_all_reduce_before_the_call_is_not_its_own():
     assert sink.take() is None
 
 
-def test_the_all_reduce_marks_run_no_python_in_the_step():
+def test_the_marks_run_no_python_in_the_step():
     """A numpy_function per pack was ~46 us of CPU under the GIL each (7 per step of the fit seed
-    script), a ring of rows four ops more per pack than a subtraction and an add."""
-    sink = marks.Marks()
-    ops = _op_types(_step_function(sink), tf.constant(1.0))
-    assert ops.count("PyFunc") == PACKS  # the slow ops of this test only
-    assert ops.count("AssignAddVariableOp") == PACKS and "ResourceScatterNdUpdate" not in ops
+    script), a ring of rows four ops more per pack than a subtraction and an add; a numpy_function per
+    batch cost ~4 % of a 2-task custom loop's steps/s."""
+    for kind in (marks.ALLREDUCE, marks.INPUT):
+        sink = marks.Marks()
+        ops = _op_types(_step_function(sink, kind), tf.constant(1.0))
+        assert ops.count("PyFunc") == PACKS, kind  # the slow ops of this test only
+        assert ops.count("AssignAddVariableOp") == PACKS and "ResourceScatterNdUpdate" not in ops
 
 
 def test_the_sum_of_the_spans_is_their_union_even_for_independent_all_reduces():
@@ -100,12 +103,30 @@ def test_the_sum_of_the_spans_is_their_union_even_for_independent_all_reduces():
     assert 2 * SLEEP_S <= taken <= wall, (taken, wall)
 
 
-def test_a_batch_is_handed_over_as_it_arrives():
-    """The input step of a task blocked mid-call (trainer_input_step) counts batches as they come."""
-    sink, x = marks.Marks(), tf.constant(1.0)
-    call = _step_function(sink, marks.INPUT)
+def test_a_batch_is_counted_as_it_arrives_and_readable_while_the_call_runs():
+    """The input step of a task blocked mid-call (trainer_input_step, read by the metrics scrape from
+    another thread) counts batches as they come."""
+    sink, x, seen = marks.Marks(), tf.constant(1.0), []
+
+    def look(v):
+        seen.append(sink.batches)  # from TensorFlow's thread, inside the running call
+        return v
+
+    @tf.function
+    def call(v):
+        for _ in tf.range(STEPS):
+            for _ in range(PACKS):
+                build = lambda: tf.ensure_shape(tf.numpy_function(look, [v], tf.float32), ())  # noqa: E731,B023
+                v = marks._bracket(sink, marks.INPUT, build, lambda out: [out])
+        return v
+
+    call(x)  # traces and creates the variable
     sink.clear()
+    seen.clear()
     call(x)
+    # The k-th batch's wait sees the batches before it; the previous one's add may still be queued.
+    assert seen == sorted(seen) and all(k - 1 <= n <= k for k, n in enumerate(seen)), seen
+    assert seen[-1] > 0
     assert sink.batches == PACKS * STEPS
     assert sink.take() is None  # no all-reduce marked: no split
     assert sink.batches == 0
@@ -115,7 +136,7 @@ def test_the_sums_are_written_beside_their_variable_under_a_gpu_scope():
     """A step built under `tf.device('/gpu:0')` (the GPU image's trainer, a user's script) still
     adds to the sums on the CPU that holds them."""
     sink = marks.Marks()
-    sink.sums()  # created outside the scope, as the first trace does under init_scope
+    sink.sums(marks.ALLREDUCE)  # created outside the scope, as the first trace does under init_scope
 
     @tf.function
     def call(x):

@@ -1,42 +1,41 @@
-"""bench/script_overhead.py reads the user's script's own epoch lines: rate and CPU per step, the
-tracing epoch left out (tests/scripts/fit_cnn.py prints them)."""
+"""bench/script_overhead.py runs each setting's cluster in turns and rates each by the time it ran:
+the epochs that ended during the turns, over the turns' seconds between the first and the last."""
 
 import pytest
 
 from bench import script_overhead as so
 
-OUT = """[chief] epoch 0 done, loss 0.6931, 9.000 s, 12.000 s CPU
-[worker-0] epoch 0 done, loss 0.6931, 9.000 s, 12.000 s CPU
-[chief] epoch 1 done, loss 0.5000, 2.000 s, 3.000 s CPU
-[chief] epoch 2 done, loss 0.4000, 3.000 s, 5.000 s CPU
-"""
+
+def test_active_seconds_counts_only_the_turns_inside_the_window():
+    turns = [(0.0, 1.0), (2.0, 3.0), (4.0, 5.0)]
+    assert so.active_seconds(turns, 0.5, 4.5) == pytest.approx(0.5 + 1.0 + 0.5)
+    assert so.active_seconds(turns, 1.0, 2.0) == 0.0
 
 
-def test_rate_and_cpu_per_step_leave_the_tracing_epoch_out():
-    run = so.measure(OUT, steps_per_epoch=100)
-    assert run.rate == pytest.approx(200 / 5.0)
-    assert run.cpu_ms == pytest.approx(1e3 * 8.0 / 200)
+def test_a_cluster_is_rated_by_the_time_it_ran_not_the_time_that_passed():
+    """Epoch lines at 1.0 (before the turns: tracing together), 2.5, 6.5, 10.5; turns of 1 s every
+    2 s from 2.0: between 2.5 and 10.5 it ran 4 s of 8, for 200 steps."""
+    turns = [(2.0 + 2 * i, 3.0 + 2 * i) for i in range(5)]
+    epochs = [(1.0, 9.0), (2.5, 1.0), (6.5, 2.0), (10.5, 3.0)]
+    run = so.sliced_run(epochs, turns, end=12.0, steps_per_epoch=100)
+    assert run.rate == pytest.approx(200 / 4.0)
+    assert run.cpu_ms == pytest.approx(1e3 * 5.0 / 200)
 
 
-def test_no_epoch_lines_is_an_error_with_the_output():
-    with pytest.raises(RuntimeError, match="no epoch timing lines"):
-        so.measure("[chief] Traceback ...", steps_per_epoch=100)
+def test_epochs_after_the_turns_ended_are_not_counted():
+    turns = [(0.0, 1.0), (2.0, 3.0)]
+    epochs = [(0.5, 1.0), (2.5, 1.0), (5.0, 1.0)]  # the last ran freely after the turns ended at 3.0
+    assert so.sliced_run(epochs, turns, end=3.0, steps_per_epoch=100).rate == pytest.approx(100 / 1.0)
 
 
-@pytest.mark.parametrize(
-    "pattern", [lambda i: 30.0 + i, lambda i: 26.0 if i % 2 else 35.0], ids=["drift", "alternation"]
-)
-@pytest.mark.parametrize("order", [["plain", "observed"], ["plain", "observed", "no-marks"]])
-def test_a_round_cancels_a_drift_and_an_alternation(monkeypatch, pattern, order):
-    """Identical settings measured under a load that drifts, or alternates slow-fast, come out equal:
-    each setting's mean is over positions i and n-1-i of the round."""
-    positions = iter(range(100))
+def test_too_few_epochs_in_the_turns_is_an_error_naming_the_fix():
+    with pytest.raises(RuntimeError, match="raise --epochs"):
+        so.sliced_run([(0.5, 1.0)], [(0.0, 1.0)], end=1.0, steps_per_epoch=100)
 
-    def fake(module, args, extra=None):
-        rate = pattern(next(positions))
-        return so.Run(rate, 1000 / rate)
 
-    monkeypatch.setattr(so, "one_run", fake)
-    for r in range(3):
-        means = so.one_round(order, r, None)
-        assert len({round(m.rate, 9) for m in means.values()}) == 1, (r, means)
+def test_the_epoch_line_and_the_launchers_pid_line_are_read():
+    m = so.EPOCH.match("[chief] epoch 3 done, loss 0.5000, 2.000 s, 3.000 s CPU")
+    assert m and m.group(1) == "3" and m.group(3) == "3.000"
+    assert not so.EPOCH.match("[worker-0] epoch 3 done, loss 0.5000, 2.000 s, 3.000 s CPU")
+    pid = so.PID.match("[launch] worker-0: pid 4242, 127.0.0.1:1234, metrics off")
+    assert pid and pid.group(1) == "4242"

@@ -5,12 +5,12 @@ too), and every `next(iterator)` of a distributed dataset through DistributedIte
 both build ops into the step function as it is traced. Wrapped, each adds two Timestamp ops around
 what it builds (the first a control input of it, the second after its outputs): the all-reduce's
 span (waiting for the slowest task included, as the built-in trainer's t1..t2) and the time the step
-waited for its batch. An all-reduce's span is added by the graph to a variable (_Sums: seconds and count)
-that the host reads when a call starts and when it returns; a batch's pair is handed to the host by
-a stateful numpy_function as the batch arrives (the input step a stuck task is seen at). The hooks mark when a call of the
+waited for its batch. Each span is added by the graph to its kind's variable (_Sums: seconds and
+count), which the host reads when a call starts and when it returns, and the metrics scrape reads for
+the batches taken so far (the input step a stuck task is seen at). The hooks mark when a call of the
 step function starts and read the marks when it returns (Recorder.call): compute is the rest of the
-call's host time. Every step is measured, not
-sampled, and no profiler runs.
+call's host time. Every step is measured, not sampled; no profiler runs and no Python is called in
+the step.
 
 Not marked (the sampled split, sampler.py, remains for them when turned on): steps compiled with
 XLA (`jit_compile=True`: no Timestamp kernel there), eager all-reduces, and a batch fetched eagerly
@@ -25,89 +25,66 @@ import functools
 import inspect
 import threading
 
-import numpy as np
-
 ALLREDUCE, INPUT = "allreduce", "input"
 _ALL_REDUCE_ARGS = ("self", "input_tensor", "control_input", "options")
 _GET_NEXT_ARGS = ("self", "name")
 
 
-def union_seconds(spans: list[tuple[float, float]]) -> float:
-    """Seconds covered by the spans, overlaps counted once (packs all-reduced concurrently)."""
-    total, end = 0.0, float("-inf")
-    for start, stop in sorted(spans):
-        if stop > end:
-            total += stop - max(start, end)
-            end = stop
-    return total
-
-
 class Marks:
-    """What the graph's marks hand over: spans from TensorFlow's executor threads (batches), sums in
-    a variable (all-reduces)."""
+    """What the graph's marks hand over: for each kind, seconds and count summed in a variable."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._spans: dict[str, list[tuple[float, float]]] = {ALLREDUCE: [], INPUT: []}
-        self._sums: _Sums | None = None
-        self._base = (0.0, 0.0)
+        self._sums: dict[str, _Sums] = {}
+        self._base = {ALLREDUCE: (0.0, 0.0), INPUT: (0.0, 0.0)}
         self.seen = False
         """Whether any step function carried all-reduce marks: only then is the split measured."""
-        self.batches = 0
-        """Batches the running call has taken so far (its input marks): handed over as each batch
-        arrives, while the call still runs, so a task blocked in its input is seen behind its peers
-        (trainer_input_step, trainer/supervise.py) even when every task is frozen in the collective."""
 
-    def add(self, kind: str, start, stop) -> None:
+    def sums(self, kind: str) -> _Sums:
+        """The kind's sums, created by the first mark of that kind a step function builds."""
         with self._lock:
-            self._spans[kind].append((float(start), float(stop)))
-            self.batches += kind == INPUT
+            if kind not in self._sums:
+                self._sums[kind] = _Sums(kind)
+            return self._sums[kind]
 
-    def sums(self) -> _Sums:
-        """The all-reduce sums, created by the first all-reduce a step function builds."""
-        with self._lock:
-            if self._sums is None:
-                self._sums = _Sums()
-            return self._sums
+    @property
+    def batches(self) -> int:
+        """Batches the running call has taken so far (its input marks): the graph adds each as it
+        arrives, while the call still runs, and this reads the variable from any thread (the metrics
+        scrape), so a task blocked in its input is seen behind its peers (trainer_input_step,
+        trainer/supervise.py) even when every task is frozen in the collective."""
+        return round(self._read(INPUT)[1] - self._base[INPUT][1])
 
     def clear(self) -> None:
         """A call starts: what was marked before now (another function's all-reduces, an evaluate,
         the tracing call) is not its own."""
-        self._reset(self._read())
+        self._base = {kind: self._read(kind) for kind in self._base}
 
-    def _read(self) -> tuple[float, float]:
-        return self._sums.read() if self._sums is not None else (0.0, 0.0)
-
-    def _reset(self, base: tuple[float, float]) -> None:
-        with self._lock:
-            for spans in self._spans.values():
-                spans.clear()
-            self.batches = 0
-            self._base = base
+    def _read(self, kind: str) -> tuple[float, float]:
+        sums = self._sums.get(kind)
+        return sums.read() if sums is not None else (0.0, 0.0)
 
     def take(self) -> dict[str, float] | None:
         """Seconds of all-reduce and of input wait since clear(); None when no all-reduce was marked."""
-        now = self._read()
-        with self._lock:
-            spans, base = {kind: list(s) for kind, s in self._spans.items()}, self._base
-        self._reset(now)  # read once: nothing is counted twice
-        if now[1] - base[1] <= 0 and not spans[ALLREDUCE]:
+        now, base = {kind: self._read(kind) for kind in self._base}, self._base
+        self._base = now  # read once: nothing is counted twice
+        if now[ALLREDUCE][1] - base[ALLREDUCE][1] <= 0:
             return None
         self.seen = True
-        allreduce = now[0] - base[0] + union_seconds(spans[ALLREDUCE])  # the graph's, the host's
-        return {ALLREDUCE: allreduce, INPUT: union_seconds(spans[INPUT])}
+        return {kind: now[kind][0] - base[kind][0] for kind in now}
 
 
 class _Sums:
-    """All-reduce seconds and count, summed by the graph into one variable the host reads at a call's
-    start and end. Not a numpy_function per all-reduce (a Python call under the GIL in the middle of
-    the step, ~46 us of CPU each, 7 per step in the fit seed script), nor a ring of rows (a counter,
-    an index and a scatter: four ops more per all-reduce, run in every step): a subtraction and an
-    add. The sum is the union of the spans: they never overlap, because the marks' Timestamp ops are
-    stateful without a resource, and automatic control dependencies run all such ops in program
-    order (each all-reduce's start mark after the previous one's end mark)."""
+    """A kind's seconds and count, summed by the graph into one variable the host reads at a call's
+    start and end (and the scrape, for the batches). Not a numpy_function per mark (a Python call
+    under the GIL in the middle of the step: ~46 us of CPU each, 7 all-reduces per step in the fit
+    seed script, and the input's one per batch cost ~4 % of a 2-task custom loop's step rate), nor a
+    ring of rows (a counter, an index and a scatter: four ops more per mark, run in every step): a
+    subtraction and an add. The sum is the union of the spans: they never overlap, because the marks'
+    Timestamp ops are stateful without a resource, and automatic control dependencies run all such
+    ops in program order (each mark's start after the previous one's end)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str) -> None:
         import tensorflow as tf
         from tensorflow.python.ops import resource_variable_ops
 
@@ -115,18 +92,19 @@ class _Sums:
         # whatever the strategy's scope would make of tf.Variable (a mirrored one, with a broadcast).
         with tf.init_scope():
             self.sums = resource_variable_ops.ResourceVariable(
-                tf.zeros((2,), tf.float64), trainable=False, name="observe_marks_allreduce"
+                tf.zeros((2,), tf.float64), trainable=False, name=f"observe_marks_{kind}"
             )
 
     def write(self, start, stop) -> None:
-        """In the graph: the span's seconds and 1 added to the sums."""
+        """In the graph (or eagerly): the span's seconds and 1 added to the sums."""
         import tensorflow as tf
 
         with tf.device(self.sums.device):  # beside the variable (a step built under a GPU's scope)
-            self.sums.assign_add(tf.stack([stop - start, tf.constant(1.0, tf.float64)]))
+            span = tf.convert_to_tensor(stop, tf.float64) - tf.convert_to_tensor(start, tf.float64)
+            self.sums.assign_add(tf.stack([span, tf.constant(1.0, tf.float64)]), read_value=False)
 
     def read(self) -> tuple[float, float]:
-        """On the host, between calls: (seconds, count) so far."""
+        """On the host, between calls or from another thread: (seconds, count) so far."""
         import tensorflow as tf
 
         with tf.init_scope():
@@ -152,29 +130,8 @@ def _bracket(marks: Marks, kind: str, build, after):
         result = build()
     with tf.control_dependencies(after(result)):
         stop = tf.timestamp()
-    if kind == ALLREDUCE:
-        marks.sums().write(start, stop)
-        return result
-    handed = tf.numpy_function(functools.partial(_hand, marks, kind), [start, stop], tf.bool, stateful=True)
-    _independent(handed.op)
+    marks.sums(kind).write(start, stop)
     return result
-
-
-def _independent(op) -> None:
-    """Out of the chain automatic control dependencies put every stateful op in (program order): else
-    the next all-reduce's start mark waits for this hand-over (a Python call under the GIL), which put
-    it between consecutive collectives (seen in the traced graph: Timestamp_4 <- PyFunc_1). It still
-    runs before the function returns."""
-    from tensorflow.python.framework import ops
-
-    manager = getattr(ops.get_default_graph(), "experimental_acd_manager", None)
-    if manager is not None:
-        manager.run_independently(op)
-
-
-def _hand(marks: Marks, kind: str, start, stop):
-    marks.add(kind, start, stop)
-    return np.bool_(True)
 
 
 def _tensors(value) -> list:
