@@ -11,16 +11,16 @@ speed moves by up to 2x from one second to the next with nothing of ours running
 on an idle machine: 107-208 ms a lap; with both vCPUs busy a steady ~210 ms: the vCPUs share a
 core with each other or a neighbour), so runs one after another (as this bench did, mirrored ABBA)
 measured the machine (round ratios 0.83-1.16, a plain run 37.8-60.7 steps/s); turns of half a second
-give every setting the same machine. The cost: each resume refills caches, so rates are ~10 % below
-an unsliced run's, for every setting alike. Plain against plain (--variants plain) measures the
-method's own spread: 0.986-1.008 over 3 rounds.
+give every setting the same machine. Each resume refills caches; whatever that costs, every setting
+pays it alike (the rates are not comparable with an unsliced run's). Plain against plain (--variants plain-again) measures the
+method's own spread: 0.995-1.024 over 3 rounds at load 6-8 (docs/script.md#what-it-costs).
 
     python -m bench.script_overhead [--rounds 5] [--workers 1] [--epochs 20] [--steps-per-epoch 100]
-                                    [--slice 0.5] [--variants observed,no-marks,no-server,plain]
+                                    [--slice 0.5] [--variants observed,no-marks,no-server,plain-again]
 
 Variants besides `observed` (as a team gets it) take parts away, to show what each costs: no-marks
 (TRAINER_SPLIT_MARKS=0: the hooks and the metrics server, no split), no-server (no marks and no
-metrics server: the hooks alone), plain (a second plain cluster: the method's null).
+metrics server: the hooks alone), plain-again (a second plain cluster: the method's null).
 """
 
 from __future__ import annotations
