@@ -127,10 +127,13 @@ class Cluster:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
-    def check(self) -> None:
+    def check(self, *, running: bool = False) -> None:
+        """Raise, with the cluster's last lines, if it failed (or, `running`: if it ended at all)."""
         code = self.proc.poll()
-        if code:
-            raise RuntimeError(f"{self.variant} exited {code}:\n{''.join(self.log[-40:])}")
+        if code or (running and code is not None):
+            raise RuntimeError(
+                f"{self.variant} exited {code} (before its turns: {running}):\n{''.join(self.log[-40:])}"
+            )
 
 
 def active_seconds(turns: list[tuple[float, float]], start: float, stop: float) -> float:
@@ -159,7 +162,7 @@ def one_round(order: list[str], r: int, args: argparse.Namespace) -> dict[str, R
     try:
         while not all(c.ready() for c in clusters):
             for c in clusters:
-                c.check()
+                c.check(running=True)  # one that ended before its tracing epoch would never be ready
             time.sleep(0.05)
         for c in clusters:
             c.signal(signal.SIGSTOP)

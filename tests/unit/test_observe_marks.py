@@ -136,7 +136,7 @@ def test_the_sums_are_written_beside_their_variable_under_a_gpu_scope():
     """A step built under `tf.device('/gpu:0')` (the GPU image's trainer, a user's script) still
     adds to the sums on the CPU that holds them."""
     sink = marks.Marks()
-    sink.sums(marks.ALLREDUCE)  # created outside the scope, as the first trace does under init_scope
+    sink.sums()  # created outside the scope, as the first trace does under init_scope
 
     @tf.function
     def call(x):

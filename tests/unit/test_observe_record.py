@@ -92,9 +92,9 @@ def test_marked_calls_export_their_own_split_every_step():
     registry = CollectorRegistry()
     rec = Recorder(Metrics(registry, TaskId("worker", 1)), clock=lambda: 100.0)
     rec.begin_call()
-    rec.marks.sums(marks.ALLREDUCE).write(10.0, 10.3)  # what the graph adds, here eagerly
-    rec.marks.sums(marks.ALLREDUCE).write(10.3, 10.4)
-    rec.marks.sums(marks.INPUT).write(9.9, 10.0)
+    rec.marks.sums().write(marks.ALLREDUCE, 10.0, 10.3)  # what the graph adds, here eagerly
+    rec.marks.sums().write(marks.ALLREDUCE, 10.3, 10.4)
+    rec.marks.sums().write(marks.INPUT, 9.9, 10.0)
     rec.call(1.0, 10, global_step=10)
     assert _value(registry, c.ALLREDUCE.sum) == pytest.approx(0.4)
     assert _value(registry, c.INPUT_WAIT.sum) == pytest.approx(0.1)
@@ -106,7 +106,7 @@ def test_a_call_that_traced_counts_its_steps_but_not_its_time():
     registry = CollectorRegistry()
     rec = Recorder(Metrics(registry, TaskId("worker", 1)), clock=lambda: 100.0)
     rec.begin_call()
-    rec.marks.sums(marks.ALLREDUCE).write(10.0, 10.3)
+    rec.marks.sums().write(marks.ALLREDUCE, 10.0, 10.3)
     rec.traced(10, global_step=10, examples_per_step=None, loss=None)  # seen: 14 s to trace
     assert _value(registry, c.STEPS.name) == 10 and _value(registry, c.GLOBAL_STEP.name) == 10
     assert _value(registry, c.STEP.count) == 0 and _value(registry, c.ALLREDUCE.count) == 0
@@ -131,7 +131,7 @@ def test_the_input_step_moves_with_each_batch_taken_inside_a_call_and_never_step
     assert _value(registry, c.INPUT_STEP.name) == 10
     rec.begin_call()
     for i in range(3):  # the running call's graph hands each batch over as it arrives
-        rec.marks.sums(marks.INPUT).write(i, i + 0.5)
+        rec.marks.sums().write(marks.INPUT, i, i + 0.5)
     assert _value(registry, c.INPUT_STEP.name) == 13  # a task blocked in its input stays behind
     rec.call(1.0, 10, global_step=20)
     assert _value(registry, c.INPUT_STEP.name) == 20

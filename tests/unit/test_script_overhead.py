@@ -39,3 +39,18 @@ def test_the_epoch_line_and_the_launchers_pid_line_are_read():
     assert not so.EPOCH.match("[worker-0] epoch 3 done, loss 0.5000, 2.000 s, 3.000 s CPU")
     pid = so.PID.match("[launch] worker-0: pid 4242, 127.0.0.1:1234, metrics off")
     assert pid and pid.group(1) == "4242"
+
+
+def test_a_cluster_that_ended_before_its_turns_is_an_error_not_a_wait_forever():
+    """The round waits for every cluster's tracing epoch; one that exited 0 without printing it (a
+    script that changed its output) would keep that wait going for ever."""
+
+    class Ended:
+        def poll(self):
+            return 0
+
+    cluster = object.__new__(so.Cluster)
+    cluster.variant, cluster.proc, cluster.log = "plain", Ended(), ["[chief] done\n"]
+    cluster.check()  # exit 0 after the turns: fine
+    with pytest.raises(RuntimeError, match="exited 0 \\(before its turns: True\\)"):
+        cluster.check(running=True)

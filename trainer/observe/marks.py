@@ -5,9 +5,9 @@ too), and every `next(iterator)` of a distributed dataset through DistributedIte
 both build ops into the step function as it is traced. Wrapped, each adds two Timestamp ops around
 what it builds (the first a control input of it, the second after its outputs): the all-reduce's
 span (waiting for the slowest task included, as the built-in trainer's t1..t2) and the time the step
-waited for its batch. Each span is added by the graph to its kind's variable (_Sums: seconds and
-count), which the host reads when a call starts and when it returns, and the metrics scrape reads for
-the batches taken so far (the input step a stuck task is seen at). The hooks mark when a call of the
+waited for its batch. Each span is added by the graph to its kind's slots of one variable (_Sums:
+seconds and count), which the host reads when a call starts and when it returns, and the metrics
+scrape reads for the batches taken so far (the input step a stuck task is seen at). The hooks mark when a call of the
 step function starts and read the marks when it returns (Recorder.call): compute is the rest of the
 call's host time. Every step is measured, not sampled; no profiler runs and no Python is called in
 the step.
@@ -31,21 +31,21 @@ _GET_NEXT_ARGS = ("self", "name")
 
 
 class Marks:
-    """What the graph's marks hand over: for each kind, seconds and count summed in a variable."""
+    """What the graph's marks hand over: each kind's seconds and count, summed in one variable."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sums: dict[str, _Sums] = {}
-        self._base = {ALLREDUCE: (0.0, 0.0), INPUT: (0.0, 0.0)}
+        self._sums: _Sums | None = None
+        self._base = _ZERO
         self.seen = False
         """Whether any step function carried all-reduce marks: only then is the split measured."""
 
-    def sums(self, kind: str) -> _Sums:
-        """The kind's sums, created by the first mark of that kind a step function builds."""
+    def sums(self) -> _Sums:
+        """The sums, created by the first mark a step function builds."""
         with self._lock:
-            if kind not in self._sums:
-                self._sums[kind] = _Sums(kind)
-            return self._sums[kind]
+            if self._sums is None:
+                self._sums = _Sums()
+            return self._sums
 
     @property
     def batches(self) -> int:
@@ -53,20 +53,19 @@ class Marks:
         arrives, while the call still runs, and this reads the variable from any thread (the metrics
         scrape), so a task blocked in its input is seen behind its peers (trainer_input_step,
         trainer/supervise.py) even when every task is frozen in the collective."""
-        return round(self._read(INPUT)[1] - self._base[INPUT][1])
+        return round(self._read()[INPUT][1] - self._base[INPUT][1])
 
     def clear(self) -> None:
         """A call starts: what was marked before now (another function's all-reduces, an evaluate,
         the tracing call) is not its own."""
-        self._base = {kind: self._read(kind) for kind in self._base}
+        self._base = self._read()
 
-    def _read(self, kind: str) -> tuple[float, float]:
-        sums = self._sums.get(kind)
-        return sums.read() if sums is not None else (0.0, 0.0)
+    def _read(self) -> dict[str, tuple[float, float]]:
+        return self._sums.read() if self._sums is not None else _ZERO
 
     def take(self) -> dict[str, float] | None:
         """Seconds of all-reduce and of input wait since clear(); None when no all-reduce was marked."""
-        now, base = {kind: self._read(kind) for kind in self._base}, self._base
+        now, base = self._read(), self._base
         self._base = now  # read once: nothing is counted twice
         if now[ALLREDUCE][1] - base[ALLREDUCE][1] <= 0:
             return None
@@ -74,17 +73,22 @@ class Marks:
         return {kind: now[kind][0] - base[kind][0] for kind in now}
 
 
+_ZERO = {ALLREDUCE: (0.0, 0.0), INPUT: (0.0, 0.0)}
+_SLOT = {ALLREDUCE: 0, INPUT: 2}
+"""Where each kind's (seconds, count) sits in the variable."""
+
+
 class _Sums:
-    """A kind's seconds and count, summed by the graph into one variable the host reads at a call's
-    start and end (and the scrape, for the batches). Not a numpy_function per mark (a Python call
-    under the GIL in the middle of the step: ~46 us of CPU each, 7 all-reduces per step in the fit
-    seed script, and the input's one per batch cost ~4 % of a 2-task custom loop's step rate), nor a
-    ring of rows (a counter, an index and a scatter: four ops more per mark, run in every step): a
+    """Each kind's seconds and count, summed by the graph into one variable the host reads at a
+    call's start and end (and the scrape, for the batches). Not a numpy_function per mark (a Python
+    call under the GIL in the middle of the step: ~46 us of CPU each, 7 all-reduces per step in the
+    fit seed script, and the input's one per batch cost ~4 % of a 2-task custom loop's step rate), nor
+    a ring of rows (a counter, an index and a scatter: four ops more per mark, run in every step): a
     subtraction and an add. The sum is the union of the spans: they never overlap, because the marks'
     Timestamp ops are stateful without a resource, and automatic control dependencies run all such
     ops in program order (each mark's start after the previous one's end)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self) -> None:
         import tensorflow as tf
         from tensorflow.python.ops import resource_variable_ops
 
@@ -92,24 +96,26 @@ class _Sums:
         # whatever the strategy's scope would make of tf.Variable (a mirrored one, with a broadcast).
         with tf.init_scope():
             self.sums = resource_variable_ops.ResourceVariable(
-                tf.zeros((2,), tf.float64), trainable=False, name=f"observe_marks_{kind}"
+                tf.zeros((4,), tf.float64), trainable=False, name="observe_marks"
             )
 
-    def write(self, start, stop) -> None:
-        """In the graph (or eagerly): the span's seconds and 1 added to the sums."""
+    def write(self, kind: str, start, stop) -> None:
+        """In the graph (or eagerly): the span's seconds and 1 added to the kind's slots."""
         import tensorflow as tf
 
         with tf.device(self.sums.device):  # beside the variable (a step built under a GPU's scope)
             span = tf.convert_to_tensor(stop, tf.float64) - tf.convert_to_tensor(start, tf.float64)
-            self.sums.assign_add(tf.stack([span, tf.constant(1.0, tf.float64)]), read_value=False)
+            one, zero = tf.constant(1.0, tf.float64), tf.constant(0.0, tf.float64)
+            row = [zero, zero, span, one] if _SLOT[kind] else [span, one, zero, zero]
+            self.sums.assign_add(tf.stack(row), read_value=False)
 
-    def read(self) -> tuple[float, float]:
-        """On the host, between calls or from another thread: (seconds, count) so far."""
+    def read(self) -> dict[str, tuple[float, float]]:
+        """On the host, between calls or from another thread: each kind's (seconds, count) so far."""
         import tensorflow as tf
 
         with tf.init_scope():
-            seconds, count = self.sums.numpy()
-        return float(seconds), float(count)
+            values = [float(v) for v in self.sums.numpy()]
+        return {kind: (values[i], values[i + 1]) for kind, i in _SLOT.items()}
 
 
 def _markable() -> bool:
@@ -130,7 +136,7 @@ def _bracket(marks: Marks, kind: str, build, after):
         result = build()
     with tf.control_dependencies(after(result)):
         stop = tf.timestamp()
-    marks.sums(kind).write(start, stop)
+    marks.sums().write(kind, start, stop)
     return result
 
 
