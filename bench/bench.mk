@@ -1,7 +1,7 @@
 # Host-side tools that run the trainer as local processes: the local launcher and the benchmarks.
 # Included by the top Makefile; RUN_DIR and PROJECT come from compose/compose.mk, PY from the top Makefile.
 
-BENCH_ARGS ?= --rounds 5 --bench-steps 400
+BENCH_ARGS ?= --rounds 7 --bench-steps 800
 SCRIPT_BENCH_ARGS ?= --rounds 5 --workers 1
 TRAIN_ARGS ?= --steps 300 --log-every 50
 BENCH_COMM_ARGS ?=

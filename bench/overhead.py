@@ -2,18 +2,21 @@
 over the rounds of each ratio (each ratio is taken within one round, so slow drifts cancel):
 
   (a) instrumented loop / the same fused steps untimed, same steps per call and packing  (target >= 0.97)
-  (b) our instrumented loop / tf-keras model.fit compiled with steps_per_execution = our steps per call,
-      one long fit per round timed by a batch-end callback after its warm-up; the TensorFlow tutorial's
-      custom loop (1 step per call) is printed too                                       (target >= 1.0)
+  (b) our instrumented loop / tf-keras model.fit compiled with steps_per_execution = our steps per call
+      (one long fit, its turn ending at every batch end); the TensorFlow tutorial's custom loop (1 step
+      per call) is printed too                                                           (target >= 1.0)
   (c) compute and all-reduce from the marks vs TensorFlow's profiler trace (bench/tracecheck.py),
       on the `cnn` task                                                                  (target <= 10%)
   (d) --allreduce-mode overlap vs serial on `cnn` with packing: step-time ratio, and the all-reduce metric
       of each (serial: the whole all-reduce; overlap: its exposed part)
   (e) bfloat16 / float32 all-reduce time of a ResNet-50-like payload (161 tensors, 25.6 M parameters)
 
-Modes alternate within each round (A B C, then C B A, ...) on the same cluster; each first runs
-settling steps.
-Not a test: on 2 shared cores the numbers move by 10% from run to run.
+The modes run in turns of one call each (bench/turns.py, in an order drawn each cycle) on the same
+cluster, every mode in its own thread keeping its loop's state; a round is --bench-steps of each, and
+a first round (tracing, settling) is not counted. Turns, not whole modes one after another: this
+machine's speed moves by up to 2x from one second to the next, which modes timed seconds apart
+measured (round ratios 0.81-1.12). The untimed mode run twice ("again") is the method's own null.
+Not a test: a benchmark prints, it does not assert.
 
     python -m bench.launch --workers 2 --metrics-port 0 --module bench.overhead [--rounds 5]
 """
@@ -23,9 +26,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -33,7 +38,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from prometheus_client import CollectorRegistry
 
-from bench import payloads, tracecheck
+from bench import payloads, tracecheck, turns
 from trainer import agreement, loop, progress, step, tasks, training
 from trainer import config as config_lib
 from trainer.checkpoint import NoCheckpoints
@@ -41,14 +46,22 @@ from trainer.cluster import CHIEF, TaskId, parse_tf_config
 from trainer.metrics import Metrics
 
 
-def _untimed(fns, iterator, steps: int, per_call: int) -> None:
-    for done in range(0, steps, per_call):
-        fns.plain(iterator, min(per_call, steps - done))[1].numpy()
+def _calls(call: Callable[[], object], per_turn: int = 1) -> turns.Mode:
+    """A mode making `per_turn` calls of `call` a turn."""
+
+    def mode(turn) -> None:
+        while True:
+            for _ in range(per_turn):
+                call()
+            turn()
+
+    return mode
 
 
-def _instrumented(fns, iterator, steps: int, per_call: int, sink) -> None:
-    """The trainer's own loop (Controller, progress action) over `steps`; `sink` = (metrics, timings,
-    measure_every): the loop's metrics are forwarded to real ones, so their cost counts."""
+def _instrumented(fns, iterator, per_call: int, sink) -> turns.Mode:
+    """The trainer's own loop (Controller, progress action), one call a turn; `sink` = (metrics,
+    timings, measure_every): the loop's metrics are forwarded to real ones, so their cost counts.
+    One Controller for the whole run: its count of calls (which one is timed) goes on across turns."""
     metrics, timings, measure_every = sink
 
     class Keep:  # records what the loop reports, and forwards it to real metrics (their cost counts)
@@ -62,7 +75,7 @@ def _instrumented(fns, iterator, steps: int, per_call: int, sink) -> None:
 
     settings = loop.LoopSettings(
         task_name="bench",
-        steps=steps,
+        steps=ENDLESS,
         steps_per_call=per_call,
         measure_every=measure_every,
         save_every=0,
@@ -70,12 +83,23 @@ def _instrumented(fns, iterator, steps: int, per_call: int, sink) -> None:
         classify=False,
         record_ids=False,
     )
-    lines = progress.ProgressLog(progress.Job("bench", steps, 1), every=steps)  # as in training
-    logging.disable(logging.INFO)
-    loop.Controller(
-        fns=fns, checkpoints=NoCheckpoints(), metrics=Keep(), settings=settings, actions=(lines,)
-    ).train(iterator, 0)
-    logging.disable(logging.NOTSET)
+    lines = progress.ProgressLog(progress.Job("bench", ENDLESS, 1), every=ENDLESS)  # as in training
+
+    def mode(turn) -> None:
+        controller = loop.Controller(
+            fns=fns,
+            checkpoints=NoCheckpoints(),
+            metrics=Keep(),
+            settings=settings,
+            actions=(lines, lambda _: turn()),
+        )
+        controller.train(iterator, 0)
+
+    return mode
+
+
+ENDLESS = 10**12
+"""Steps of a mode's loop: more than any run makes; the schedule stops it (turns.Stop)."""
 
 
 def _one_step_per_call(strategy, task, optimizer, global_batch):
@@ -107,30 +131,24 @@ def _auto_steps_per_call(strategy, fns, iterator) -> int:
     return int(max(row[0] for row in agreement.gather(strategy, [float(k)])))
 
 
-class _FitClock(tf.keras.callbacks.Callback):
-    """Batch-end times of one fit: with steps_per_execution k it fires every k steps."""
+class _TurnEachExecution(tf.keras.callbacks.Callback):
+    """A turn at every batch end: with steps_per_execution k, after every k steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, turn) -> None:
         super().__init__()
-        self.ends: list[tuple[int, float]] = []
+        self.turn = turn
 
     def on_train_batch_end(self, batch, logs=None):
-        self.ends.append((batch, time.perf_counter()))
+        self.turn()
 
 
-def _fit_rate(model, data, settle: int, steps: int) -> float:
-    """Steps per second of one long fit, after its first `settle` steps (tracing, input warm-up)."""
-    clock = _FitClock()
-    model.fit(data, epochs=1, steps_per_epoch=settle + steps, verbose=0, callbacks=[clock])
-    start = next((t, b) for b, t in clock.ends if b + 1 >= settle)
-    return (clock.ends[-1][0] - start[1]) / (clock.ends[-1][1] - start[0])
+def _fit(model, data, k: int) -> turns.Mode:
+    def mode(turn) -> None:
+        model.fit(
+            data, epochs=1, steps_per_epoch=ENDLESS // k * k, verbose=0, callbacks=[_TurnEachExecution(turn)]
+        )
 
-
-def _timed_rate(run, settle: int, steps: int) -> float:
-    run(settle)
-    start = time.perf_counter()
-    run(steps)
-    return steps / (time.perf_counter() - start)
+    return mode
 
 
 def _build(config, strategy, task_name: str, options: step.StepOptions, replicas: int):
@@ -157,8 +175,8 @@ def _fit_model(config, strategy, task, replicas: int, k: int):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.overhead")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--bench-steps", type=int, default=400, help="steps per mode per round")
-    p.add_argument("--cnn-steps", type=int, default=60, help="steps per mode per round of (c) and (d) on cnn")
+    p.add_argument("--bench-steps", type=int, default=400, help="steps per mlp mode per round")
+    p.add_argument("--cnn-per-call", type=int, default=20, help="steps per call (and turn) of (d) on cnn")
     p.add_argument("--pack", type=int, default=256 * 1024, help="bytes per pack of (d)")
     p.add_argument(
         "--sample-every",
@@ -170,21 +188,40 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _interleave(modes: dict, rounds: int, timings: dict) -> dict[str, list[float]]:
-    """Steps per second of every mode, the modes interleaved over `rounds` rounds; round 0 traces
-    every function and is not counted (nor are the timings it kept)."""
-    rates = {name: [] for name in modes}
-    for r in range(rounds):
-        # Odd rounds run the modes in reverse: a mode's place in the round (after which function, at
-        # which phase of the input pipeline's prefetch) then favours no mode over the rounds.
-        for name, run in list(modes.items())[:: -1 if r % 2 else 1]:
-            rate = run()
-            if r:
-                rates[name].append(rate)
+def _schedule(modes: turns.Turns, names: list[str], cycles: tuple[int, int], rounds: int, timings: dict):
+    """Seconds of every mode per round: each cycle gives every mode one turn, in an order drawn
+    afresh each cycle from a seed every task shares (same collectives, same order). Why drawn: a
+    turn's time depends on the turn before it (the same function warm, or another model whose turn
+    let this input pipeline's prefetch fill): with the order fixed or mirrored, the same untimed mode
+    run twice differed by 2 % (measured). Round 0 (`cycles[0]` cycles) traces every function and
+    settles the input pipelines; neither it nor the timings it kept count."""
+    seconds = {name: [] for name in names}
+    for r in range(rounds + 1):
+        spent = dict.fromkeys(names, 0.0)
+        for c in range(cycles[0] if r == 0 else cycles[1]):
+            for name in random.Random(f"{r}/{c}").sample(names, len(names)):
+                spent[name] += modes.turn(name)
         if r == 0:
             for kept in timings.values():
                 kept.clear()
-    return rates
+            continue
+        for name in names:
+            seconds[name].append(spent[name])
+    return seconds
+
+
+def _rates(modes: dict[str, tuple[int, turns.Mode]], args, k: int, timings: dict) -> dict[str, list[float]]:
+    """Steps per second of every mode (name -> (steps a turn, mode)) per round, run in turns."""
+    if args.skip_rates:
+        return {}
+    cycles = (max(2, -(-args.bench_steps // 5 // k)), max(1, -(-args.bench_steps // k)))
+    logging.disable(logging.INFO)  # the loops' lines, as a job with --log-every far apart
+    try:
+        with turns.Turns({name: mode for name, (_, mode) in modes.items()}) as running:
+            seconds = _schedule(running, list(modes), cycles, args.rounds, timings)
+    finally:
+        logging.disable(logging.NOTSET)
+    return {name: [steps * cycles[1] / t for t in seconds[name]] for name, (steps, _) in modes.items()}
 
 
 def main(argv=None) -> int:
@@ -204,43 +241,37 @@ def main(argv=None) -> int:
         mode: _build(config, strategy, "cnn", replace(options, mode=mode, bytes_per_pack=args.pack), replicas)
         for mode in ("serial", "overlap")
     }
-    n, settle, cn = args.bench_steps, max(k, args.bench_steps // 5), args.cnn_steps
-    cnn_k = max(1, min(k, cn // 3))
+    cnn_k = args.cnn_per_call
     timings = {"ours": [], "serial": [], "overlap": []}
-    modes = {  # name -> () -> steps per second
-        "untimed fused steps": lambda: _timed_rate(lambda m: _untimed(fns, iterator, m, k), settle, n),
-        "instrumented loop": lambda: _timed_rate(
-            lambda m: _instrumented(fns, iterator, m, k, (metrics, timings["ours"], 1)), settle, n
+    untimed = _calls(lambda: fns.plain(iterator, k)[1].numpy())
+    modes = {  # name -> (steps a turn, mode)
+        "untimed fused steps": (k, untimed),
+        "instrumented loop": (k, _instrumented(fns, iterator, k, (metrics, timings["ours"], 1))),
+        f"instrumented, 1 call in {args.sample_every} timed": (
+            k,
+            _instrumented(fns, iterator, k, (metrics, [], args.sample_every)),
         ),
-        f"instrumented, 1 call in {args.sample_every} timed": lambda: _timed_rate(
-            lambda m: _instrumented(fns, iterator, m, k, (metrics, [], args.sample_every)), settle, n
-        ),
-        f"model.fit, steps_per_execution {k}": lambda: _fit_rate(fit_model, fit_data, settle, n),
-        "tutorial custom loop, 1 per call": lambda: _timed_rate(
-            lambda m: [classic(iterator) for _ in range(m)], settle, n
-        ),
-        "cnn serial": lambda: _timed_rate(
-            lambda m: _instrumented(
-                cnn["serial"][2], cnn["serial"][3], m, cnn_k, (metrics, timings["serial"], 1)
-            ),
+        f"model.fit, steps_per_execution {k}": (k, _fit(fit_model, fit_data, k)),
+        "tutorial custom loop, 1 per call": (k, _calls(lambda: classic(iterator), k)),
+        "cnn serial": (
             cnn_k,
-            cn,
+            _instrumented(cnn["serial"][2], cnn["serial"][3], cnn_k, (metrics, timings["serial"], 1)),
         ),
-        "cnn overlap": lambda: _timed_rate(
-            lambda m: _instrumented(
-                cnn["overlap"][2], cnn["overlap"][3], m, cnn_k, (metrics, timings["overlap"], 1)
-            ),
+        "cnn overlap": (
             cnn_k,
-            cn,
+            _instrumented(cnn["overlap"][2], cnn["overlap"][3], cnn_k, (metrics, timings["overlap"], 1)),
         ),
+        "untimed fused steps again": (k, untimed),  # the same mode in another place: the method's null
     }
-    rates = _interleave(modes, 0 if args.skip_rates else args.rounds + 1, timings)
-    if chief and not args.skip_rates:  # first what is measured, in case a later part fails
+    rates = _rates(modes, args, k, timings)
+    if chief and rates:  # first what is measured, in case a later part fails
         header = (
             f"bench: {replicas} replicas, task {config.task}, per-replica batch {config.per_replica_batch}, "
-            f"{k} steps per call, {args.rounds} rounds x {args.bench_steps} steps per mode; "
+            f"{k} steps per call, {args.rounds} rounds x {-(-args.bench_steps // k)} turns of one call per mode, "
+            "the modes in turns; "
         )
         print(_report(header, args, k, rates, timings), flush=True)
+    agreement.gather(strategy, [0.0])  # all tasks out of the turns (a fit's exit takes seconds) before (c)
     trace = tracecheck.check(cnn["serial"][2], cnn["serial"][3], TRACE_STEPS, chief)
     payload = _compression(strategy, args.rounds)
     if chief:
@@ -279,13 +310,13 @@ def _ms(timings, part: str) -> float:
 
 
 def _report(header: str, args, k, rates, timings) -> str:
-    names = list(rates)
-    untimed, timed, sampled, fit, tutorial, serial, overlap = names
+    untimed, timed, sampled, fit, tutorial, serial, overlap, again = list(rates)
     lines = [f"{header}ratios as min / median / max over the rounds; load average {os.getloadavg()[0]:.1f}"]
     lines += [f"  {name:<40} {statistics.median(v):8.1f} steps/s (median)" for name, v in rates.items()]
     lines += [
         f"(a) instrumented / untimed, {k} per call:          {_spread(_ratios(rates, timed, untimed))} (target >= 0.97)",
         f"    1 call in {args.sample_every} timed / untimed:            {_spread(_ratios(rates, sampled, untimed))}",
+        f"    null: untimed again / untimed:              {_spread(_ratios(rates, again, untimed))} (the method's own spread)",
         f"(b) ours / model.fit at steps_per_execution {k}: {_spread(_ratios(rates, timed, fit))} (target >= 1.0)",
         f"    ours / tutorial custom loop:                {_spread(_ratios(rates, timed, tutorial))}",
     ]

@@ -30,6 +30,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -43,7 +44,7 @@ from trainer.observe.config import ObserveConfig
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
 EPOCH = re.compile(r"^\[chief\] epoch (\d+) done, loss [\d.]+, ([\d.]+) s, ([\d.]+) s CPU$")
-PID = re.compile(r"^\[launch\] \S+: pid (\d+),")
+PID = re.compile(r"^\[launch\] \S+: pid (\d+), ([\d.]+):(\d+),")
 TARGET = 0.97
 VARIANTS = {
     "observed": {},
@@ -95,6 +96,7 @@ class Cluster:
         ]
         self.variant, self.tasks = variant, args.workers + 1
         self.pids: list[int] = []
+        self.ports: list[tuple[str, int]] = []
         self.epochs: list[tuple[float, float]] = []
         """(arrival time, CPU seconds) of every epoch line after the first (tracing) one."""
         self.log: list[str] = []
@@ -115,8 +117,13 @@ class Cluster:
             self.log.append(line)
             if m := PID.match(line):
                 self.pids.append(int(m.group(1)))
+                self.ports.append((m.group(2), int(m.group(3))))
             elif (m := EPOCH.match(line.rstrip("\n"))) and int(m.group(1)) > 0:
                 self.epochs.append((now, float(m.group(3))))
+
+    def listening(self) -> bool:
+        """Every task's server has bound its cluster port (the next cluster may draw ports then)."""
+        return len(self.ports) == self.tasks and all(_accepts(addr) for addr in self.ports)
 
     def ready(self) -> bool:
         """Every task started and the chief's tracing epoch done."""
@@ -134,6 +141,26 @@ class Cluster:
             raise RuntimeError(
                 f"{self.variant} exited {code} (before its turns: {running}):\n{''.join(self.log[-40:])}"
             )
+
+
+def _accepts(addr: tuple[str, int]) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(addr, timeout=1):
+        return True
+    return False
+
+
+def start_one_after_another(variants: list[str], args: argparse.Namespace) -> list[Cluster]:
+    """The clusters, each started once the one before has bound its ports: a launcher draws free
+    ports and frees them for its tasks to bind, so two launchers started together could draw the same
+    port (a round of `make bench` (f) died "Could not start gRPC server" so, 2026-12-02)."""
+    clusters: list[Cluster] = []
+    for v in variants:
+        for c in clusters[-1:]:
+            while not c.listening():
+                c.check(running=True)
+                time.sleep(0.1)
+        clusters.append(Cluster(v, args))
+    return clusters
 
 
 def active_seconds(turns: list[tuple[float, float]], start: float, stop: float) -> float:
@@ -157,7 +184,7 @@ def sliced_run(
 def one_round(order: list[str], r: int, args: argparse.Namespace) -> dict[str, Run]:
     """Round r: one cluster per setting, traced together, then run in turns, the order rotated by r."""
     order = order[r % len(order) :] + order[: r % len(order)]
-    clusters = [Cluster(v, args) for v in order]
+    clusters = start_one_after_another(order, args)
     turns: dict[str, list[tuple[float, float]]] = {v: [] for v in order}
     try:
         while not all(c.ready() for c in clusters):

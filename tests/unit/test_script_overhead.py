@@ -38,7 +38,29 @@ def test_the_epoch_line_and_the_launchers_pid_line_are_read():
     assert m and m.group(1) == "3" and m.group(3) == "3.000"
     assert not so.EPOCH.match("[worker-0] epoch 3 done, loss 0.5000, 2.000 s, 3.000 s CPU")
     pid = so.PID.match("[launch] worker-0: pid 4242, 127.0.0.1:1234, metrics off")
-    assert pid and pid.group(1) == "4242"
+    assert pid and pid.group(1) == "4242" and pid.group(2, 3) == ("127.0.0.1", "1234")
+
+
+def test_a_cluster_is_listening_once_every_tasks_port_accepts():
+    """The next cluster is started only then: launchers started together drew the same free port."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    bound = server.getsockname()
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    unbound = free.getsockname()
+    free.close()
+    c = object.__new__(so.Cluster)
+    c.tasks, c.ports = 2, [bound]
+    assert not c.listening()  # one task's line not read yet
+    c.ports = [bound, unbound]
+    assert not c.listening()
+    c.ports = [bound, bound]
+    assert c.listening()
+    server.close()
 
 
 def test_a_cluster_that_ended_before_its_turns_is_an_error_not_a_wait_forever():
