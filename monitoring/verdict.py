@@ -61,8 +61,10 @@ EXIT_HEALTHY, EXIT_PROBLEM, EXIT_NO_DATA = 0, 1, 2
 
 ADVICE = {
     HEALTHY: [
-        "Compute dominates: the cluster does what it should. To go faster, add replicas or use a "
-        "faster device; check `make scaling` for where adding workers stops paying."
+        "No verdict's threshold is crossed. To go faster, add replicas or use a faster device; check "
+        "`make scaling` for where adding workers stops paying. When the largest part of the step is "
+        "all-reduce or input wait (above), its verdict's advice applies before the threshold: "
+        "`make bench-comm` and docs/communication.md, or docs/data.md."
     ],
     COMMUNICATION: [
         "Amortise the all-reduce: a larger --per-replica-batch does more compute per byte exchanged.",
@@ -393,9 +395,26 @@ def _communication(judged, _named, _ratios, link) -> tuple[list[str], list[str]]
     ]
 
 
+PARTS = {"compute": "compute_share", "all-reduce": "allreduce_share", "input wait": "input_share"}
+"""The parts of a step, each with its TaskSample share."""
+
+
+def _healthy(judged, _named, _ratios, _link) -> tuple[list[str], list[str]]:
+    """Lead: the largest part of the step, so that "healthy" is not read as "compute-bound" (a
+    cluster whose all-reduce is 49-51% of every step is healthy at these thresholds)."""
+    shares = {part: [s for t in judged if (s := getattr(t, key)) is not None] for part, key in PARTS.items()}
+    shares = {part: values for part, values in shares.items() if values}
+    if not shares:
+        return [], []
+    largest = max(shares, key=lambda part: statistics.median(shares[part]))
+    low, high = min(shares[largest]), max(shares[largest])
+    spread = _pct(low) if _pct(low) == _pct(high) else f"{_pct(low)}-{_pct(high)}"
+    return [f"no threshold crossed; the largest part of the step is {largest} ({spread} on the tasks)"], []
+
+
 def _input(_judged, named, _ratios, _link) -> tuple[list[str], list[str]]:
     return [f"input wait above {_pct(INPUT_SHARE)} of the step on {', '.join(named)}"], []
 
 
-EXPLAIN = {STRAGGLER: _straggler, COMMUNICATION: _communication, INPUT: _input}
+EXPLAIN = {HEALTHY: _healthy, STRAGGLER: _straggler, COMMUNICATION: _communication, INPUT: _input}
 """Verdict -> the evidence lines it adds before and after the named tasks' own."""
