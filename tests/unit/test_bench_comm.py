@@ -304,3 +304,14 @@ def test_format_rounds_gives_each_clusters_median_of_the_slowest_task():
     chief = {"variant": "v", "payload": "cnn", "size": 4, "samples": [1e-3, 3e-3, 2e-3, 10e-3, 10e-3, 10e-3]}
     worker = {**chief, "samples": [2e-3, 1e-3, 1e-3, 10e-3, 20e-3, 30e-3]}
     assert bc.format_rounds([chief, worker], repeats=3).splitlines()[1].split()[-2:] == ["2.00", "20.00"]
+
+
+def test_the_turn_order_is_drawn_per_repeat_and_the_same_in_every_task():
+    variants = ["RING/0", "AUTO/0", "RING/1MiB", "RING/16MiB"]
+    orders = [sweep.turn_order("cnn", r, variants) for r in range(20)]
+    assert all(sorted(o) == sorted(variants) for o in orders)
+    assert orders == [
+        sweep.turn_order("cnn", r, list(variants)) for r in range(20)
+    ]  # a fresh task draws the same
+    assert {o[0] for o in orders} == set(variants)  # nobody always goes first
+    assert variants == ["RING/0", "AUTO/0", "RING/1MiB", "RING/16MiB"]  # the caller's list is left alone

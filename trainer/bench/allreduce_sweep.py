@@ -2,8 +2,9 @@
 
 Runs where a trainer task runs (inside the trainer image, or a local process), started by the host
 driver bench/comm.py with TF_CONFIG set. Builds a MultiWorkerMirroredStrategy and, per
-knob setting (CommunicationOptions implementation and bytes_per_pack) and payload, times chained
-all-reduces of a tensor list: TENSORS equal tensors per size of the sweep, and the gradient-shaped
+payload, times chained all-reduces of a tensor list under every knob setting (CommunicationOptions
+implementation and bytes_per_pack), the settings in turns (one call each, in an order drawn per
+repeat): TENSORS equal tensors per size of the sweep, and the gradient-shaped
 lists the driver passes (`--shapes`, JSON {name: [shape, ...]}: the tasks' models, ResNet-50), so
 that a pack holds several tensors as in training. Every repeat's time is reported (the driver prints
 the spread). Prints one line `BENCH_RESULT {json}` that the driver collects. Only the standard
@@ -16,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import random
 import resource
 import statistics
 import sys
@@ -87,31 +89,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     impl = tf.distribute.experimental.CommunicationImplementation
-    timings = []
-    for variant in args.variants.split(","):
-        name, pack = variant.split("/")
-        options = tf.distribute.experimental.CommunicationOptions(
-            implementation=getattr(impl, name), bytes_per_pack=parse_bytes(pack)
+    options = {
+        variant: tf.distribute.experimental.CommunicationOptions(
+            implementation=getattr(impl, variant.split("/")[0]),
+            bytes_per_pack=parse_bytes(variant.split("/")[1]),
         )
-        for payload, shapes in payloads(args.sizes, json.loads(args.shapes)):
-            size = 4 * sum(math.prod(s) for s in shapes)
-            samples, cpu, faults = _time_all_reduce(strategy, options, shapes, iterations(size), args.repeats)
-            timings.append(
-                {
-                    "variant": variant,
-                    "payload": payload,
-                    "size": size,
-                    "samples": samples,
-                    "cpu": cpu,
-                    "faults": faults,
-                }
-            )
-            print(
-                f"{variant:>11} {payload:>8} {human(size):>9}: {statistics.median(samples) * 1e3:9.3f} ms"
-                f" ({statistics.median(cpu) * 1e3:.1f} ms CPU, {statistics.median(faults):.0f} page faults)",
-                file=sys.stderr,
-                flush=True,
-            )
+        for variant in args.variants.split(",")
+    }
+    timings = []
+    for payload, shapes in payloads(args.sizes, json.loads(args.shapes)):
+        timings += _time_payload(strategy, options, payload, shapes, args.repeats)
     print(
         RESULT
         + json.dumps(
@@ -134,9 +121,44 @@ def payloads(sizes: str, named: dict[str, list]) -> list[tuple[str, list[tuple[i
     return equal + [(name, [tuple(s) for s in shapes]) for name, shapes in named.items()]
 
 
-def _time_all_reduce(strategy, options, shapes, iters: int, repeats: int):
-    """Per repeat: seconds, CPU seconds and minor page faults of one all-reduce of float32 tensors
-    of `shapes`, chained `iters` times per call (each depends on the previous: they cannot overlap)."""
+def turn_order(payload: str, repeat: int, variants: Sequence[str]) -> list[str]:
+    """The variants' order in one repeat: drawn afresh each repeat, the same in every task (a string
+    seed is hashed by sha512, not by PYTHONHASHSEED), because their collectives must match."""
+    return random.Random(f"{payload}/{repeat}").sample(list(variants), len(variants))
+
+
+def _time_payload(strategy, options: dict, payload: str, shapes, repeats: int) -> list[dict]:
+    """Every variant's repeats on one payload, in turns: each repeat times every variant once, in a
+    drawn order. Run one variant after another instead, and a minute in which the shared cores are
+    slow lands on one variant (a 4 ms step on every small payload of one variant, 2026-12-02)."""
+    size = 4 * sum(math.prod(s) for s in shapes)
+    iters = iterations(size)
+    chains = {variant: _chain(strategy, opts, shapes, iters) for variant, opts in options.items()}
+    cells = {variant: {"samples": [], "cpu": [], "faults": [], "at": []} for variant in options}
+    origin = time.perf_counter()
+    for repeat in range(repeats):
+        for variant in turn_order(payload, repeat, list(options)):
+            start, (start_cpu, start_faults) = time.perf_counter(), _usage()
+            float(chains[variant]())  # the fetch waits for the last all-reduce
+            cell = cells[variant]
+            cell["at"].append(start - origin)
+            cell["samples"].append((time.perf_counter() - start) / iters)
+            end_cpu, end_faults = _usage()
+            cell["cpu"].append((end_cpu - start_cpu) / iters)
+            cell["faults"].append((end_faults - start_faults) / iters)
+    for variant, cell in cells.items():
+        print(
+            f"{variant:>11} {payload:>8} {human(size):>9}: {statistics.median(cell['samples']) * 1e3:9.3f} ms"
+            f" ({statistics.median(cell['cpu']) * 1e3:.1f} ms CPU, {statistics.median(cell['faults']):.0f} page faults)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return [{"variant": v, "payload": payload, "size": size, **cell} for v, cell in cells.items()]
+
+
+def _chain(strategy, options, shapes, iters: int):
+    """A traced and warmed-up function doing `iters` chained all-reduces of float32 tensors of
+    `shapes` (each depends on the previous: they cannot overlap)."""
     import tensorflow as tf  # already loaded by main
 
     @tf.function
@@ -151,15 +173,7 @@ def _time_all_reduce(strategy, options, shapes, iters: int, repeats: int):
         return strategy.run(replica_fn)
 
     float(chain())  # trace, build the collective groups, warm up
-    samples, cpu, faults = [], [], []
-    for _ in range(repeats):
-        start, (start_cpu, start_faults) = time.perf_counter(), _usage()
-        float(chain())  # the fetch waits for the last all-reduce (CPU: eager is synchronous anyway)
-        samples.append((time.perf_counter() - start) / iters)
-        end_cpu, end_faults = _usage()
-        cpu.append((end_cpu - start_cpu) / iters)
-        faults.append((end_faults - start_faults) / iters)
-    return samples, cpu, faults
+    return chain
 
 
 def _usage() -> tuple[float, int]:
