@@ -71,7 +71,7 @@ ADVICE = {
         "Pack gradients: --bytes-per-pack (with make up, BYTES_PER_PACK=1048576); `make bench-comm` shows "
         "the best value.",
         "Compress the gradients: --allreduce-dtype bfloat16 (with make up, ALLREDUCE_DTYPE=bfloat16) halves "
-        "the bytes all-reduced; `make bench` (e) measured 0.60x the float32 time on a ResNet-50-sized "
+        "the bytes all-reduced; `make bench` (e) measured 0.35-0.60x the float32 time (medians) on a ResNet-50-sized "
         "payload, and the loss stays within 15% of float32's (tests/cluster/test_compression.py).",
         "On GPUs use NCCL (CommunicationImplementation.NCCL / AUTO); on CPU, a faster network or fewer, "
         "larger workers.",
@@ -123,7 +123,7 @@ SCRIPT_ADVICE = {
         "Compress the gradients (a custom loop): all-reduce bfloat16 casts of them "
         "(`tf.distribute.get_replica_context().all_reduce('sum', [tf.cast(g, tf.bfloat16) for g in grads])`), "
         "cast back, then `optimizer.apply_gradients(..., skip_gradients_aggregation=True)`; `make bench` "
-        "(e) measured 0.60x the float32 time on a ResNet-50-sized payload.",
+        "(e) measured 0.35-0.60x the float32 time (medians) on a ResNet-50-sized payload.",
         "On GPUs use NCCL (`CommunicationOptions(implementation=tf.distribute.experimental."
         "CommunicationImplementation.NCCL)`); on CPU, a faster network or fewer, larger workers.",
     ],
