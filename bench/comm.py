@@ -33,8 +33,8 @@ from pathlib import Path
 
 import contract
 from monitoring.benchcomm_result import Result, Row
-from trainer import __version__, server_config
-from trainer.bench.allreduce_sweep import EQUAL, REPEATS, RESULT, SIZES, VARIANTS, human, parse_bytes
+from trainer.host import __version__, server_config
+from trainer.host import allreduce_sweep as sweep
 
 PAYLOADS = ("mlp", "cnn", "resnet50")
 """Named in bench/payloads.py (not imported here: it loads TensorFlow)."""
@@ -50,9 +50,9 @@ def rows(timings: list[dict], n: int) -> list[Row]:
     """Per (variant, payload, size): each repeat's slowest task (a collective ends when its last task
     does), then the median, min and max over the repeats."""
     out = []
-    for key in dict.fromkeys((t["variant"], t.get("payload", EQUAL), t["size"]) for t in timings):
+    for key in dict.fromkeys((t["variant"], t.get("payload", sweep.EQUAL), t["size"]) for t in timings):
         per_task = [
-            t["samples"] for t in timings if (t["variant"], t.get("payload", EQUAL), t["size"]) == key
+            t["samples"] for t in timings if (t["variant"], t.get("payload", sweep.EQUAL), t["size"]) == key
         ]
         repeats = [max(times) for times in zip(*per_task)]
         seconds = statistics.median(repeats)
@@ -69,7 +69,7 @@ def rows(timings: list[dict], n: int) -> list[Row]:
                 seconds_max=max(repeats),
             )
         )
-    return sorted(out, key=lambda r: (r.payload != EQUAL, r.size))
+    return sorted(out, key=lambda r: (r.payload != sweep.EQUAL, r.size))
 
 
 def winner(cell: list[Row]) -> str:
@@ -104,7 +104,7 @@ def format_table(table: list[Row], tcp: float | None, streams: int = 1) -> str:
         cell = [r for r in table if (r.payload, r.size) == (payload, size)]
         by_variant = {r.variant: r for r in cell}
         lines.append(
-            f"{payload:>8} {human(size):>11} "
+            f"{payload:>8} {sweep.human(size):>11} "
             + "".join(_cell(by_variant.get(v)) for v in variants)
             + f"| {winner(cell)}"
         )
@@ -119,7 +119,7 @@ def format_table(table: list[Row], tcp: float | None, streams: int = 1) -> str:
             f"{tcp / 1e6:.0f} MB/s"
         )
         lines.append(
-            f"best busbw at {human(b.size)} ({b.payload}): {b.variant} {b.busbw / 1e6:.1f} MB/s = "
+            f"best busbw at {sweep.human(b.size)} ({b.payload}): {b.variant} {b.busbw / 1e6:.1f} MB/s = "
             f"{100 * b.busbw / tcp:.1f}% of raw TCP"
         )
     return "\n".join(lines)
@@ -144,7 +144,7 @@ ENV_CANDIDATES = {
 }
 """Process environments A/B'd on TF's stock server (`--envs`): the allocator settings that act on the
 page faults perf found (docs/communication.md). glibc reads its tunables only at process start.
-malloc-thp-keep is trainer.server_config.ENVIRONMENT, the default every task gets."""
+malloc-thp-keep is trainer.cluster.server_config.ENVIRONMENT, the default every task gets."""
 
 
 def env_setting(entry: str) -> tuple[str, dict[str, str]]:
@@ -191,7 +191,7 @@ def merged_rounds(timings: list[dict]) -> list[dict]:
     """One timing per (task, variant, payload, size), its rounds' repeats concatenated in order."""
     merged: dict[tuple, dict] = {}
     for t in timings:
-        key = (t.get("task"), t["variant"], t.get("payload", EQUAL), t["size"])
+        key = (t.get("task"), t["variant"], t.get("payload", sweep.EQUAL), t["size"])
         if key not in merged:
             merged[key] = {**t, **{k: list(t[k]) for k in ("samples", "cpu", "faults") if k in t}}
             continue
@@ -206,8 +206,8 @@ def format_cpu(timings: list[dict]) -> str:
     over the repeats): the cost of a setting whatever else shares the cores, which moves its wall
     time on a loaded machine."""
     lines = ["CPU per all-reduce, all tasks (ms, median and min-max over the repeats; page faults, median):"]
-    for payload in dict.fromkeys(t.get("payload", EQUAL) for t in timings):
-        of_payload = [t for t in timings if t.get("payload", EQUAL) == payload]
+    for payload in dict.fromkeys(t.get("payload", sweep.EQUAL) for t in timings):
+        of_payload = [t for t in timings if t.get("payload", sweep.EQUAL) == payload]
         for variant in dict.fromkeys(t["variant"] for t in of_payload):
             total = _summed(of_payload, variant, "cpu")
             faults = _summed(of_payload, variant, "faults")
@@ -224,12 +224,14 @@ def format_rounds(timings: list[dict], repeats: int) -> str:
     """Each cluster's median wall time per all-reduce (each repeat's slowest task), in round order:
     how far apart two clusters of one setting land, which the pooled spread hides."""
     lines = ["ms per all-reduce, each round's cluster's median (the rounds in order):"]
-    for payload in dict.fromkeys(t.get("payload", EQUAL) for t in timings):
-        for variant in dict.fromkeys(t["variant"] for t in timings if t.get("payload", EQUAL) == payload):
+    for payload in dict.fromkeys(t.get("payload", sweep.EQUAL) for t in timings):
+        for variant in dict.fromkeys(
+            t["variant"] for t in timings if t.get("payload", sweep.EQUAL) == payload
+        ):
             per_task = [
                 t["samples"]
                 for t in timings
-                if t["variant"] == variant and t.get("payload", EQUAL) == payload
+                if t["variant"] == variant and t.get("payload", sweep.EQUAL) == payload
             ]
             slowest = [max(v) for v in zip(*per_task)]
             medians = [statistics.median(slowest[i : i + repeats]) for i in range(0, len(slowest), repeats)]
@@ -327,7 +329,7 @@ def _run_sweep(
     `extra_env` is set in every task's process (an allocator setting of the A/B)."""
     extra_env = extra_env or {}
     from bench.launch import _die_with_parent, free_ports, stop
-    from trainer.cluster import ClusterSpec
+    from trainer.host import ClusterSpec
 
     ports = free_ports(len(endpoints)) if not endpoints[0].exec_prefix else [BENCH_PORT] * len(endpoints)
     addrs = [f"{e.address}:{p}" for e, p in zip(endpoints, ports)]
@@ -367,7 +369,11 @@ def _run_sweep(
             if proc.returncode != 0:
                 raise RuntimeError(f"bench task {name} exited with {proc.returncode}")
             results.append(
-                next(json.loads(line[len(RESULT) :]) for line in out.splitlines() if line.startswith(RESULT))
+                next(
+                    json.loads(line[len(sweep.RESULT) :])
+                    for line in out.splitlines()
+                    if line.startswith(sweep.RESULT)
+                )
             )
     finally:
         counter.done.set()
@@ -376,7 +382,7 @@ def _run_sweep(
 
 
 def _task_id(name: str):
-    from trainer.cluster import CHIEF, WORKER, TaskId
+    from trainer.host import CHIEF, WORKER, TaskId
 
     return TaskId(CHIEF, 0) if name == "chief" else TaskId(WORKER, int(name.rsplit("-", 1)[1]))
 
@@ -557,7 +563,7 @@ def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Pat
 
     fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(12, 4.5))
     for variant in dict.fromkeys(r.variant for r in table):
-        mine = [r for r in table if r.variant == variant and r.payload == EQUAL]
+        mine = [r for r in table if r.variant == variant and r.payload == sweep.EQUAL]
         ax_bw.plot([r.size for r in mine], [r.busbw / 1e6 for r in mine], marker="o", label=variant)
         ax_t.plot([r.size for r in mine], [r.seconds * 1e3 for r in mine], marker="o", label=variant)
     if tcp:
@@ -579,8 +585,8 @@ def write_png(table: list[Row], tcp: float | None, n: int, where: str, path: Pat
         title="time per all-reduce",
     )
     for ax in (ax_bw, ax_t):
-        ticks = sorted({r.size for r in table if r.payload == EQUAL})
-        ax.set_xticks(ticks, [human(s) for s in ticks], rotation=45)
+        ticks = sorted({r.size for r in table if r.payload == sweep.EQUAL})
+        ax.set_xticks(ticks, [sweep.human(s) for s in ticks], rotation=45)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -610,9 +616,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workers", type=int, default=1, help="local, bridge: workers besides the chief (default 1: 2 tasks)"
     )
-    p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="bytes, comma-separated")
+    p.add_argument("--sizes", default=",".join(map(str, sweep.SIZES)), help="bytes, comma-separated")
     p.add_argument(
-        "--variants", default=",".join(VARIANTS), help="IMPLEMENTATION/bytes_per_pack, comma-separated"
+        "--variants", default=",".join(sweep.VARIANTS), help="IMPLEMENTATION/bytes_per_pack, comma-separated"
     )
     p.add_argument(
         "--payloads",
@@ -620,12 +626,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"gradient-shaped tensor lists besides the equal-tensor sizes ({', '.join(PAYLOADS)}; '' = none)",
     )
     p.add_argument(
-        "--repeats", type=int, default=REPEATS, help="timed calls per cell (the spread is over them)"
+        "--repeats", type=int, default=sweep.REPEATS, help="timed calls per cell (the spread is over them)"
     )
     p.add_argument(
         "--servers",
         default=";".join(SERVER_CANDIDATES),
-        help="gRPC server settings to A/B after the sweep, ';'-separated (trainer/server_config.py; "
+        help="gRPC server settings to A/B after the sweep, ';'-separated (trainer/cluster/server_config.py; "
         "'stock' = TF's own), each on a fresh cluster; '' = none",
     )
     p.add_argument(
@@ -651,7 +657,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _task_args(args: argparse.Namespace) -> list[str]:
     """What every task's sweep (trainer.bench.allreduce_sweep) is asked to time."""
-    sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
+    sizes = [sweep.parse_bytes(s) for s in args.sizes.split(",") if s]
     return [
         "--sizes",
         ",".join(map(str, sizes)),
@@ -725,7 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out.with_suffix(".json")
     )
     written = [args.out.with_suffix(".json")]
-    if any(r.payload == EQUAL for r in table):  # the plot's axis is the equal-tensor sizes
+    if any(r.payload == sweep.EQUAL for r in table):  # the plot's axis is the equal-tensor sizes
         write_png(table, tcp, n, where, args.out.with_suffix(".png"))
         written.append(args.out.with_suffix(".png"))
     print(f"bench-comm: wrote {' and '.join(map(str, written))}", file=sys.stderr)

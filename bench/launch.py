@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 
 import contract
-from trainer.cluster import on_ports
+from trainer.host import on_ports
 
 PR_SET_PDEATHSIG = 1
 KILL_GRACE_S = 2.0
@@ -69,8 +69,8 @@ def start(
     host: str = "127.0.0.1",
 ) -> list[tuple[str, subprocess.Popen]]:
     """Every task as a child of this process, with this process's environment plus its own TF_CONFIG,
-    on top of the environment every deployed task starts with (trainer.server_config.ENVIRONMENT)."""
-    from trainer import server_config
+    on top of the environment every deployed task starts with (trainer.cluster.server_config.ENVIRONMENT)."""
+    from trainer.host import server_config
 
     ports, mports = plan_ports(workers, metrics_port, host)
     spec = on_ports(host, ports)

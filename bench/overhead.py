@@ -39,11 +39,20 @@ import tensorflow as tf
 from prometheus_client import CollectorRegistry
 
 from bench import payloads, tracecheck, turns
-from trainer import agreement, loop, progress, step, tasks, training
-from trainer import config as config_lib
-from trainer.checkpoint import NoCheckpoints
-from trainer.cluster import CHIEF, TaskId, parse_tf_config
-from trainer.metrics import Metrics
+from trainer.host import (
+    CHIEF,
+    TaskId,
+    agreement,
+    checkpoint,
+    loop,
+    parse_tf_config,
+    progress,
+    step,
+    tasks,
+    training,
+)
+from trainer.host import config as config_lib
+from trainer.host import metrics as metrics_lib
 
 
 def _calls(call: Callable[[], object], per_turn: int = 1) -> turns.Mode:
@@ -88,7 +97,7 @@ def _instrumented(fns, iterator, per_call: int, sink) -> turns.Mode:
     def mode(turn) -> None:
         controller = loop.Controller(
             fns=fns,
-            checkpoints=NoCheckpoints(),
+            checkpoints=checkpoint.NoCheckpoints(),
             metrics=Keep(),
             settings=settings,
             actions=(lines, lambda _: turn()),
@@ -234,7 +243,7 @@ def main(argv=None) -> int:
     options = step.StepOptions.of(config)
     task, optimizer, fns, iterator = _build(config, strategy, config.task, options, replicas)
     classic = _one_step_per_call(strategy, task, optimizer, config.per_replica_batch * replicas)
-    metrics = Metrics(CollectorRegistry(), spec.task if spec else TaskId(CHIEF, 0))
+    metrics = metrics_lib.Metrics(CollectorRegistry(), spec.task if spec else TaskId(CHIEF, 0))
     k = config.steps_per_call or _auto_steps_per_call(strategy, fns, iterator)
     fit_model, fit_data = _fit_model(config, strategy, task, replicas, k)
     cnn = {

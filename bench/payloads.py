@@ -39,7 +39,7 @@ def all_reduce_fn(strategy: tf.distribute.Strategy, shapes, dtype: str) -> Calla
 
 def task_shapes(name: str) -> list[tuple[int, ...]]:
     """The trainable variables' shapes of a built-in task's model (`mlp`, `cnn`): its gradient list."""
-    from trainer import tasks
+    from trainer.host import tasks
 
     task = tasks.build(tasks.load(name), per_replica_batch=1, seed=0)
     return [tuple(v.shape) for v in task.model.trainable_variables]

@@ -1,5 +1,5 @@
 """What observing a user's script costs (`make bench`): a user's `model.fit` script's steps/s under
-the SCRIPT= wrapper (trainer.run_script: hooks, every step's split marked in its graph, metrics
+the SCRIPT= wrapper (trainer.script.wrapper: hooks, every step's split marked in its graph, metrics
 served, as a team gets it by default) / the same script run plainly, each a local chief + worker
 cluster. Steps/s comes from the script's own epoch timing lines (tests/scripts/fit_cnn.py prints
 each epoch's seconds and CPU seconds); the first epoch (tracing) is left out.
@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.observe.config import ObserveConfig
+from trainer.host import observe_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
@@ -83,7 +83,7 @@ class Cluster:
     each of the chief's epoch lines arrived."""
 
     def __init__(self, variant: str, args: argparse.Namespace) -> None:
-        module = "bench.plain_script" if variant.startswith("plain") else "trainer.run_script"
+        module = "bench.plain_script" if variant.startswith("plain") else "trainer.script.wrapper"
         cmd = [
             sys.executable,
             "-m",
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--period",
         type=float,
-        default=ObserveConfig().period_s,
+        default=observe_config.ObserveConfig().period_s,
         help="TRAINER_SPLIT_PERIOD_S of the observed runs (default: the wrapper's, no profiler windows)",
     )
     p.add_argument(

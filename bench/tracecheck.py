@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import trainer.observe.trace as trace
+from trainer.host import trace
 
 # Not compute: the marks, the all-reduce's own ops, the input pipeline, the loop's bookkeeping after t3.
 # The op classes are trainer/observe/trace.py's, which the SCRIPT= sampler uses too.
@@ -226,9 +226,8 @@ def main(argv=None) -> int:
     import json
 
     import trainer  # noqa: F401 (tf-keras before TensorFlow)
-    from trainer import config as config_lib
-    from trainer import step, tasks, training
-    from trainer.cluster import parse_tf_config
+    from trainer.host import config as config_lib
+    from trainer.host import parse_tf_config, step, tasks, training
 
     p = argparse.ArgumentParser(prog="python -m bench.tracecheck")
     p.add_argument("--trace-steps", type=int, default=20)

@@ -66,7 +66,7 @@ down: ## Stop and remove the containers; keep volumes (the next `make up` resume
 	@if $(STACK_UP); then $(DC) down --remove-orphans; else docker compose -p $(PROJECT) down --remove-orphans; fi
 
 # The chief's service, run once with another command: it mounts the checkpoint volume and OUTPUT.
-CHIEF_RUN = $(DC) run --rm --no-deps -T chief python -m trainer.output
+CHIEF_RUN = $(DC) run --rm --no-deps -T chief python -m trainer.state.output
 
 .PHONY: clean
 clean: ## Like down, and also remove the volumes (checkpoints, Prometheus history) and .run/ but OUTPUT; FORCE=1 even if the final model was never copied out
@@ -82,7 +82,7 @@ output: ## Copy the final model and summary out of the checkpoint volume into OU
 	@test -n "$(OUTPUT)" || { echo "OUTPUT= is empty: name a host folder to copy the final model into"; exit 2; }
 	@test -d $(OUTPUT) || { mkdir -p $(OUTPUT) && if [ "$$(id -u)" = 0 ]; then chown 1000:1000 $(OUTPUT); fi; }
 	@$(DC) run --rm --no-deps -T -v $(abspath $(OUTPUT)):/copy-to chief \
-	  python -m trainer.output copy --checkpoint-dir /checkpoints --to /copy-to
+	  python -m trainer.state.output copy --checkpoint-dir /checkpoints --to /copy-to
 	@rmdir $(RUN_DIR) 2>/dev/null || true
 
 .PHONY: logs

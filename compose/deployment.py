@@ -4,7 +4,7 @@
                                                    (compose, swarm, tfjob, jobset, trainjob)
 
 It holds what the cluster needs (a chief plus `workers` workers, addressed by each target's template
-in trainer/cluster.py) and what running it needs: the image, GPUs per task, ports (contract/__init__.py),
+in trainer/cluster/spec.py) and what running it needs: the image, GPUs per task, ports (contract/__init__.py),
 checkpoint storage, the metrics endpoint, the trainer's knobs and the restart budget. Emitters never
 add knobs of their own: whatever a target cannot express, its emitter reports as a `Change`.
 Standard library only: `make up` runs the Compose emitter with a bare python3 (python -m compose.emit).
@@ -22,10 +22,18 @@ from pathlib import Path
 
 import contract
 from compose import knobs as trainer_knobs
-from trainer import __version__, server_config, supervise
-from trainer.cluster import COMPOSE_ADDRESS, ClusterSpec, TaskId, from_template
-from trainer.config import ENV_PREFIX, Config
-from trainer.observe import config as observe_config
+from trainer.host import (
+    COMPOSE_ADDRESS,
+    ENV_PREFIX,
+    ClusterSpec,
+    Config,
+    TaskId,
+    __version__,
+    from_template,
+    observe_config,
+    server_config,
+)
+from trainer.host import supervisor as supervise
 
 TF_PORT = contract.TF_PORT
 METRICS_PORT = contract.METRICS_PORT
@@ -69,7 +77,7 @@ class Deployment:
     max_restarts: int = contract.DEFAULT_MAX_RESTARTS
     """Restart budget: automatic restarts before the run fails for good."""
     stall: str = ""
-    """When a frozen step counts as stuck (SUPERVISE_STALL=multiple,floor,ceiling, trainer.supervise);
+    """When a frozen step counts as stuck (SUPERVISE_STALL=multiple,floor,ceiling, trainer.supervise.supervisor);
     empty: the supervisor's default."""
     checkpoint_storage: str = "1Gi"
     """Size of the checkpoint volume where a target needs one declared (a Kubernetes PVC)."""
@@ -112,7 +120,7 @@ class Deployment:
         return self.cluster().tasks
 
     def cluster(self, template: str = COMPOSE_ADDRESS, **names: str) -> ClusterSpec:
-        """Every task's address under a target's template (trainer/cluster.py: *_ADDRESS)."""
+        """Every task's address under a target's template (trainer/cluster/spec.py: *_ADDRESS)."""
         return from_template(self.workers, template, port=TF_PORT, **names)
 
     @property
@@ -176,14 +184,14 @@ def trainer_env(d: Deployment) -> dict[str, str]:
 
 
 def command(d: Deployment) -> list[str]:
-    """Every task on every target runs under trainer.supervise: it restarts the trainer by exit code
+    """Every task on every target runs under trainer.supervise.supervisor: it restarts the trainer by exit code
     with a budget that renews with each checkpoint, which no engine's own restart policy can do."""
     if d.script:
         return [
             *supervise.ENTRY,
             "python",
             "-m",
-            "trainer.run_script",
+            "trainer.script.wrapper",
             f"{SCRIPT_DIR}/{Path(d.script).name}",
             *d.extra_args,
         ]

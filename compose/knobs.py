@@ -19,8 +19,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from trainer.config import ENV_PREFIX, Config, from_args
-from trainer.errors import ConfigError
+from trainer.host import ENV_PREFIX, Config, ConfigError, from_args
 
 STACK_OWNED = {
     "metrics_port": "the stack scrapes every task on the contract's metrics port",

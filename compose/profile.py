@@ -1,4 +1,4 @@
-"""`make profile`: what to run in the stack for one trace of every task (trainer.profile_capture).
+"""`make profile`: what to run in the stack for one trace of every task (trainer.telemetry.profile_capture).
 
     python -m compose.profile --run-dir .run --seconds 2 --keep 5
 
@@ -30,7 +30,7 @@ def exec_args(tasks: Sequence[str], seconds: float, keep: int) -> list[str]:
         TENSORBOARD.name,
         "python",
         "-m",
-        "trainer.profile_capture",
+        "trainer.telemetry.profile_capture",
         f"--logdir={LOG_DIR}",
         f"--seconds={seconds:g}",
         f"--keep={keep}",

@@ -35,7 +35,7 @@ from compose.deployment import (
     Deployment,
 )
 from compose.yamltext import Interpolated
-from trainer import supervise
+from trainer.host import supervisor as supervise
 
 CLUSTER, MONITORING = "cluster", "monitoring"
 NETWORKS = {CLUSTER: {"internal": True}, MONITORING: {}}
@@ -283,11 +283,11 @@ def for_deployment(s: Service, image: str) -> Service:
 
 
 SUPERVISE_DIR = "/var/lib/supervise"
-"""trainer.supervise's state (runs, budget, a final exit) per container; images/trainer.Dockerfile creates it."""
+"""trainer.supervise.supervisor's state (runs, budget, a final exit) per container; images/trainer.Dockerfile creates it."""
 
 
 def trainers(d: Deployment) -> tuple[Service, ...]:
-    """One service per task. TF_CONFIG addresses tasks by service name (trainer.cluster's
+    """One service per task. TF_CONFIG addresses tasks by service name (trainer.cluster.spec's
     COMPOSE_ADDRESS), which every target that runs these services resolves."""
     spec = d.cluster()
     return tuple(_trainer(d, t.name, spec.with_task(t).to_tf_config()) for t in spec.tasks)
@@ -302,7 +302,7 @@ def _trainer(d: Deployment, name: str, tf_config: str) -> Service:
         name=name,
         image=d.image("cpu"),
         build=chief,  # built once, on the chief; the other tasks reuse the tag and never pull it
-        # trainer.supervise restarts the task by exit code, its budget from MAX_RESTARTS (restarts
+        # trainer.supervise.supervisor restarts the task by exit code, its budget from MAX_RESTARTS (restarts
         # without a new checkpoint), kept with a final exit in SUPERVISE_DIR across container restarts.
         command=tuple(deployment.command(d)),
         environment={
@@ -332,7 +332,7 @@ def _trainer(d: Deployment, name: str, tf_config: str) -> Service:
 
 
 def _export_env(d: Deployment, chief: bool) -> dict[str, str]:
-    """The chief copies the final model out of the volume into OUTPUT= at the end (trainer/output.py)."""
+    """The chief copies the final model out of the volume into OUTPUT= at the end (trainer/state/output.py)."""
     return {"TRAINER_EXPORT_DIR": OUTPUT_DIR} if chief and d.output else {}
 
 

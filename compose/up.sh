@@ -49,7 +49,7 @@ args=(--workers "${WORKERS:-$DEFAULT_WORKERS}" --out "$RUN_DIR" --base-image "$B
       --image-repo "${IMAGE_REPO:-mwms/trainer}" --args "${ARGS:-}")
 [ -n "${SCRIPT:-}" ] && args+=(--script "$SCRIPT")
 [ -n "${DATA:-}" ] && args+=(--data "$DATA")
-# OUTPUT: where the chief copies the final model and summary (trainer/output.py). A folder made here is
+# OUTPUT: where the chief copies the final model and summary (trainer/state/output.py). A folder made here is
 # given to the containers' user (uid 1000); one of yours is checked, and the chmod that fixes it said.
 if [ -n "${OUTPUT:-}" ]; then
   if [ ! -d "$OUTPUT" ]; then
@@ -114,10 +114,10 @@ docker image prune -f --filter label=org.mwms.image=trainer >/dev/null
 docker builder prune -f --filter type=source.local >/dev/null 2>&1
 [ "${1:-}" = --build-only ] && exit 0
 # 7. Before any task starts: does the checkpoint volume fit this job (its settings, a step below STEPS)?
-#    Skipped checkpoints are named; a refusal is its reason and the ways on, exit 2 (trainer/manifest.py).
+#    Skipped checkpoints are named; a refusal is its reason and the ways on, exit 2 (trainer/state/manifest.py).
 #    At or past STEPS (10): no trainer starts, the monitoring does (the finished job's history stays visible).
 rc=0
-dc run --rm --no-deps -T chief python -m trainer.manifest --checkpoint-dir /checkpoints || rc=$?
+dc run --rm --no-deps -T chief python -m trainer.state.manifest --checkpoint-dir /checkpoints || rc=$?
 if [ "$rc" = 10 ]; then
   # shellcheck disable=SC2046  # a list of service names
   dc up -d --no-build --remove-orphans --quiet-pull $(dc config --services | grep -vxE 'chief|worker-[0-9]+')

@@ -1,12 +1,12 @@
 """`make wait`: block until the training job is over; exit with its outcome.
 
-Every task's container runs trainer.supervise, which restarts the trainer inside the container on a
+Every task's container runs trainer.supervise.supervisor, which restarts the trainer inside the container on a
 retryable exit and itself exits only when its task is over: 0 done, or a final code (1 permanent,
 2 bad configuration, 3 missing peers, 4 gave up after its restart budget). So the job is over when
   - the chief's container exits 0: done, exit 0;
   - any task's container exits 1-127: that task stays down and the job cannot finish. It is
     reported at once, with the task's one-line error, and its code is the exit code; a task that
-    exited 5 only echoes another's final exit (its peers end with it, trainer.supervise), so the
+    exited 5 only echoes another's final exit (its peers end with it, trainer.supervise.supervisor), so the
     task that failed first is the one named;
   - every task's container is stopped (`docker compose stop`, `make down`): exit with the chief's code;
     unless the engine is stopping (SIGTERM to dockerd, `systemctl stop|restart docker`): it closes
@@ -39,8 +39,7 @@ from dataclasses import dataclass
 
 import contract
 from contract import CHIEF, task_order
-from trainer.errors import EXIT_PEER_FAILED
-from trainer.supervise import meaning
+from trainer.host import EXIT_PEER_FAILED, supervisor
 
 Runner = Callable[[Sequence[str]], str]
 SERVICE = "com.docker.compose.service"
@@ -159,7 +158,7 @@ class Job:
                 return self._start_again(service, code)
             if code >= 128:
                 return (
-                    f"{service} exited {code} ({meaning(code)}): stopped or killed from outside; "
+                    f"{service} exited {code} ({supervisor.meaning(code)}): stopped or killed from outside; "
                     "waiting for it to start again (or for its peers to give up)"
                 )
         elif action == "destroy":
@@ -175,9 +174,9 @@ class Job:
         except (
             subprocess.CalledProcessError
         ) as err:  # removed meanwhile (`docker rm -f`), or the engine is going
-            return f"{service} was killed ({code}, {meaning(code)}) and cannot be started again: {err.stderr or err}"
+            return f"{service} was killed ({code}, {supervisor.meaning(code)}) and cannot be started again: {err.stderr or err}"
         self.states[service] = ("starting", code)  # not stopped: every task killed at once is not the end
-        return f"{service} was killed ({code}, {meaning(code)}; docker kill): started it again"
+        return f"{service} was killed ({code}, {supervisor.meaning(code)}; docker kill): started it again"
 
     def engine_up(self) -> bool:
         return engine_up(self._run)
@@ -196,7 +195,7 @@ class Job:
         if over.code == 0:
             return f"{text} after {restarts(container, self._run)} restart(s) of the trainer"
         detail = error_line(container, self._run) if container else ""
-        return f"{text} ({meaning(over.code)})" + (f": {detail}" if detail else "")
+        return f"{text} ({supervisor.meaning(over.code)})" + (f": {detail}" if detail else "")
 
 
 def watch(job: Job, events: Iterable[dict], log: Callable[[str], None]) -> int | None:

@@ -173,11 +173,14 @@ INPUT_STEP = _metric(
 STUCK_STEP = _metric(
     "stuck_step",
     GAUGE,
-    "Step at which trainer.supervise last ended this task as stuck (SUPERVISE_STALL, docs/faults.md), "
+    "Step at which trainer.supervise.supervisor last ended this task as stuck (SUPERVISE_STALL, docs/faults.md), "
     "exported by the task's next run; absent: never in this container",
 )
 STUCK_TIME = _metric(
-    "stuck", GAUGE, "Unix time trainer.supervise last ended this task as stuck", "timestamp_seconds"
+    "stuck",
+    GAUGE,
+    "Unix time trainer.supervise.supervisor last ended this task as stuck",
+    "timestamp_seconds",
 )
 LAST_CHECKPOINT = _metric("last_checkpoint_step", GAUGE, "Step of the last checkpoint saved")
 TARGET_STEPS = _metric(

@@ -25,7 +25,7 @@ RUN --mount=type=bind,source=build/wheelhouse,target=/wheels \
       --no-deps --require-hashes -r /wheels/requirements.lock \
  && /opt/venv/bin/pip uninstall -y -q pip
 
-# A non-root user; /checkpoints, /var/lib/supervise (trainer.supervise's state) and /logs (TensorBoard's)
+# A non-root user; /checkpoints, /var/lib/supervise (trainer.supervise.supervisor's state) and /logs (TensorBoard's)
 # are created owned by it so the named volumes inherit the owner.
 # No setuid/setgid binaries (su, mount, passwd, ...): nothing can gain privileges even where
 # no-new-privileges is not applied (a Swarm stack drops security_opt).

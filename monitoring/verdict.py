@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import contract
-from trainer.observe.config import PERIOD_ENV as SPLIT_KNOB
+from trainer.host import observe_config
 
 # Thresholds: the generated rules, alerts and dashboards read these; nothing else writes them.
 INPUT_SHARE = 0.2
@@ -33,7 +33,7 @@ a straggler. Setting the slowest aside makes 1.5x mean the same with 2 tasks as 
 STALL_SECONDS = 120.0
 """No step for this long while not done: stalled."""
 STUCK_RECENT = 600.0
-"""A task its supervisor ended as stuck (SUPERVISE_STALL, trainer/supervise.py) this many seconds ago
+"""A task its supervisor ended as stuck (SUPERVISE_STALL, trainer/supervise/supervisor.py) this many seconds ago
 or less is `stuck`: the task named, not the whole job, as long as the restart is news."""
 
 SEVERITY = (
@@ -345,7 +345,7 @@ def _unjudged(samples: list[TaskSample]) -> str:
         return (
             f"{', '.join(unsplit)} time their steps but export no compute / all-reduce / input split, "
             "so nothing says where the time goes (a SCRIPT= run's XLA-compiled steps are split only "
-            f"by sampling: make up ... {SPLIT_KNOB}=30, docs/script.md)"
+            f"by sampling: make up ... {observe_config.PERIOD_ENV}=30, docs/script.md)"
         )
     states = ", ".join(sorted({t.state or "unknown" for t in samples}))
     return f"{len(samples)} tasks up but no timed steps in the last minute (states: {states})"

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Mapping, Sequence
 
 from trainer import config as config_lib
-from trainer.cluster import ClusterSpecError, parse_tf_config
+from trainer.cluster.spec import ClusterSpecError, parse_tf_config
 from trainer.errors import (
     DUMP_SIGNAL_NAME,
     EXIT_CONFIG,
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
 
 
 def dump_stacks_on_signal() -> None:
-    """SIGUSR2 (trainer.supervise, when the step is stuck) writes every thread's Python stack to stderr.
+    """SIGUSR2 (trainer.supervise.supervisor, when the step is stuck) writes every thread's Python stack to stderr.
 
     Not `faulthandler.register`: its C handler walks every thread's frames while they run, and crashed
     the task (SIGSEGV) when a scrape thread was in Python at that moment (measured: a stuck worker
@@ -80,7 +80,7 @@ def dump_stacks_on_signal() -> None:
 
 
 def failed(line: str, code: int, env: Mapping[str, str], *, logged: bool = False) -> int:
-    """Log the one-line error and leave it where trainer.supervise repeats it in its last line."""
+    """Log the one-line error and leave it where trainer.supervise.supervisor repeats it in its last line."""
     if not logged:
         log.error("%s", line)
     if path := env.get(REASON_ENV):

@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import contract
-from trainer import fault, taskspec
 from trainer.errors import ConfigError
+from trainer.tasks import spec as taskspec
+from trainer.train import fault
 
 ENV_PREFIX = "TRAINER_"
 STRATEGIES = ("mwms", "mirrored")
@@ -78,7 +79,7 @@ class Config:
     checkpoint_dir: str = ""
     """Where the chief writes checkpoints and the final model; empty disables checkpoints."""
     resume_new_settings: int = 0
-    """1: resume a checkpoint whose job settings (trainer/manifest.py) differ, with the new settings on every
+    """1: resume a checkpoint whose job settings (trainer/state/manifest.py) differ, with the new settings on every
     task; 0 (default): such a start stops with exit 2, naming each difference."""
     save_every: int = 100
     """Checkpoint every this many steps (and always at the end); 0 means only at the end."""
@@ -92,7 +93,7 @@ class Config:
     heartbeat_timeout: float = 10.0
     """Seconds without a heartbeat after which a task is declared dead and every collective aborts (exit 200)."""
     fault: str = ""
-    """Fault-injection hook of the fault tests, not a setting (trainer/fault.py, docs/faults.md):
+    """Fault-injection hook of the fault tests, not a setting (trainer/train/fault.py, docs/faults.md):
     `TASK:input-block@STEP` or `TASK:hang@STEP` makes that task stuck there, once per container."""
 
     def __post_init__(self) -> None:

@@ -7,7 +7,7 @@
          spec, the TensorFlow version or the trainer version
 3        missing peers: the preflight did not reach every peer, or the cluster did not form
          (a peer never registered), within --cluster-timeout
-4        gave up: trainer.supervise restarted the task its budget of times without a new checkpoint
+4        gave up: trainer.supervise.supervisor restarted the task its budget of times without a new checkpoint
 5        a peer failed for good (it exited 1, 2 or 4): this task ends too, instead of waiting for it
 128-255  retryable: restart every task and it resumes from the last checkpoint.
          200 = a peer died and the collective was aborted (TensorFlow's error is sticky inside
@@ -62,15 +62,15 @@ def is_retryable(code: int) -> bool:
 
 
 FINAL_NOTICE = b"mwms-final "
-"""What a task that ended for good answers on its cluster port (trainer.supervise): peers that
+"""What a task that ended for good answers on its cluster port (trainer.supervise.supervisor): peers that
 connect read `mwms-final <code> <why>` and end too (exit 5) instead of waiting for it."""
 REASON_ENV = "SUPERVISE_REASON_FILE"
-"""Where a task writes its one-line error for trainer.supervise, whose last line repeats it."""
+"""Where a task writes its one-line error for trainer.supervise.supervisor, whose last line repeats it."""
 DUMP_SIGNAL_NAME = "SIGUSR2"
-"""On it a task writes every thread's Python stack to its log (faulthandler): trainer.supervise sends
+"""On it a task writes every thread's Python stack to its log (faulthandler): trainer.supervise.supervisor sends
 it to a task whose step is stuck, before ending it."""
 STUCK_ENV = "SUPERVISE_STUCK"
-"""`<step> <unix time>`: trainer.supervise tells the run it starts that it ended this task's previous run
+"""`<step> <unix time>`: trainer.supervise.supervisor tells the run it starts that it ended this task's previous run
 as stuck there and then; the task exports both (contract.STUCK_STEP, STUCK_TIME) for alerts and diagnose."""
 
 

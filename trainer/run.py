@@ -6,11 +6,11 @@ import logging
 import os
 import time
 
-from trainer import metrics as metrics_lib
-from trainer import preflight
-from trainer.cluster import CHIEF, ClusterSpec, TaskId
+from trainer.cluster import preflight
+from trainer.cluster.spec import CHIEF, ClusterSpec, TaskId
 from trainer.config import Config
 from trainer.errors import STUCK_ENV, stuck_of
+from trainer.telemetry import metrics as metrics_lib
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def run(config: Config, spec: ClusterSpec | None) -> None:
             metrics.state("waiting_for_peers")
             listener = preflight.Listener(preflight.own_port(spec))
             preflight.wait_for_peers(spec, config.cluster_timeout)
-        from trainer import training  # TensorFlow is imported here, after the cheap checks
+        from trainer.train import training  # TensorFlow is imported here, after the cheap checks
 
         training.run(config, spec, task, metrics, release_port=listener.close if listener else lambda: None)
         metrics.state("done")

@@ -18,8 +18,14 @@ import contract
 from compose import deployment, services
 from compose.deployment import Change, Deployment
 from compose.targets import Emitted, Yaml
-from trainer.config import ENV_PREFIX
-from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_GAVE_UP, EXIT_MISSING_PEERS, EXIT_PEER_FAILED
+from trainer.host import (
+    ENV_PREFIX,
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_GAVE_UP,
+    EXIT_MISSING_PEERS,
+    EXIT_PEER_FAILED,
+)
 
 OUT = ".run/k8s"
 REMAKE = "make k8s"

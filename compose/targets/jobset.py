@@ -2,7 +2,7 @@
 
 jobset.yaml: the chief's checkpoint PVC, the JobSet (replicated jobs `chief` and `worker`, whole-gang
 restarts, permanent exit codes fail it at once), a PodMonitor. TF_CONFIG is built at start by
-trainer.jobset_entry from the pod's JobSet annotations and JOB_COMPLETION_INDEX.
+trainer.cluster.jobset_entry from the pod's JobSet annotations and JOB_COMPLETION_INDEX.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from compose import deployment
 from compose.deployment import Change, Deployment
 from compose.targets import Emitted, _kube
 from compose.targets._kube import OUT, REMAKE, add_arguments, describe  # noqa: F401 (the Target protocol)
-from trainer import jobset_entry, supervise
+from trainer.host import jobset_entry
+from trainer.host import supervisor as supervise
 
 TITLE = "k8s JobSet"
 
@@ -37,7 +38,7 @@ def _jobset_env(d: Deployment) -> list[dict]:
 
 
 def _replicated_job(d: Deployment, names: _kube.Names, rjob: str, pods: int, container: str) -> dict:
-    cmd = ["python", "-m", "trainer.jobset_entry", *deployment.command(d)]
+    cmd = ["python", "-m", "trainer.cluster.jobset_entry", *deployment.command(d)]
     chief = rjob == contract.CHIEF
     template = _kube.pod_template(d, names, chief=chief, cmd=cmd, env=_jobset_env(d), container=container)
     template["spec"]["restartPolicy"] = "Never"  # podFailurePolicy requires it; JobSet restarts the gang
@@ -103,11 +104,11 @@ def jobset_changes(d: Deployment) -> list[Change]:
         *_kube.common_changes(d),
         Change(
             "TF_CONFIG",
-            "built at start by trainer.jobset_entry",
+            "built at start by trainer.cluster.jobset_entry",
             "from the JobSet annotations and JOB_COMPLETION_INDEX",
         ),
         Change(
-            f"trainer.supervise, {supervise.MAX_RESTARTS_ENV}={d.max_restarts}",
+            f"trainer.supervise.supervisor, {supervise.MAX_RESTARTS_ENV}={d.max_restarts}",
             f"the same in-pod supervisor, plus failurePolicy.maxRestarts {d.max_restarts}",
             f"the supervisor restarts the trainer inside the pod; a failed pod (killed, node lost) "
             f"restarts the whole gang; exit codes {codes} fail the JobSet at once",

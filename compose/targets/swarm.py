@@ -25,7 +25,7 @@ from compose.deployment import CHECKPOINT_DIR, SHM_GIB, Change, Deployment
 from compose.services import Service
 from compose.targets import Emitted, Yaml
 from compose.targets import compose as compose_target
-from trainer.cluster import CHIEF
+from trainer.host import CHIEF
 
 TITLE = "swarm stack"
 REMAKE = "make stack-up"

@@ -1,7 +1,7 @@
 """Kubernetes with the Kubeflow training operator v1: a TFJob (`make k8s` writes .run/k8s/tfjob.yaml).
 
 tfjob.yaml: the chief's checkpoint PVC, the TFJob (Chief + Worker, ExitCode restarts), a PodMonitor;
-`kubectl apply -f` it. The operator writes TF_CONFIG (trainer.cluster's TFJOB_ADDRESS).
+`kubectl apply -f` it. The operator writes TF_CONFIG (trainer.cluster.spec's TFJOB_ADDRESS).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from compose import deployment
 from compose.deployment import Change, Deployment
 from compose.targets import Emitted, _kube
 from compose.targets._kube import OUT, REMAKE, add_arguments, describe  # noqa: F401 (the Target protocol)
-from trainer import supervise
-from trainer.cluster import TFJOB_ADDRESS
+from trainer.host import TFJOB_ADDRESS
+from trainer.host import supervisor as supervise
 
 TITLE = "k8s TFJob"
 
@@ -60,5 +60,5 @@ def tfjob_changes(d: Deployment) -> list[Change]:
     return [
         *_kube.common_changes(d),
         Change("TF_CONFIG", "written by the operator", f"addresses {TFJOB_ADDRESS}"),
-        Change(f"trainer.supervise, {supervise.MAX_RESTARTS_ENV}={d.max_restarts}", *budget),
+        Change(f"trainer.supervise.supervisor, {supervise.MAX_RESTARTS_ENV}={d.max_restarts}", *budget),
     ]

@@ -7,7 +7,7 @@ target's spec (compose/targets/jobset.py) inside a namespaced TrainingRuntime:
     (label trainer.kubeflow.org/trainjob-ancestor-step: trainer, container `node`, replicas 1: what
     the Trainer's admission webhook requires), so the TrainJob's `trainer.numNodes` is the number of
     workers; with no workers the chief is the trainer step;
-  - TF_CONFIG is built in each pod by trainer.jobset_entry from the JobSet annotations the Trainer's
+  - TF_CONFIG is built in each pod by trainer.cluster.jobset_entry from the JobSet annotations the Trainer's
     JobSet carries (its JobSet is named after the TrainJob) and JOB_COMPLETION_INDEX;
   - no mlPolicy framework (torch, mpi, jax): the Trainer's PlainML plugin only sets the trainer
     step's pod count from numNodes and adds the TrainJob's env.

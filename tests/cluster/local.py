@@ -40,7 +40,7 @@ def start_script(script: Path, metrics_port: int, env: dict[str, str]) -> subpro
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
     cmd = [sys.executable, "-m", "bench.launch", "--workers", "1", "--metrics-port", str(metrics_port)]
     return subprocess.Popen(
-        [*cmd, "--module", "trainer.run_script", str(script)],
+        [*cmd, "--module", "trainer.script.wrapper", str(script)],
         cwd=ROOT,
         env={**clean, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
         stdout=subprocess.DEVNULL,

@@ -3,7 +3,7 @@
 - TFJob: the TF_CONFIG the Kubeflow training operator writes (its DNS names, its extra
   `"environment": "cloud"` key, its field order), given to `python -m trainer`.
 - JobSet: only the pod's identity (JobSet name, replicated job, JOB_COMPLETION_INDEX, worker count);
-  `python -m trainer.jobset_entry` builds TF_CONFIG from it, every task on port 2222 as in pods.
+  `python -m trainer.cluster.jobset_entry` builds TF_CONFIG from it, every task on port 2222 as in pods.
 
 Names are resolved the way a pod resolves them, through the resolver, not rewritten: the tasks run
 in a private user, mount and network namespace (`unshare -rmn`) whose /etc/hosts is a bind mount of
@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need
-from trainer import cluster
-from trainer.cluster import TaskId
+from trainer.cluster import spec as cluster
+from trainer.cluster.spec import TaskId
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,10 +56,10 @@ ip addr add {CHIEF_IP}/30 dev veth-c && ip link set veth-c up
 JOBSET_REPLICATED_JOB=worker unshare -n bash -c '
   until ip link show veth-w >/dev/null 2>&1; do sleep 0.05; done
   ip link set lo up && ip addr add {WORKER_IP}/30 dev veth-w && ip link set veth-w up
-  exec "$PY" -m trainer.jobset_entry "$PY" -m trainer "$@"' worker "$@" & worker=$!
+  exec "$PY" -m trainer.cluster.jobset_entry "$PY" -m trainer "$@"' worker "$@" & worker=$!
 until [ "$(readlink /proc/$worker/ns/net)" != "$(readlink /proc/$$/ns/net)" ]; do sleep 0.05; done
 ip link set veth-w netns $worker
-JOBSET_REPLICATED_JOB=chief "$PY" -m trainer.jobset_entry "$PY" -m trainer "$@" & chief=$!
+JOBSET_REPLICATED_JOB=chief "$PY" -m trainer.cluster.jobset_entry "$PY" -m trainer "$@" & chief=$!
 wait $chief; c=$?
 wait $worker; w=$?
 echo "exit codes: chief=$c worker=$w"

@@ -17,8 +17,8 @@ import pytest
 
 from bench.launch import free_ports
 from tests.cluster.local import ROOT
-from trainer import checkpoint, manifest
-from trainer.cluster import on_ports
+from trainer.cluster.spec import on_ports
+from trainer.state import checkpoint, manifest
 
 pytestmark = pytest.mark.cluster
 BATCH = "8"  # 1024 steps per epoch of a pipeline's shard: every run here stays inside the first epoch

@@ -40,7 +40,7 @@ def _run(script: str, **env: str):
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
     cmd = [sys.executable, "-m", "bench.launch", "--workers", "1", "--metrics-port", "0"]
-    cmd += ["--module", "trainer.run_script", str(SCRIPTS / script)]
+    cmd += ["--module", "trainer.script.wrapper", str(SCRIPTS / script)]
     out = subprocess.run(
         cmd,
         cwd=ROOT,

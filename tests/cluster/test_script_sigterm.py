@@ -1,4 +1,4 @@
-"""SIGTERM reaches a user's script under the SCRIPT= wrapper (trainer/sigterm.py).
+"""SIGTERM reaches a user's script under the SCRIPT= wrapper (trainer/script/sigterm.py).
 
 MWMS's coordination service swallows SIGTERM (TensorFlow's preemption notifier only records it), so
 `docker stop` of a SCRIPT task waited out the stop grace for the engine's SIGKILL (`make down` took

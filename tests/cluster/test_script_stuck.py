@@ -1,6 +1,6 @@
 """A stuck task of a user's script is found: each task of a SCRIPT= run exports `trainer_input_step`
 (the step whose batch it has taken) from the marks in its own graph, so when one task's input blocks
-for ever and every task freezes in the collective, that task is the one behind (what trainer/supervise.py
+for ever and every task freezes in the collective, that task is the one behind (what trainer/supervise/supervisor.py
 reads to name and end it; tests/e2e/test_stuck.py covers the supervisor's side on containers).
 
 Two local processes under the wrapper, an unmodified-style `fit` script whose input map blocks for

@@ -1,4 +1,4 @@
-"""The gRPC server settings reach the server MultiWorkerMirroredStrategy starts (trainer/server_config.py).
+"""The gRPC server settings reach the server MultiWorkerMirroredStrategy starts (trainer/cluster/server_config.py).
 
 A one-task cluster (a chief on a free port) in a fresh process: the trainer's own make_strategy with
 DEFAULT replaced by non-default values, then the running server's default_session_config is read back.
@@ -19,8 +19,10 @@ PROBE = """
 import json, os, sys
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import trainer
-from trainer import config as config_lib, server_config, training
-from trainer.cluster import parse_tf_config
+from trainer import config as config_lib
+from trainer.cluster import server_config
+from trainer.train import training
+from trainer.cluster.spec import parse_tf_config
 wanted = json.loads(sys.argv[1])
 server_config.DEFAULT = wanted
 spec = parse_tf_config(os.environ["TF_CONFIG"])
@@ -31,7 +33,7 @@ print("IN_SERVER", json.dumps(server_config.in_server()))
 
 def _run(wanted: dict, extra: str = "") -> subprocess.CompletedProcess:
     from bench.launch import free_ports
-    from trainer.cluster import on_ports
+    from trainer.cluster.spec import on_ports
 
     spec = on_ports("127.0.0.1", free_ports(1))
     return subprocess.run(

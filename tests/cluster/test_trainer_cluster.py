@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.launch import free_ports
-from trainer.cluster import TaskId, on_ports
+from trainer.cluster.spec import TaskId, on_ports
 
 pytestmark = pytest.mark.cluster
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -174,7 +174,7 @@ def test_cluster_trains_identically_on_disjoint_data_with_metrics(tmp_path, laun
     ]
     files = sorted(os.listdir(ckpt))
     # the chief's saves, its export and summary; every other task keeps its own copy of each save
-    # under replicas/<task> (trainer/checkpoint.py), without an export
+    # under replicas/<task> (trainer/state/checkpoint.py), without an export
     assert files == [*saves, "export", "replicas", "summary.json"], files
     for task in TASKS[1:]:
         copy = sorted(os.listdir(os.path.join(ckpt, "replicas", task)))

@@ -155,8 +155,8 @@ class FaultStack:
         return [(stamp(m[1]), int(m[2])) for m in map(RESUMED.match, self.logs()) if m]
 
     def trainer_pid(self, service: str) -> int:
-        """Host PID of the trainer process itself (under tini and trainer.supervise): what a crash kills."""
-        return self.process_pid(service, " -m trainer", but="trainer.supervise")
+        """Host PID of the trainer process itself (under tini and trainer.supervise.supervisor): what a crash kills."""
+        return self.process_pid(service, " -m trainer", but="trainer.supervise.supervisor")
 
     def process_pid(self, service: str, marker: str, but: str = "\0") -> int:
         """Host PID of the one process of `service` whose command line holds `marker` (and not `but`)."""

@@ -4,7 +4,7 @@ Every scenario runs a separate compose project (`mwms-faults`, its own RUN_DIR, 
 127.0.0.2; FAULTS_PROJECT, FAULTS_BIND and IMAGE_REPO override them, for a shared engine) so
 the session `stack` of the other e2e tests is never touched. A crash is a
 SIGKILL of the trainer process inside its container (what the OOM killer or a segfault does); the
-container's trainer.supervise restarts it. Sequences of faults in one job: tests/e2e/test_chaos.py.
+container's trainer.supervise.supervisor restarts it. Sequences of faults in one job: tests/e2e/test_chaos.py.
 
 Recovery time = from the fault to the chief's first step after the resume. Steps lost = the last
 step the chief finished before the fault minus the step it resumed from.

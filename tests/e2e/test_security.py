@@ -140,7 +140,7 @@ def test_every_root_filesystem_is_read_only_with_a_scratch_tmpfs(config) -> None
             # The checkpoints (the chief's; every task's under SCRIPT=, whose own callbacks save from
             # every worker); every task's supervisor state (its budget across container restarts); every task's
             # TensorBoard log folder (summaries and `make profile`'s traces).
-            shared = name == "chief" or "trainer.run_script" in service["command"]
+            shared = name == "chief" or "trainer.script.wrapper" in service["command"]
             expected = (["/checkpoints"] if shared else []) + ["/var/lib/supervise", LOG_DIR]
             assert writable == expected, (name, writable)
 

@@ -35,11 +35,11 @@ def test_first_step_seen(stack) -> None:
 
 
 def test_every_task_starts_with_the_allocator_settings_and_its_glibc_takes_them(stack) -> None:
-    """trainer.server_config.ENVIRONMENT reaches the containers (through the deployment's trainer
+    """trainer.cluster.server_config.ENVIRONMENT reaches the containers (through the deployment's trainer
     environment) and the image's glibc knows every tunable: an unknown one is silently ignored, so a
     new base image whose glibc lacks one fails here, not as a slower all-reduce. Read from the chief
     container's configuration and its image, so it holds whether or not the shared stack still trains."""
-    from trainer import server_config
+    from trainer.cluster import server_config
 
     inspect = subprocess.run(
         ["docker", "inspect", "mwms-chief-1", "--format", "{{json .Config.Env}} {{.Config.Image}}"],

@@ -9,8 +9,8 @@ import pytest
 
 from bench import comm as bc
 from bench import scaling
-from trainer import server_config
 from trainer.bench import allreduce_sweep as sweep
+from trainer.cluster import server_config
 
 
 @pytest.mark.parametrize(
@@ -88,7 +88,7 @@ def test_payloads_are_the_models_variables():
     import math
 
     from bench import payloads
-    from trainer import tasks
+    from trainer.tasks import task as tasks
 
     mlp = tasks.build(tasks.load("mlp"), per_replica_batch=1, seed=0).model
     assert payloads.task_shapes("mlp") == [tuple(v.shape) for v in mlp.trainable_variables]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bench import overhead, turns
-from trainer.timing import StepFns
+from trainer.train.timing import StepFns
 
 
 def _recording(log: list, name: str, running: list):

@@ -11,8 +11,8 @@ import yaml
 from compose import emit, gpus
 from compose import knobs as knobs_lib
 from compose.deployment import Deployment
-from trainer import server_config
-from trainer.cluster import parse_tf_config
+from trainer.cluster import server_config
+from trainer.cluster.spec import parse_tf_config
 
 
 def build(tmp_path: Path, *args: str, knobs: dict[str, str] | None = None) -> Deployment:
@@ -115,7 +115,7 @@ def test_only_the_chief_mounts_the_checkpoint_volume_every_task_the_log_volume(t
     ]
     for name in ("worker-0", "worker-1"):
         assert svc[name]["volumes"] == ["supervise:/var/lib/supervise", "tensorboard-logs:/logs"]
-        # its own checkpoint copy (trainer/checkpoint.py: replicas/<task>), written as the task's user:
+        # its own checkpoint copy (trainer/state/checkpoint.py: replicas/<task>), written as the task's user:
         # Docker mounts a tmpfs root-owned (PermissionError on every worker before the owner was set)
         uid, gid = svc[name]["user"].split(":")
         assert f"/checkpoints:uid={uid},gid={gid}" in svc[name]["tmpfs"]
@@ -127,7 +127,7 @@ def test_fault_handling_settings(tmp_path: Path) -> None:
         # The supervisor restarts a task on a retryable exit, its budget from MAX_RESTARTS; Docker only
         # brings back a container whose processes died (its state keeps a final exit final). SIGTERM reaches Python
         # through tini and the preemption save has a minute; outside names fail in 1 s, not 10.
-        assert service["command"][:4] == ["python", "-m", "trainer.supervise", "--"]
+        assert service["command"][:4] == ["python", "-m", "trainer.supervise.supervisor", "--"]
         assert service["environment"]["SUPERVISE_MAX_RESTARTS"] == "5"
         assert service["restart"] == "on-failure" and service["init"] is True
         assert service["environment"]["SUPERVISE_STATE_DIR"] == "/var/lib/supervise"
@@ -142,7 +142,7 @@ def test_script_and_data_are_read_only_binds(tmp_path: Path) -> None:
     data.mkdir()
     build(tmp_path, "--workers", "1", "--gpus", "0", "--script", str(script), "--data", str(data))
     for service in services(tmp_path).values():
-        assert service["command"][4:] == ["python", "-m", "trainer.run_script", "/script/train.py"]
+        assert service["command"][4:] == ["python", "-m", "trainer.script.wrapper", "/script/train.py"]
         assert service["environment"]["TRAINER_DATA"] == "/data"
         binds = {v["target"]: v for v in service["volumes"] if isinstance(v, dict)}
         assert binds["/script"]["source"] == str(script.parent) and binds["/script"]["read_only"]

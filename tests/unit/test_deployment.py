@@ -8,8 +8,9 @@ import pytest
 
 from compose import deployment, knobs
 from compose.deployment import Change, Deployment
-from trainer import cluster, server_config
-from trainer.cluster import ClusterSpecError
+from trainer.cluster import server_config
+from trainer.cluster import spec as cluster
+from trainer.cluster.spec import ClusterSpecError
 
 
 def test_compose_template_is_the_service_name() -> None:
@@ -66,11 +67,16 @@ def test_the_stall_bound_reaches_every_task_and_a_bad_one_is_refused() -> None:
 
 
 def test_every_target_runs_the_trainer_under_the_supervisor() -> None:
-    assert deployment.command(Deployment(workers=1))[:4] == ["python", "-m", "trainer.supervise", "--"]
+    assert deployment.command(Deployment(workers=1))[:4] == [
+        "python",
+        "-m",
+        "trainer.supervise.supervisor",
+        "--",
+    ]
     assert deployment.command(Deployment(workers=1, script="/x/train.py"))[:4] == [
         "python",
         "-m",
-        "trainer.supervise",
+        "trainer.supervise.supervisor",
         "--",
     ]
 

@@ -67,7 +67,7 @@ def _is_under(module: str, prefix: str) -> bool:
 
 def test_the_graph_sees_known_edges():
     edges = graph()
-    assert "trainer.cluster" in edges["bench.launch"]
+    assert "trainer.host" in edges["bench.launch"]
     assert "trainer.config" in edges["trainer.__main__"]
 
 
@@ -97,3 +97,36 @@ def test_contract_is_stdlib_only():
                 names = [node.module]
             third = [n for n in names if n.split(".")[0] not in sys.stdlib_module_names | {"contract"}]
             assert not third, f"{path.relative_to(ROOT)} imports {third}: the contract is stdlib-only"
+
+
+HOST = ("monitoring", "compose", "bench")
+SEAMS = {"trainer", "trainer.host"}
+"""What host code may import of the trainer: the package (it sets TF_USE_LEGACY_KERAS) and its seam."""
+
+
+def test_host_code_reaches_the_trainer_only_through_its_seam():
+    reach = sorted(
+        (src, dst)
+        for src, dsts in graph().items()
+        if src.split(".")[0] in HOST
+        for dst in dsts
+        if _is_under(dst, "trainer") and dst not in SEAMS
+    )
+    assert not reach, f"host code imports trainer internals, not trainer/host.py: {reach}"
+
+
+def test_the_seam_names_resolve():
+    import trainer.host as host
+
+    missing = [name for name in host.__all__ if name not in host.IN_PROCESS and not hasattr(host, name)]
+    assert not missing, f"trainer/host.py lists names it does not define: {missing}"
+    assert all(name in host.__all__ for name in host.IN_PROCESS)
+
+
+def test_the_light_seam_does_not_load_tensorflow():
+    import subprocess
+
+    code = (
+        "import sys, trainer.host; assert 'tensorflow' not in sys.modules, 'trainer.host loaded TensorFlow'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=ROOT)

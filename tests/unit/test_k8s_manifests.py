@@ -25,7 +25,7 @@ from compose import deployment, emit
 from compose.deployment import Deployment
 from compose.targets import _kube
 from trainer import errors
-from trainer.cluster import TFJOB_ADDRESS
+from trainer.cluster.spec import TFJOB_ADDRESS
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 K8S_VERSIONS = ("1.31.0", "1.37.0")
@@ -226,7 +226,7 @@ def test_jobset_restarts_the_gang_and_succeeds_on_the_chief(tmp_path: Path) -> N
         (fail,) = job["podFailurePolicy"]["rules"]
         assert fail["onExitCodes"]["values"] == list(_kube.PERMANENT_EXIT_CODES)
         (container,) = job["template"]["spec"]["containers"]
-        assert container["command"][:3] == ["python", "-m", "trainer.jobset_entry"]
+        assert container["command"][:3] == ["python", "-m", "trainer.cluster.jobset_entry"]
 
 
 def test_pod_monitor_selects_the_pods_and_keeps_the_trainer_job_label(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """TF_CONFIG as Kubernetes hands it to the trainer: the training operator's exact JSON, and the
-JobSet form that trainer.jobset_entry builds from the pod's identity."""
+JobSet form that trainer.cluster.jobset_entry builds from the pod's identity."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer import cluster, jobset_entry
-from trainer.cluster import ClusterSpecError, TaskId
+from trainer.cluster import jobset_entry
+from trainer.cluster import spec as cluster
+from trainer.cluster.spec import ClusterSpecError, TaskId
 
 ROOT = Path(__file__).resolve().parents[2]
 # Byte for byte what the operator's genTFConfigJSONStr marshals (Go struct order: cluster, task,
@@ -93,7 +94,7 @@ def test_jobset_entry_rejects_a_wrong_environment(change: dict, message: str) ->
 def run_entry(env: dict[str, str], *cmd: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("JOB")}
     return subprocess.run(
-        [sys.executable, "-m", "trainer.jobset_entry", *cmd],
+        [sys.executable, "-m", "trainer.cluster.jobset_entry", *cmd],
         cwd=ROOT,
         env={**clean, **env},
         capture_output=True,

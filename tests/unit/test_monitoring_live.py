@@ -1,4 +1,4 @@
-"""The whole telemetry path without TensorFlow or Docker: the real exporter (trainer.metrics) on
+"""The whole telemetry path without TensorFlow or Docker: the real exporter (trainer.telemetry.metrics) on
 loopback, a real Prometheus (Debian's binary) scraping it with the generated rules, and the queries
 of `make status` and the rule names of `make diagnose` read through monitoring.prom_client.
 
@@ -25,9 +25,9 @@ import contract
 from monitoring import diagnose, rules, status
 from monitoring.prom_client import Prometheus, PrometheusError
 from tests.conftest import need
-from trainer.cluster import TaskId
-from trainer.metrics import Metrics, Server, StepTiming
-from trainer.timing import StepWork
+from trainer.cluster.spec import TaskId
+from trainer.telemetry.metrics import Metrics, Server, StepTiming
+from trainer.train.timing import StepWork
 
 STEP = StepTiming(step=0.0125, input=0.000625, compute=0.01, allreduce=0.001875)
 """80 steps per second of step time; shares 5 %, 80 %, 15 %: a healthy task."""

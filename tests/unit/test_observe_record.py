@@ -7,12 +7,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import contract as c
-from trainer.cluster import TaskId
-from trainer.metrics import Metrics
+from trainer.cluster.spec import TaskId
 from trainer.observe import config, marks
 from trainer.observe.record import Ratios, Recorder
 from trainer.observe.sampler import Window
 from trainer.observe.trace import Parts
+from trainer.telemetry.metrics import Metrics
 
 
 def _value(registry, name, **labels):

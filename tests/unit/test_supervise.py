@@ -1,4 +1,4 @@
-"""trainer.supervise with real child processes: which exits are retried, the budget, signals."""
+"""trainer.supervise.supervisor with real child processes: which exits are retried, the budget, signals."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from trainer import preflight, supervise
-from trainer.cluster import TaskId
+from trainer.cluster import preflight
+from trainer.cluster.spec import TaskId
 from trainer.errors import EXIT_GAVE_UP
+from trainer.supervise import supervisor as supervise
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,7 +93,7 @@ def test_failures_without_a_new_checkpoint_spend_the_budget(tmp_path: Path) -> N
 
 def run_cli(tmp_path: Path, body: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "trainer.supervise", "--", *child(tmp_path, body)],
+        [sys.executable, "-m", "trainer.supervise.supervisor", "--", *child(tmp_path, body)],
         cwd=ROOT,
         env={**os.environ, "TRAINER_METRICS_PORT": "0", **(env or {})},
         stderr=subprocess.PIPE,
@@ -156,7 +157,7 @@ def free_port() -> int:
 
 
 def test_reads_the_checkpoint_step_from_the_trainers_own_metrics() -> None:
-    from trainer import metrics as metrics_lib
+    from trainer.telemetry import metrics as metrics_lib
 
     assert supervise.checkpoint_step("") is None  # metrics disabled: no progress is ever seen
     port = free_port()
@@ -172,7 +173,7 @@ def test_reads_the_checkpoint_step_from_the_trainers_own_metrics() -> None:
 
 
 def test_the_step_counts_as_frozen_only_while_the_trainer_trains() -> None:
-    from trainer import metrics as metrics_lib
+    from trainer.telemetry import metrics as metrics_lib
 
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
@@ -458,7 +459,7 @@ def test_the_next_run_is_told_where_its_task_was_stuck(tmp_path: Path) -> None:
 
 
 def test_peers_metrics_are_read_on_the_same_port_at_their_tf_config_hosts() -> None:
-    from trainer.cluster import from_template
+    from trainer.cluster.spec import from_template
 
     spec = from_template(2, "{service}:{port}")
     tf_config = spec.with_task(TaskId("worker", 1)).to_tf_config()

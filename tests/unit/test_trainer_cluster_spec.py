@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from trainer import cluster
-from trainer.cluster import ClusterSpecError, TaskId
+from trainer.cluster import spec as cluster
+from trainer.cluster.spec import ClusterSpecError, TaskId
 
 GOOD = {
     "cluster": {"chief": ["chief:2222"], "worker": ["worker-0:2222", "worker-1:2222"]},

@@ -1,6 +1,6 @@
 """The start-up device line: one line, and on the CPU the cause a user can act on."""
 
-from trainer import device
+from trainer.cluster import device
 
 CUDA_BUILD = {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9"}
 

@@ -1,4 +1,4 @@
-"""The stuck-task fault hook (trainer/fault.py) and the input step it is found by (trainer/step.py)."""
+"""The stuck-task fault hook (trainer/train/fault.py) and the input step it is found by (trainer/train/step.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer import fault
 from trainer.config import from_args
 from trainer.errors import ConfigError
+from trainer.train import fault
 
 
 def test_a_fault_names_a_task_a_kind_and_a_step() -> None:
@@ -51,8 +51,9 @@ def test_the_input_step_moves_inside_a_call_and_stops_below_the_blocked_batch(tm
     import tensorflow as tf
 
     import trainer  # noqa: F401 (TF_USE_LEGACY_KERAS)
-    from trainer import step, tasks
     from trainer.config import Config
+    from trainer.tasks import task as tasks
+    from trainer.train import step
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     cfg = Config(task="mlp", strategy="mirrored")

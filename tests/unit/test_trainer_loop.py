@@ -4,9 +4,9 @@ import logging
 
 import numpy as np
 
-from trainer import loop, progress
-from trainer.loop import Controller, LoopSettings
-from trainer.timing import CallOutput, StepFns
+from trainer.train import loop, progress
+from trainer.train.loop import Controller, LoopSettings
+from trainer.train.timing import CallOutput, StepFns
 
 
 def _settings(**kw):

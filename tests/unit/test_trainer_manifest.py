@@ -1,13 +1,13 @@
-"""trainer/manifest.py without TensorFlow: what a published checkpoint is, and `make up`'s question
-to the checkpoint volume before any task starts (python -m trainer.manifest)."""
+"""trainer/state/manifest.py without TensorFlow: what a published checkpoint is, and `make up`'s question
+to the checkpoint volume before any task starts (python -m trainer.state.manifest)."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainer import manifest
 from trainer.config import Config
 from trainer.errors import EXIT_CONFIG
+from trainer.state import manifest
 
 
 def _save(folder, step: int) -> None:

@@ -4,10 +4,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import contract
-from trainer import metrics, netdev
-from trainer.cluster import TaskId
-from trainer.metrics import Metrics, NullMetrics
-from trainer.timing import StepTiming, StepWork
+from trainer.cluster.spec import TaskId
+from trainer.telemetry import metrics, netdev
+from trainer.telemetry.metrics import Metrics, NullMetrics
+from trainer.train.timing import StepTiming, StepWork
 
 # Frozen: the series names as Prometheus stores them. Changing one breaks users' queries and alerts.
 CONTRACT = {

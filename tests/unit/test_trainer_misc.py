@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from bench import launch
-from trainer import agreement, summary
-from trainer.cluster import TaskId, on_ports
+from trainer.cluster import agreement
+from trainer.cluster.spec import TaskId, on_ports
 from trainer.config import Config
 from trainer.errors import ConfigError
-from trainer.loop import LoopResult
+from trainer.state import summary
+from trainer.train.loop import LoopResult
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -109,7 +110,7 @@ def test_run_script_serves_metrics_and_returns_the_status(tmp_path):
     tf_config = on_ports("127.0.0.1", [1, 2, 3]).with_task(TaskId("worker", 1)).to_tf_config()
     env = {**os.environ, "TRAINER_METRICS_PORT": str(port), "TF_CONFIG": tf_config}
     proc = subprocess.run(
-        [sys.executable, "-m", "trainer.run_script", str(script), "--epochs", "2"],
+        [sys.executable, "-m", "trainer.script.wrapper", str(script), "--epochs", "2"],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -141,7 +142,7 @@ def test_run_script_makes_a_lost_peer_retryable(tmp_path, raise_, code):
     env = {**os.environ, "TRAINER_METRICS_PORT": "0", "SUPERVISE_REASON_FILE": str(reason)}
     env.pop("TF_CONFIG", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "trainer.run_script", str(script)],
+        [sys.executable, "-m", "trainer.script.wrapper", str(script)],
         env=env,
         cwd=ROOT,
         capture_output=True,

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from trainer import preflight
-from trainer.cluster import ClusterSpec, TaskId
+from trainer.cluster import preflight
+from trainer.cluster.spec import ClusterSpec, TaskId
 from trainer.errors import FINAL_NOTICE, MissingPeersError, PeerFailedError
 
 SPEC = ClusterSpec(chief=("chief:2222",), worker=("worker-0:2222", "worker-1:2222"), task=TaskId("chief", 0))

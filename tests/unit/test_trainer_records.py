@@ -1,4 +1,4 @@
-"""--data: a folder or a glob of TFRecord files written by `python -m trainer.records`, shuffled per
+"""--data: a folder or a glob of TFRecord files written by `python -m trainer.data.records`, shuffled per
 epoch, resumable at any batch; bad data is one line naming the file (and record) and exit 2."""
 
 import os
@@ -13,7 +13,8 @@ import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is impo
 # isort: split
 import tensorflow as tf
 
-from trainer import data, records
+from trainer.data import records
+from trainer.data import synthetic as data
 from trainer.errors import EXIT_CONFIG, DataError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from trainer import data, taskspec
+from trainer.data import synthetic as data
 from trainer.errors import ConfigError
+from trainer.tasks import spec as taskspec
 
 
 def test_builtins_are_found_by_name():
@@ -42,9 +43,7 @@ def test_each_task_gets_its_own_problem():
 
 
 def test_registry_does_not_import_tensorflow():
-    code = (
-        "import sys; from trainer import taskspec; taskspec.names(); assert 'tensorflow' not in sys.modules"
-    )
+    code = "import sys; from trainer.tasks import spec; spec.names(); assert 'tensorflow' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
 
 

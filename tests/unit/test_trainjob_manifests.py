@@ -7,7 +7,7 @@
 - The replicated jobs' Job templates: kubernetes-validate --strict, as batch/v1 Jobs.
 - What the Trainer's admission webhook and its PlainML plugin require of a runtime (v2.3.0:
   pkg/webhooks/trainingruntime_webhook.go, pkg/runtime/framework/plugins/plainml/plainml.go).
-- TF_CONFIG as trainer.jobset_entry builds it in each pod names the pods by the hostnames the
+- TF_CONFIG as trainer.cluster.jobset_entry builds it in each pod names the pods by the hostnames the
   Trainer gives them (pkg/runtime/framework/plugins/jobset/jobset.go IdentifyPodNetwork:
   `<trainjob>-<replicated job>-<job index>-<pod index>.<trainjob>`).
 The golden files (tests/golden/*.trainjob.yaml) are checked with the other Kubernetes targets'
@@ -27,7 +27,7 @@ from kubeflow_trainer_api import models
 from compose import deployment, emit
 from compose.deployment import Deployment
 from compose.targets import trainjob
-from trainer import jobset_entry
+from trainer.cluster import jobset_entry
 
 CPU = Deployment(workers=1, knobs=(("steps", "200"),))
 GPU = Deployment(workers=3, knobs=(("steps", "200"),), gpu_ids=deployment.fake_gpu_ids(3, 1))
@@ -148,7 +148,7 @@ def test_tf_config_names_the_pods_the_trainer_creates(tmp_path: Path, workers: i
         assert sorted(sum(config["cluster"].values(), [])) == sorted(endpoints)
         assert config["task"] == {"type": rjob["name"], "index": index}
         (container,) = rjob["template"]["spec"]["template"]["spec"]["containers"]
-        assert container["command"][:3] == ["python", "-m", "trainer.jobset_entry"]
+        assert container["command"][:3] == ["python", "-m", "trainer.cluster.jobset_entry"]
 
 
 def test_the_report_says_where_the_jobset_went(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

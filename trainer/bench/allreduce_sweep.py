@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--server",
         default=None,
-        help="gRPC server settings NAME=INT,... (trainer/server_config.py; 'stock' = TF's own); "
+        help="gRPC server settings NAME=INT,... (trainer/cluster/server_config.py; 'stock' = TF's own); "
         "default: the trainer's",
     )
     args = p.parse_args(argv)
@@ -72,8 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    from trainer import server_config
-    from trainer.cluster import parse_tf_config
+    from trainer.cluster import server_config
+    from trainer.cluster.spec import parse_tf_config
 
     spec = parse_tf_config(os.environ.get("TF_CONFIG"))
     server = server_config.DEFAULT if args.server is None else server_config.parse(args.server)

@@ -1,6 +1,6 @@
 """A user's unmodified MWMS script, observed: the contract's per-step metrics without editing it.
 
-`install` (trainer/run_script.py calls it before running the script) wraps tf-keras' Model.fit
+`install` (trainer/script/wrapper.py calls it before running the script) wraps tf-keras' Model.fit
 (fit.py) and every tf.function call and Strategy.run (loop.py), so both training styles report each
 call of their step function to one Recorder (record.py); it wraps MWMS's all-reduce and the
 distributed iterator (marks.py), so every step's graph measures its own all-reduce and input wait;
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trainer.metrics import Metrics
     from trainer.observe.sampler import Sampler
+    from trainer.telemetry.metrics import Metrics
 
 
 def install(metrics: Metrics, env: Mapping[str, str]) -> Sampler:

@@ -52,7 +52,7 @@ class Marks:
         """Batches the running call has taken so far (its input marks): the graph adds each as it
         arrives, while the call still runs, and this reads the variable from any thread (the metrics
         scrape), so a task blocked in its input is seen behind its peers (trainer_input_step,
-        trainer/supervise.py) even when every task is frozen in the collective."""
+        trainer/supervise/supervisor.py) even when every task is frozen in the collective."""
         return round(self._read()[INPUT][1] - self._base[INPUT][1])
 
     def clear(self) -> None:

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import contract as c
-from trainer.metrics import Metrics
 from trainer.observe.marks import ALLREDUCE, INPUT, Marks
+from trainer.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

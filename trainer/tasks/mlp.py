@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer.taskspec import Problem, TaskSpec, register, sparse_ce
+from trainer.tasks.spec import Problem, TaskSpec, register, sparse_ce
 
 PROBLEM = Problem(input_shape=(32,), num_classes=4, num_examples=16384)
 

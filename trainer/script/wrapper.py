@@ -1,4 +1,4 @@
-"""`python -m trainer.run_script PATH [args]`: bring your own training script, keep the telemetry.
+"""`python -m trainer.script PATH [args]`: bring your own training script, keep the telemetry.
 
 Compose runs this when SCRIPT= is set. It serves the contract's metrics on TRAINER_METRICS_PORT
 (default contract.METRICS_PORT, 0 disables), labelled by the task from TF_CONFIG: those every task has (process,
@@ -12,12 +12,12 @@ A script's own summaries belong under TRAINER_LOGDIR (the stack's TensorBoard vo
 
 Faults, as for the built-in trainer: when the script raises what TensorFlow raises on a survivor of
 a lost peer (the collective aborted: Unavailable, Aborted, Cancelled, DeadlineExceeded), this exits
-200 (peer lost, retryable) instead of 1, so trainer.supervise restarts every task and the script
+200 (peer lost, retryable) instead of 1, so trainer.supervise.supervisor restarts every task and the script
 runs again from the top. Where it resumes is the script's own business, in TRAINER_CHECKPOINT_DIR
 (the same directory in every task on one host, as MWMS expects): e.g.
 `tf.keras.callbacks.BackupAndRestore(os.environ["TRAINER_CHECKPOINT_DIR"])` in `fit`, or a
 `tf.train.CheckpointManager` there. SIGTERM (`docker stop`) ends the script, or runs the handler it
-set, although MWMS's preemption notifier would swallow it (trainer/sigterm.py). See docs/faults.md.
+set, although MWMS's preemption notifier would swallow it (trainer/script/sigterm.py). See docs/faults.md.
 """
 
 from __future__ import annotations
@@ -34,19 +34,21 @@ from prometheus_client import CollectorRegistry
 
 import contract
 import trainer
-from trainer import observe, sigterm, tensorboard
-from trainer.cluster import CHIEF, ClusterSpecError, TaskId, parse_tf_config
+from trainer import observe
+from trainer.cluster.spec import CHIEF, ClusterSpecError, TaskId, parse_tf_config
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_PEER_LOST, REASON_ENV
-from trainer.metrics import Metrics, Server
 from trainer.observe import config as observe_config
+from trainer.script import sigterm
+from trainer.telemetry import tensorboard
+from trainer.telemetry.metrics import Metrics, Server
 
-log = logging.getLogger("trainer.run_script")
+log = logging.getLogger("trainer.script.wrapper")
 PROFILER_PORT_ENV = "TRAINER_PROFILER_PORT"
 """The stack's profiler port (contract.PROFILER_PORT): a server there lets `make profile` trace the script."""
 
 
 PEER_LOST = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")
-"""trainer.training.PEER_LOST by name: this module must not import TensorFlow before the script does."""
+"""trainer.train.training.PEER_LOST by name: this module must not import TensorFlow before the script does."""
 
 
 def peer_lost(err: BaseException) -> bool:
@@ -116,7 +118,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     sys.argv = [path, *args]
     try:
         if spec is not None:  # the script's own MWMS starts its server with the trainer's settings
-            from trainer import server_config
+            from trainer.cluster import server_config
 
             server_config.apply(server_config.DEFAULT)
         runpy.run_path(path, run_name="__main__")
@@ -157,7 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(argv[0], argv[1:])
 
 
-if __name__ == "__main__":
+def run_as_main() -> None:
+    """`python -m trainer.script`: exit with the script's status (see main)."""
     from trainer.__main__ import exit_now
 
     exit_now(main())
+
+
+if __name__ == "__main__":
+    run_as_main()

@@ -68,7 +68,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import contract
-from trainer.cluster import ClusterSpecError, parse_tf_config
+from trainer.cluster.spec import ClusterSpecError, parse_tf_config
 from trainer.errors import (
     DUMP_SIGNAL_NAME,
     EXIT_CONFIG,
@@ -82,8 +82,9 @@ from trainer.errors import (
     STUCK_ENV,
     is_retryable,
 )
+from trainer.state import atomic
 
-ENTRY = ("python", "-m", "trainer.supervise", "--")
+ENTRY = ("python", "-m", "trainer.supervise.supervisor", "--")
 """What every emitter puts before the task's command."""
 MAX_RESTARTS_ENV = "SUPERVISE_MAX_RESTARTS"
 """The budget K; the compose generator writes it from MAX_RESTARTS."""
@@ -100,7 +101,7 @@ RESTART_DELAY_S = 1.0
 POLL_S = 2.0
 STALL_ENV = "SUPERVISE_STALL"
 DUMP_SIGNAL = getattr(signal, DUMP_SIGNAL_NAME)
-"""The trainer's faulthandler writes every thread's stack on it (trainer/__main__.py, trainer/run_script.py)."""
+"""The trainer's faulthandler writes every thread's stack on it (trainer/__main__.py, trainer/script/wrapper.py)."""
 DUMP_GRACE_S = 2.0
 DEFER_BOUNDS = 2.0
 """A task not behind waits this many stall bounds for the named task's end to fail its collective (the
@@ -160,7 +161,7 @@ class StallBound:
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     command: tuple[str, ...]
-    """The task's command (the trainer, or a user's script through trainer.run_script)."""
+    """The task's command (the trainer, or a user's script through trainer.script.wrapper)."""
     max_restarts: int = DEFAULT_MAX_RESTARTS
     """K: restarts allowed in a row without a new checkpoint; a new checkpoint renews the budget."""
     metrics_url: str = f"http://127.0.0.1:{contract.METRICS_PORT}/metrics"
@@ -318,9 +319,9 @@ class State:
     def save(self, path: str) -> None:
         if not path:
             return
-        tmp = f"{path}.tmp"
-        Path(tmp).write_text(json.dumps(asdict(self)) + "\n")
-        os.replace(tmp, path)  # whole or not at all: a kill mid-write leaves the previous state
+        atomic.write_json(
+            path, asdict(self)
+        )  # whole or not at all: a kill mid-write leaves the previous state
 
 
 def announce(port: int, peers: int, text: bytes, seconds: float) -> int:

@@ -11,7 +11,7 @@ Bad data is one line naming the file and the fault (exit 2): checked up front wh
 (no files, an empty file, not TFRecord, the first record's features not the task's), else found at
 the failing record, with the file and the record number, when the input pipeline stops on it.
 
-    python -m trainer.records --task mlp --out /tmp/data --files 4
+    python -m trainer.data.records --task mlp --out /tmp/data --files 4
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from trainer import data, taskspec
-from trainer.data import AUTOTUNE, Synthetic, finish
+from trainer.data import synthetic as data
+from trainer.data.synthetic import AUTOTUNE, Synthetic, finish
 from trainer.errors import DataError
+from trainer.tasks import spec as taskspec
 
 log = logging.getLogger(__name__)
 FOLDER_PATTERNS = ("*.tfrecord*", "*.tfr")
@@ -48,7 +49,7 @@ def find(pattern: str) -> list[str]:
             others = len(os.listdir(pattern))
             raise DataError(
                 f"--data {pattern}: no TFRecord files ({', '.join(FOLDER_PATTERNS)}) in this folder "
-                f"(it holds {others} other entries); write some with `python -m trainer.records`"
+                f"(it holds {others} other entries); write some with `python -m trainer.data.records`"
             )
         return files
     files = sorted(f for f in glob.glob(pattern) if os.path.isfile(f))
@@ -208,7 +209,9 @@ def write(problem: Synthetic, out_dir: str, num_files: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m trainer.records", description="Write synthetic TFRecords")
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.data.records", description="Write synthetic TFRecords"
+    )
     p.add_argument("--task", default="mlp", choices=taskspec.names())
     p.add_argument("--out", required=True)
     p.add_argument("--files", type=int, default=4)

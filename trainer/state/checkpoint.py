@@ -11,7 +11,7 @@ variables (and the learning rate) are broadcast to all, so every task resumes id
 chief's volume then costs only what the surviving copies lack. The step counter is
 `optimizer.iterations`.
 
-Integrity (trainer/manifest.py): a save is written, flushed, then published by a manifest. On start
+Integrity (trainer/state/manifest.py): a save is written, flushed, then published by a manifest. On start
 the chief restores the newest checkpoint whose files match their manifest, after one warning line
 per newer one it skips; a save that fails (a full disk) leaves the previous one
 intact and ends the task with one line.
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from trainer import manifest, output
 from trainer.errors import ConfigError, TrainerError
+from trainer.state import manifest, output
 
 log = logging.getLogger(__name__)
 MAX_TO_KEEP = 3

@@ -8,15 +8,16 @@ task's replicas trained on, so tests can check that tasks saw disjoint examples.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trainer.state import atomic
+
 if TYPE_CHECKING:
-    from trainer.loop import LoopResult
+    from trainer.train.loop import LoopResult
 
 MAX_IDS = 200_000
 
@@ -61,8 +62,4 @@ def build(task: str, result: LoopResult, variables) -> Summary:
 def write(summary: Summary, output_dir: str) -> str:
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, f"{summary.task}.json")
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(asdict(summary), f)
-    os.replace(tmp, path)  # readers never see a half-written file
-    return path
+    return atomic.write_json(path, asdict(summary))  # readers never see a half-written file

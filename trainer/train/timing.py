@@ -1,5 +1,5 @@
 """What a step function returns and what the host makes of one call: the types that the step
-(trainer/step.py), the host loop (trainer/loop.py), the progress lines and the metrics share.
+(trainer/train/step.py), the host loop (trainer/train/loop.py), the progress lines and the metrics share.
 
 Standard library only: importing it loads no TensorFlow and no exporter.
 """
@@ -40,7 +40,7 @@ class StepTiming:
 
 @dataclass(frozen=True)
 class StepFns:
-    """The compiled step functions of one task (trainer.step.build makes them)."""
+    """The compiled step functions of one task (trainer.train.step.build makes them)."""
 
     timed: Callable
     """(iterator, n) -> marks [n, 5] (t_start, t0..t3 of replica 0), stats [loss, accuracy], ids"""

@@ -8,7 +8,7 @@ TensorFlow's own `checkpoint` state file is only bookkeeping here, rewritten fro
 
 The job settings (`JOB_SETTINGS`) are stored in the manifest, so a start with other settings is
 stopped before it trains on a checkpoint that means something else. Standard library only: `make up`
-asks it about the checkpoint volume before any task starts (`python -m trainer.manifest`).
+asks it about the checkpoint volume before any task starts (`python -m trainer.state.manifest`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from dataclasses import dataclass
 
 from trainer import config as config_lib
 from trainer.errors import EXIT_CONFIG, ConfigError
+from trainer.state import atomic
 
 SUFFIX = ".manifest.json"
 PREFIX_RE = re.compile(r"^ckpt-(\d+)(?:\.index|\.data-\d{5}-of-\d{5}|\.manifest\.json)$")
 ACCEPT_FLAG = "--resume-new-settings 1"
 NOTHING_TO_TRAIN = 10
-"""`python -m trainer.manifest`'s answer when the checkpoint is already at or past --steps (compose/up.sh
+"""`python -m trainer.state.manifest`'s answer when the checkpoint is already at or past --steps (compose/up.sh
 then starts the monitoring but no trainer)."""
 
 JOB_SETTINGS = {
@@ -103,32 +104,17 @@ def files_of(prefix: str) -> list[str]:
     return sorted(os.path.join(folder, n) for n in os.listdir(folder) if pattern.match(n))
 
 
-def fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def publish(prefix: str, step: int, settings: Mapping[str, object]) -> None:
     """Flush the checkpoint's files, then write its manifest atomically: from now on it is restorable."""
     files = files_of(prefix)
     for path in files:
-        fsync_path(path)
+        atomic.fsync_path(path)
     body = {
         "step": step,
         "settings": dict(settings),
         "files": {os.path.basename(p): {"bytes": os.path.getsize(p), "sha256": _digest(p)} for p in files},
     }
-    target = manifest_path(prefix)
-    tmp = target + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(body, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
-    fsync_path(os.path.dirname(target) or ".")
+    atomic.write_json(manifest_path(prefix), body, indent=1)
 
 
 def read(prefix: str) -> dict:
@@ -214,7 +200,7 @@ def fits(found: Scan, settings: Mapping[str, object], accept_new: bool) -> Scan:
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ) -> int:
     """`make up`'s question before any task starts: does the checkpoint volume fit this job?"""
-    p = argparse.ArgumentParser(prog="python -m trainer.manifest", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m trainer.state.manifest", description=main.__doc__)
     p.add_argument("--checkpoint-dir", required=True)
     ns = p.parse_args(argv)
     try:

@@ -8,18 +8,19 @@ it first, so `uncopied` tells whether the volume holds a final model that exists
 `make clean` will not delete without FORCE=1. Standard library only: `make output` and `make clean`
 run it in a container that mounts the volume.
 
-    python -m trainer.output copy --checkpoint-dir /checkpoints --to /output
-    python -m trainer.output check --checkpoint-dir /checkpoints
+    python -m trainer.state.output copy --checkpoint-dir /checkpoints --to /output
+    python -m trainer.state.output check --checkpoint-dir /checkpoints
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
+
+from trainer.state import atomic
 
 EXPORT = "export"
 MARK = "export.copied"
@@ -35,7 +36,7 @@ def forget_copy(checkpoint_dir: str) -> None:
 
 def record(checkpoint_dir: str, summary: Mapping[str, object]) -> None:
     """The run's summary next to its export, so that any later copy carries both."""
-    _write_json(os.path.join(checkpoint_dir, SUMMARY), summary)
+    atomic.write_json(os.path.join(checkpoint_dir, SUMMARY), summary, indent=1)
 
 
 def copy_out(checkpoint_dir: str, to: str) -> str:
@@ -53,17 +54,8 @@ def copy_out(checkpoint_dir: str, to: str) -> str:
     if os.path.exists(summary):
         shutil.copyfile(summary, os.path.join(to, ".summary.tmp"))
         os.replace(os.path.join(to, ".summary.tmp"), os.path.join(to, SUMMARY))
-    _write_json(os.path.join(checkpoint_dir, MARK), {"to": to})
+    atomic.write_json(os.path.join(checkpoint_dir, MARK), {"to": to}, indent=1)
     return model
-
-
-def _write_json(path: str, body: Mapping[str, object]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(body, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def uncopied(checkpoint_dir: str) -> bool:
@@ -74,7 +66,7 @@ def uncopied(checkpoint_dir: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.output", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m trainer.state.output", description=__doc__.splitlines()[0])
     p.add_argument("action", choices=("copy", "check"))
     p.add_argument("--checkpoint-dir", required=True)
     p.add_argument("--to", help="copy: the folder to copy the model into")

@@ -22,10 +22,10 @@ from prometheus_client import (
 )
 
 import contract as c
-from trainer.cluster import TaskId
+from trainer.cluster.spec import TaskId
 from trainer.errors import ConfigError
-from trainer.netdev import LabelledCollector, NetworkCollector
-from trainer.timing import StepTiming, StepWork
+from trainer.telemetry.netdev import LabelledCollector, NetworkCollector
+from trainer.train.timing import StepTiming, StepWork
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class Metrics:
         self._task.stuck(step, at)
 
     def watch_input(self, read: Callable[[], int]) -> None:
-        """The input step is read at each scrape: it must move while a call runs (trainer/step.py)."""
+        """The input step is read at each scrape: it must move while a call runs (trainer/train/step.py)."""
 
         def value() -> float:
             try:

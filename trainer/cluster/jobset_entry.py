@@ -1,9 +1,9 @@
-"""`python -m trainer.jobset_entry CMD...`: build TF_CONFIG from the JobSet's pod identity, then exec CMD.
+"""`python -m trainer.cluster.jobset_entry CMD...`: build TF_CONFIG from the JobSet's pod identity, then exec CMD.
 
 A JobSet has no TensorFlow operator to write TF_CONFIG, but every pod knows who it is: the JobSet and
 replicated job names (pod annotations, passed in by the downward API) and its index in an Indexed Job
 (JOB_COMPLETION_INDEX, set by Kubernetes). The manifest adds the number of workers. Peers are
-addressed by their pod hostnames (trainer.cluster.JOBSET_ADDRESS). A TF_CONFIG already set wins.
+addressed by their pod hostnames (trainer.cluster.spec.JOBSET_ADDRESS). A TF_CONFIG already set wins.
 Pure Python: a wrong environment exits 2 with one line before anything starts.
 """
 
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from contract import TF_PORT
-from trainer.cluster import JOBSET_ADDRESS, TASK_TYPES, ClusterSpecError, TaskId, from_template
+from trainer.cluster.spec import JOBSET_ADDRESS, TASK_TYPES, ClusterSpecError, TaskId, from_template
 from trainer.errors import EXIT_CONFIG
 
 JOBSET_NAME_KEY = "jobset.sigs.k8s.io/jobset-name"
@@ -25,7 +25,7 @@ ENV_REPLICATED_JOB = "JOBSET_REPLICATED_JOB"
 ENV_INDEX = "JOB_COMPLETION_INDEX"
 ENV_WORKERS = "JOBSET_WORKERS"
 
-log = logging.getLogger("trainer.jobset_entry")
+log = logging.getLogger("trainer.cluster.jobset_entry")
 
 
 def tf_config(env: Mapping[str, str]) -> str:
@@ -56,7 +56,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
     if not argv:
         log.error(
             "configuration error: give the command to run, as in "
-            "`python -m trainer.jobset_entry python -m trainer`"
+            "`python -m trainer.cluster.jobset_entry python -m trainer`"
         )
         return EXIT_CONFIG
     child = dict(env)

@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 
-from trainer.cluster import ClusterSpec
+from trainer.cluster.spec import ClusterSpec
 from trainer.config import Config
 from trainer.errors import ConfigError
 

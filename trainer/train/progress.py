@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trainer.timing import CallOutput, StepTiming
+from trainer.train.timing import CallOutput, StepTiming
 
 log = logging.getLogger(__name__)
 

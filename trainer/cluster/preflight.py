@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from trainer.cluster import ClusterSpec, TaskId
+from trainer.cluster.spec import ClusterSpec, TaskId
 from trainer.errors import FINAL_NOTICE, MissingPeersError, PeerFailedError
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@
                                     next call: it never enters the next collective
 
 Either way the process stays alive and heartbeats (TensorFlow's coordination agent is a thread of
-its own), so nothing but trainer.supervise's stall bound ends the job: what a hung input pipeline
+its own), so nothing but trainer.supervise.supervisor's stall bound ends the job: what a hung input pipeline
 or a deadlocked host thread does. A fault fires once per container (a marker in the container's
 /tmp): the run that the supervisor starts after it trains through. Every task gets the same
 value and only the task it names acts on it. Standard library only.
@@ -71,7 +71,7 @@ def of(text: str, task: str, kind: str) -> Fault | None:
 
 
 def hang_action(fault: Fault | None):
-    """A loop action (trainer/loop.py): blocks the host loop once the step reaches the fault's."""
+    """A loop action (trainer/train/loop.py): blocks the host loop once the step reaches the fault's."""
 
     def act(out) -> None:
         if fault is not None and out.step >= fault.step:

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
-from trainer.timing import CallOutput, StepFns, StepTiming, StepWork
+from trainer.train.timing import CallOutput, StepFns, StepTiming, StepWork
 
 log = logging.getLogger(__name__)
 

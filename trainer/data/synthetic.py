@@ -17,7 +17,7 @@ from functools import partial
 import numpy as np
 import tensorflow as tf
 
-from trainer import taskspec
+from trainer.tasks import spec as taskspec
 
 log = logging.getLogger(__name__)
 AUTOTUNE = tf.data.AUTOTUNE

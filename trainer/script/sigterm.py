@@ -20,7 +20,7 @@ import logging
 import signal
 import threading
 
-log = logging.getLogger("trainer.sigterm")
+log = logging.getLogger("trainer.script.sigterm")
 
 
 def install() -> None:

@@ -19,24 +19,14 @@ from functools import partial
 import tensorflow as tf
 
 import trainer
-from trainer import (
-    agreement,
-    data,
-    device,
-    fault,
-    loop,
-    manifest,
-    output,
-    progress,
-    records,
-    server_config,
-    step,
-    summary,
-    tasks,
-    taskspec,
-    tensorboard,
-)
-from trainer.checkpoint import (
+from trainer.cluster import agreement, device, server_config
+from trainer.cluster.spec import ClusterSpec, TaskId
+from trainer.config import Config
+from trainer.data import records
+from trainer.data import synthetic as data
+from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
+from trainer.state import manifest, output, summary
+from trainer.state.checkpoint import (
     PEER_LOST,
     Checkpointer,
     NoCheckpoints,
@@ -45,10 +35,11 @@ from trainer.checkpoint import (
     broadcast_from,
     holder,
 )
-from trainer.cluster import ClusterSpec, TaskId
-from trainer.config import Config
-from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
-from trainer.timing import CallOutput
+from trainer.tasks import spec as taskspec
+from trainer.tasks import task as tasks
+from trainer.telemetry import tensorboard
+from trainer.train import fault, loop, progress, step
+from trainer.train.timing import CallOutput
 
 log = logging.getLogger(__name__)
 # How long a finishing task waits at exit for the others to finish too (TF default: 10 min... of nothing).

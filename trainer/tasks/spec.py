@@ -22,7 +22,7 @@ from trainer.errors import ConfigError
 
 @dataclass(frozen=True, kw_only=True)
 class Problem:
-    """A built-in task's synthetic problem (trainer/data.py `Synthetic` without its seed, which the run's
+    """A built-in task's synthetic problem (trainer/data/synthetic.py `Synthetic` without its seed, which the run's
     --seed gives): `input_shape` features, `num_classes` classes from a fixed random teacher."""
 
     input_shape: tuple[int, ...]
@@ -64,8 +64,9 @@ def _discover() -> None:
     if _DISCOVERED:
         return
     _DISCOVERED.append(True)
-    for module in pkgutil.iter_modules([str(Path(__file__).with_name("tasks"))]):
-        importlib.import_module(f"trainer.tasks.{module.name}")
+    for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        if module.name not in ("spec", "task"):
+            importlib.import_module(f"trainer.tasks.{module.name}")
 
 
 def names() -> tuple[str, ...]:

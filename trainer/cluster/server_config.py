@@ -80,13 +80,15 @@ def apply(settings: Mapping[str, int]) -> None:
 
     if not tf.__version__.startswith(CHECKED_TF):
         raise RuntimeError(
-            f"trainer.server_config: TensorFlow {tf.__version__} was not checked (checked: "
+            f"trainer.cluster.server_config: TensorFlow {tf.__version__} was not checked (checked: "
             f"{', '.join(CHECKED_TF)}): read how its MultiWorkerMirroredStrategy builds the server's "
             "default_session_config, then extend CHECKED_TF (tests/cluster/test_server_config.py)"
         )
     ctx = context.context()
     if not hasattr(ctx, "_config"):
-        raise RuntimeError("trainer.server_config: context.context()._config is gone from this TensorFlow")
+        raise RuntimeError(
+            "trainer.cluster.server_config: context.context()._config is gone from this TensorFlow"
+        )
     config = config_pb2.ConfigProto()
     if ctx._config is not None:
         config.CopyFrom(ctx._config)

@@ -1,9 +1,9 @@
-"""`python -m trainer.profile_capture --logdir /logs --seconds 2 --keep 5 chief worker-0 ...`
+"""`python -m trainer.telemetry.profile_capture --logdir /logs --seconds 2 --keep 5 chief worker-0 ...`
 
 One profiler trace of every named task at once, filed as one TensorBoard run per task, the oldest
 captures beyond --keep deleted. `make profile` runs it inside the stack (in the TensorBoard container,
 which is on the cluster network and mounts the log volume), against each task's profiler server
-(trainer/tensorboard.py starts it on TRAINER_PROFILER_PORT, the built-in trainer and SCRIPT runs alike).
+(trainer/telemetry/tensorboard.py starts it on TRAINER_PROFILER_PORT, the built-in trainer and SCRIPT runs alike).
 
 TensorFlow's client traces every address of one comma-separated list in the same window, and each
 task's profiler server writes `plugins/profile/<capture>/<host>_<port>.xplane.pb` itself, under the
@@ -36,9 +36,9 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import contract
-from trainer.tensorboard import PROFILE_RUNS
+from trainer.telemetry.tensorboard import PROFILE_RUNS
 
-log = logging.getLogger("trainer.profile_capture")
+log = logging.getLogger("trainer.telemetry.profile_capture")
 SESSIONS = Path("plugins") / "profile"
 """Where TensorBoard's profile plugin looks for captures under a run."""
 TRACE_VIEWER = "trace_viewer@"
@@ -112,7 +112,9 @@ def prune(logdir: Path, keep: int) -> list[Path]:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m trainer.profile_capture", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.telemetry.profile_capture", description=__doc__.splitlines()[0]
+    )
     p.add_argument("tasks", nargs="+", help="task names, which are also their hosts on the cluster network")
     p.add_argument("--logdir", type=Path, required=True)
     p.add_argument("--seconds", type=float, default=2.0)

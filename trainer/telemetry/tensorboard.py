@@ -19,8 +19,8 @@ import logging
 import os
 from collections.abc import Callable
 
-from trainer.progress import Interval
-from trainer.timing import CallOutput
+from trainer.train.progress import Interval
+from trainer.train.timing import CallOutput
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,5 @@
+import sys
+
+from trainer.supervise.supervisor import main
+
+sys.exit(main())
