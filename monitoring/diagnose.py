@@ -19,8 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import contract as c
+from contract.benchcomm import Result, ResultError
 from monitoring import rules, runs, verdict
-from monitoring.benchcomm_result import Result, ResultError
 from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 
 LOOKBACK = "5m"

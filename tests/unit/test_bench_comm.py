@@ -1,14 +1,16 @@
-"""trainer/bench/allreduce_sweep.py, bench/comm.py and bench/scaling.py: the arithmetic
+"""trainer/bench/allreduce_sweep.py, bench/comm/ and bench/scaling.py: the arithmetic
 and formatting, no TensorFlow."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
 from bench import comm as bc
 from bench import scaling
+from contract.benchcomm import Result
 from trainer.bench import allreduce_sweep as sweep
 from trainer.cluster import server_config
 
@@ -24,6 +26,15 @@ def test_parse_bytes(text, want):
 def test_parse_bytes_rejects(bad):
     with pytest.raises(ValueError):
         sweep.parse_bytes(bad)
+
+
+def _patch(monkeypatch, name, value):
+    """Replace `name` in every bench.comm module that uses it (each imported it by name)."""
+    import sys
+
+    for module in [m for n, m in sys.modules.items() if n.startswith("bench.comm.")]:
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, value)
 
 
 def test_sizes_go_from_4_kib_to_64_mib():
@@ -59,7 +70,7 @@ def test_rows_take_the_slowest_task_per_repeat_then_the_median_and_spread():
     assert (first.seconds_min, first.seconds, first.seconds_max) == (0.013, 0.020, 0.030)
     assert first.algbw == pytest.approx((1 << 20) / 0.020)
     assert first.busbw == pytest.approx(first.algbw * 4 / 3)
-    best = bc.Result("local", 3, "x", None, tuple(table)).best
+    best = Result("local", 3, "x", None, tuple(table)).best
     assert (best.variant, best.size) == ("RING/1MiB", 4 << 20), "best = highest busbw at the largest size"
 
 
@@ -103,8 +114,8 @@ def test_what_the_driver_writes_is_what_diagnose_reads(tmp_path, monkeypatch):
     out = tmp_path / "bench-comm"
     argv = ["--where", "local", "--payloads", "", "--servers", "", "--out", str(out)]
     results = [{"n": 2, "tf_version": "2.x", "timings": [t("RING/0", s, s / 1e8) for s in (4096, 1 << 20)]}]
-    monkeypatch.setattr(bc, "_run_sweep", lambda endpoints, task_args, env=None: (results, 2))
-    monkeypatch.setattr(bc, "tcp_throughput", lambda *a, **k: 2e8)
+    _patch(monkeypatch, "_run_sweep", lambda endpoints, task_args, env=None: (results, 2))
+    _patch(monkeypatch, "tcp_throughput", lambda *a, **k: 2e8)
     assert bc.main(argv) == 0
     busbw, size = diagnose.link_reference(out.with_suffix(".json"), 1 << 20)
     assert size == 1 << 20 and busbw == pytest.approx(1e8)
@@ -147,7 +158,7 @@ def test_stack_containers_is_empty_without_docker(monkeypatch):
     def missing(*args, **kwargs):
         raise FileNotFoundError("docker")
 
-    monkeypatch.setattr(bc.subprocess, "run", missing)
+    monkeypatch.setattr(subprocess, "run", missing)
     assert bc.stack_containers("mwms") == {}
 
 
@@ -213,9 +224,9 @@ def test_the_server_ab_runs_each_setting_on_its_own_cluster_and_labels_its_rows(
         timings = [{**t("RING/0", 4096, 1e-3), "cpu": [5e-4] * 3}]
         return [{"n": 2, "tf_version": "2.x", "server": server, "timings": timings}], 2
 
-    monkeypatch.setattr(bc, "_run_sweep", sweep)
-    monkeypatch.setattr(bc, "tcp_throughput", lambda *a, **k: 2e8)
-    monkeypatch.setattr(bc, "payload_shapes", lambda names: {})
+    _patch(monkeypatch, "_run_sweep", sweep)
+    _patch(monkeypatch, "tcp_throughput", lambda *a, **k: 2e8)
+    _patch(monkeypatch, "payload_shapes", lambda names: {})
     argv = [
         "--where",
         "local",
@@ -267,9 +278,9 @@ def test_ab_rounds_interleave_the_settings_and_pool_each_cells_repeats(tmp_path,
             for task in ("chief", "worker-0")
         ], 2
 
-    monkeypatch.setattr(bc, "_run_sweep", sweep)
-    monkeypatch.setattr(bc, "tcp_throughput", lambda *a, **k: None)
-    monkeypatch.setattr(bc, "payload_shapes", lambda names: {})
+    _patch(monkeypatch, "_run_sweep", sweep)
+    _patch(monkeypatch, "tcp_throughput", lambda *a, **k: None)
+    _patch(monkeypatch, "payload_shapes", lambda names: {})
     argv = ["--where", "local", "--payloads", "", "--sizes", "", "--servers", "stock"]
     argv += ["--envs", "malloc-keep", "--rounds", "3", "--out", str(tmp_path / "b")]
     assert bc.main(argv) == 0

@@ -12,8 +12,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 import contract
+from contract.benchcomm import Result, Row
 from monitoring import diagnose, rules, verdict
-from monitoring.benchcomm_result import Result, Row
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "20261201T090000Z"

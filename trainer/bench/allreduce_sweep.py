@@ -1,7 +1,7 @@
 """`python -m trainer.bench.allreduce_sweep`: one task of `make bench-comm`'s all-reduce sweep.
 
 Runs where a trainer task runs (inside the trainer image, or a local process), started by the host
-driver bench/comm.py with TF_CONFIG set. Builds a MultiWorkerMirroredStrategy and, per
+driver bench/comm/ with TF_CONFIG set. Builds a MultiWorkerMirroredStrategy and, per
 payload, times chained all-reduces of a tensor list under every knob setting (CommunicationOptions
 implementation and bytes_per_pack), the settings in turns (one call each, in an order drawn per
 repeat): TENSORS equal tensors per size of the sweep, and the gradient-shaped

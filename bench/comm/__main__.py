@@ -1,0 +1,5 @@
+import sys
+
+from bench.comm.cli import main
+
+sys.exit(main())
