@@ -368,10 +368,14 @@ def port_problems(text: str) -> list[str]:
 
 
 def test_port_check_catches_a_partial_list():
-    assert port_problems("where Prometheus (9090) and Grafana (3000) are published; nothing else is")
-    assert port_problems("Grafana (3001)")
-    assert not port_problems("Alertmanager is published on `BIND_ADDR:9093` only")
-    assert not port_problems("Prometheus 9090, Grafana 3000, Alertmanager 9093, TensorBoard 6006, published")
+    prom, graf = contract.PROMETHEUS_PORT, contract.GRAFANA_PORT
+    am, tb = contract.ALERTMANAGER_PORT, contract.TENSORBOARD_PORT
+    assert port_problems(f"where Prometheus ({prom}) and Grafana ({graf}) are published; nothing else is")
+    assert port_problems(f"Grafana ({graf + 1})")
+    assert not port_problems(f"Alertmanager is published on `BIND_ADDR:{am}` only")
+    assert not port_problems(
+        f"Prometheus {prom}, Grafana {graf}, Alertmanager {am}, TensorBoard {tb}, published"
+    )
 
 
 @pytest.mark.parametrize("doc", _docs())
