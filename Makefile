@@ -15,8 +15,8 @@ help: ## Show this help (WORKERS=N means a chief plus N workers)
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target> [VAR=value]\n"} \
 	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2 } \
 	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
-	@printf '\nDefaults (contract/__init__.py): WORKERS=%s MAX_RESTARTS=%s PROJECT=%s; Prometheus :%s, Grafana :%s on BIND_ADDR\n' \
-	  $(DEFAULT_WORKERS) $(DEFAULT_MAX_RESTARTS) $(DEFAULT_PROJECT) $(PROMETHEUS_PORT) $(GRAFANA_PORT)
+	@printf '\nDefaults (contract/__init__.py): WORKERS=%s MAX_RESTARTS=%s PROJECT=%s; published on BIND_ADDR only: Prometheus :%s, Grafana :%s, Alertmanager :%s, TensorBoard :%s\n' \
+	  $(DEFAULT_WORKERS) $(DEFAULT_MAX_RESTARTS) $(DEFAULT_PROJECT) $(PROMETHEUS_PORT) $(GRAFANA_PORT) $(ALERTMANAGER_PORT) $(TENSORBOARD_PORT)
 
 ##@ Project venv
 
