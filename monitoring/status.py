@@ -1,5 +1,8 @@
 """`make status`: one row per task — container state, step, progress, steps/s, step time, where the
-time goes, ETA — and the job's ETA where its number of steps is known (trainer_target_steps).
+time goes, ETA — and the job's ETA where its number of steps is known (trainer_target_steps; else
+the job line says why there is none). Steps/s and ETA are the clock's (the step counter's rate, saves
+and host work between steps included); all-reduce and input wait are shares of the step time, and
+"outside steps" the share of the clock no step holds.
 
     python -m monitoring.status [--project NAME] [--run ID] [--prometheus URL] [--no-docker]
 
