@@ -201,3 +201,50 @@ def test_unreachable_prometheus_still_gives_json_to_a_script(capsys):
 
 
 # The verdict rules' promtool unit tests run with every other rule test in test_monitoring_rules.py.
+
+
+def _make_diagnose(url: str, *, terminal: bool, json_: bool = False) -> tuple[int, str]:
+    """A real `make diagnose` with its output on a terminal (a pty) or a pipe: (exit code, output)."""
+    import os
+    import pty
+    import subprocess
+
+    cmd = [
+        "make",
+        "--no-print-directory",
+        "diagnose",
+        f"PROMETHEUS_URL={url}",
+        *(["JSON=1"] if json_ else []),
+    ]
+    if not terminal:
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+        return out.returncode, out.stdout + out.stderr
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: make, its stdout and stderr the pty
+        os.chdir(ROOT)
+        os.execvp(cmd[0], cmd)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the child closed the pty
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
+
+
+def test_make_diagnose_at_a_terminal_says_the_code_without_makes_error_line(prometheus):
+    """A problem verdict ended with `make: *** [monitoring/diagnose.mk:8: diagnose] Error 1` and looked
+    like a crash. Scripts (a pipe, JSON=1) keep a failing status: make's own 2 for any failed recipe
+    (so the documented 1 or 2 is JSON's exit_code, or python -m monitoring.diagnose's status)."""
+    FakePrometheus.answers = healthy(compute={"worker-0": 0.21})
+    code, out = _make_diagnose(prometheus, terminal=True)
+    assert code == 0 and "STRAGGLER" in out and "make: ***" not in out, out
+    assert "(exit code 1 where a script runs it" in out, out
+    code, out = _make_diagnose(prometheus, terminal=False)
+    assert code == 2 and "Error 1" in out, out  # make's status for a recipe that exited 1
+    code, out = _make_diagnose(prometheus, terminal=True, json_=True)
+    assert code == 2 and '"exit_code": 1' in out, out
