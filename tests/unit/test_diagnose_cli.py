@@ -208,12 +208,16 @@ def _make_diagnose(url: str, *, terminal: bool, json_: bool = False) -> tuple[in
     import os
     import pty
     import subprocess
+    import tempfile
 
     cmd = [
         "make",
         "--no-print-directory",
         "diagnose",
         f"PROMETHEUS_URL={url}",
+        # Not the checkout's own .run/: a stack started there names its run, which the fake lacks.
+        f"RUN_DIR={tempfile.mkdtemp()}",
+        "RUN=",
         *(["JSON=1"] if json_ else []),
     ]
     if not terminal:
