@@ -15,10 +15,9 @@ train-local: $(VENV)/.stamp ## Train a chief + WORKERS local processes (no Docke
 	$(PY) -m bench.launch --workers $(WORKERS) $(TRAIN_ARGS)
 
 .PHONY: bench
-bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: ratios (a) timing overhead, (b) vs model.fit, (c) marks vs profiler, (d) overlap vs serial, (e) bfloat16 all-reduce, (f) a user's fit script observed (SCRIPT=, scraped by a local Prometheus) vs plain, at steps_per_execution 10 and Keras' default 1
+bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: ratios (a) timing overhead, (b) vs model.fit, (c) marks vs profiler, (d) overlap vs serial, (e) bfloat16 all-reduce, (f) a user's fit script observed (SCRIPT=) vs plain
 	$(PY) -m bench.launch --workers $(WORKERS) --metrics-port 0 --module bench.overhead $(BENCH_ARGS)
-	$(PY) -m bench.script_overhead --steps-per-execution 10 $(SCRIPT_BENCH_ARGS)
-	$(PY) -m bench.script_overhead --steps-per-execution 1 $(SCRIPT_BENCH_ARGS)
+	$(PY) -m bench.script_overhead $(SCRIPT_BENCH_ARGS)
 
 .PHONY: iperf3
 iperf3: ## Install iperf3 from Debian's packages if missing (make bench-comm's TCP reference; root, apt; without it bench-comm runs with no reference)

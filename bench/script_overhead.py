@@ -16,14 +16,7 @@ pays it alike (the rates are not comparable with an unsliced run's). Plain again
 method's own spread: 0.995-1.024 over 3 rounds at load 6-8 (docs/script.md#what-it-costs).
 
     python -m bench.script_overhead [--rounds 5] [--workers 1] [--epochs 20] [--steps-per-epoch 100]
-                                    [--slice 0.5] [--steps-per-execution 10] [--prometheus PATH|'']
-                                    [--variants observed,no-marks,no-server,plain-again]
-
-A local Prometheus (`--prometheus`, the binary on PATH by default) scrapes the observed clusters'
-metrics servers at the stack's scrape interval (monitoring/config/prometheus/prometheus.yml), as a
-stack's does, so serving /metrics is paid too; the plain-again null runs by default. `make bench`
-runs (f) at steps_per_execution 10 and at 1 (Keras' default, where the wrapper's per-call work is
-paid every step).
+                                    [--slice 0.5] [--variants observed,no-marks,no-server,plain-again]
 
 Variants besides `observed` (as a team gets it) take parts away, to show what each costs: no-marks
 (TRAINER_SPLIT_MARKS=0: the hooks and the metrics server, no split), no-server (no marks and no
@@ -36,13 +29,11 @@ import argparse
 import contextlib
 import os
 import re
-import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -54,9 +45,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
 EPOCH = re.compile(r"^\[chief\] epoch (\d+) done, loss [\d.]+, ([\d.]+) s, ([\d.]+) s CPU$")
 PID = re.compile(r"^\[launch\] \S+: pid (\d+), ([\d.]+):(\d+),")
-METRICS = re.compile(r"metrics http://([\d.]+:\d+)/metrics$")
-PROMETHEUS_CONFIG = ROOT / "monitoring" / "config" / "prometheus" / "prometheus.yml"
-"""The stack's Prometheus configuration: its scrape interval is the one (f) is scraped at."""
 TARGET = 0.97
 VARIANTS = {
     "observed": {},
@@ -109,8 +97,6 @@ class Cluster:
         self.variant, self.tasks = variant, args.workers + 1
         self.pids: list[int] = []
         self.ports: list[tuple[str, int]] = []
-        self.metrics: list[str] = []
-        """host:port of every task's metrics server (none for plain clusters)."""
         self.epochs: list[tuple[float, float]] = []
         """(arrival time, CPU seconds) of every epoch line after the first (tracing) one."""
         self.log: list[str] = []
@@ -132,8 +118,6 @@ class Cluster:
             if m := PID.match(line):
                 self.pids.append(int(m.group(1)))
                 self.ports.append((m.group(2), int(m.group(3))))
-                if served := METRICS.search(line.rstrip("\n")):
-                    self.metrics.append(served.group(1))
             elif (m := EPOCH.match(line.rstrip("\n"))) and int(m.group(1)) > 0:
                 self.epochs.append((now, float(m.group(3))))
 
@@ -179,61 +163,6 @@ def start_one_after_another(variants: list[str], args: argparse.Namespace) -> li
     return clusters
 
 
-class Scraper:
-    """A local Prometheus (the `prometheus` binary `make engine` installs) scraping every observed
-    cluster's metrics servers at the stack's scrape interval, as a team's stack does: the cost of
-    serving /metrics lands in (f). Targets by file_sd, rewritten as each round's clusters start."""
-
-    def __init__(self, binary: str, work: Path) -> None:
-        import json
-
-        import yaml
-
-        self.work, self.json = work, json
-        self.interval = yaml.safe_load(PROMETHEUS_CONFIG.read_text())["global"]["scrape_interval"]
-        self.set_targets([])
-        sd = [{"files": [str(work / "targets.json")], "refresh_interval": "1s"}]
-        config = {
-            "global": {"scrape_interval": self.interval, "evaluation_interval": self.interval},
-            "scrape_configs": [{"job_name": "bench", "file_sd_configs": sd}],
-        }
-        (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.log = (work / "prometheus.log").open("w")
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={work / 'prometheus.yml'}",
-                f"--storage.tsdb.path={work / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def set_targets(self, addresses: list[str]) -> None:
-        tmp = self.work / "targets.json.tmp"
-        tmp.write_text(self.json.dumps([{"targets": addresses}] if addresses else []))
-        tmp.replace(self.work / "targets.json")  # whole: Prometheus never reads half a file
-
-    def scrapes(self) -> int:
-        """Successful scrapes so far (samples of `up` equal to 1 in the last hours)."""
-        import urllib.parse
-        import urllib.request
-
-        query = urllib.parse.urlencode({"query": "sum(sum_over_time(up[6h]))"})
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/query?{query}", timeout=10) as r:
-            result = self.json.load(r)["data"]["result"]
-        return int(float(result[0]["value"][1])) if result else 0
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-        self.log.close()
-
-
 def active_seconds(turns: list[tuple[float, float]], start: float, stop: float) -> float:
     """Seconds of the turns (start, stop) that fall between start and stop."""
     return sum(max(0.0, min(b, stop) - max(a, start)) for a, b in turns)
@@ -252,9 +181,7 @@ def sliced_run(
     return Run(steps / active, 1e3 * sum(cpu for _, cpu in inside[1:]) / steps)
 
 
-def one_round(
-    order: list[str], r: int, args: argparse.Namespace, scraper: Scraper | None = None
-) -> dict[str, Run]:
+def one_round(order: list[str], r: int, args: argparse.Namespace) -> dict[str, Run]:
     """Round r: one cluster per setting, traced together, then run in turns, the order rotated by r."""
     order = order[r % len(order) :] + order[: r % len(order)]
     clusters = start_one_after_another(order, args)
@@ -264,8 +191,6 @@ def one_round(
             for c in clusters:
                 c.check(running=True)  # one that ended before its tracing epoch would never be ready
             time.sleep(0.05)
-        if scraper is not None:
-            scraper.set_targets([a for c in clusters for a in c.metrics])
         for c in clusters:
             c.signal(signal.SIGSTOP)
         turn = 0
@@ -312,14 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         help="TRAINER_SPLIT_PERIOD_S of the observed runs (default: the wrapper's, no profiler windows)",
     )
     p.add_argument(
-        "--prometheus",
-        default=shutil.which("prometheus") or "",
-        help="Prometheus binary scraping the observed runs at the stack's interval (default: on PATH; "
-        "'' for none)",
-    )
-    p.add_argument(
         "--variants",
-        default="observed,plain-again",
+        default="observed",
         help=f"observed runs per round, comma-separated, from {', '.join(VARIANTS)}",
     )
     args = p.parse_args(argv)
@@ -329,23 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     if not variants or set(variants) - set(VARIANTS):
         p.error(f"--variants {args.variants!r}: choose from {', '.join(VARIANTS)}")
     runs: dict[str, list[Run]] = {"plain": [], **{v: [] for v in variants}}
-    with contextlib.ExitStack() as stack:
-        scraper = None
-        if args.prometheus:
-            scraper = Scraper(args.prometheus, Path(stack.enter_context(tempfile.TemporaryDirectory())))
-            stack.callback(scraper.close)
-            print(
-                f"script-overhead: Prometheus scrapes the observed runs every {scraper.interval}", flush=True
-            )
-        _rounds(args, variants, runs, scraper)
-        scraped = scraper.scrapes() if scraper else 0
-    _summary(args, variants, runs, scraped, scraper is not None)
-    return 0
-
-
-def _rounds(args: argparse.Namespace, variants: list[str], runs: dict[str, list[Run]], scraper) -> None:
     for r in range(args.rounds):
-        for v, run in one_round(["plain", *variants], r, args, scraper).items():
+        for v, run in one_round(["plain", *variants], r, args).items():
             runs[v].append(run)
         plain = runs["plain"][-1]
         print(
@@ -358,9 +262,6 @@ def _rounds(args: argparse.Namespace, variants: list[str], runs: dict[str, list[
             ),
             flush=True,
         )
-
-
-def _summary(args, variants: list[str], runs: dict[str, list[Run]], scraped: int, scraping: bool) -> None:
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     plain = runs["plain"]
@@ -369,14 +270,13 @@ def _summary(args, variants: list[str], runs: dict[str, list[Run]], scraped: int
         cpu = [x.cpu_ms / p.cpu_ms for x, p in zip(runs[v], plain)]
         name = "(f) user fit script observed" if v == "observed" else f"(f) variant {v}"
         print(
-            f"{name} / plain steps/s, steps_per_execution {args.steps_per_execution}, "
-            + (f"scraped ({scraped} scrapes)" if scraping else "not scraped")
-            + f", over {args.rounds} time-sliced rounds: {spread(rate)}"
+            f"{name} / plain steps/s over {args.rounds} time-sliced rounds: {spread(rate)}"
             + (f" (target median >= {TARGET})" if v == "observed" else "")
             + f"; the chief's CPU per step / plain's: {spread(cpu)}"
             + f"; plain {spread([p.rate for p in plain])} steps/s; load {load}",
             flush=True,
         )
+    return 0
 
 
 if __name__ == "__main__":

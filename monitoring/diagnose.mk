@@ -4,5 +4,5 @@
 ##@ Diagnose
 
 .PHONY: diagnose
-diagnose: $(VENV)/.stamp ## Verdict per cluster and task of the last `make up`'s run (RUN=<id> for an earlier one): input-/communication-bound, straggler, ...; diagnose exits 0 healthy, 1 problem, 2 no data (JSON=1: exit_code), make 0 or 2; at a terminal it says the code and make exits 0 (no make error line)
-	@$(PY) -m monitoring.diagnose --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run '$(RUN)' --bench $(RUN_DIR)/bench-comm.json $(if $(JSON),--json) --terminal-exit-zero
+diagnose: $(VENV)/.stamp ## Verdict per cluster and task of the last `make up`'s run (RUN=<id> for an earlier one): input-/communication-bound, straggler, ...; exit 0 healthy, 1 problem, 2 no data; JSON=1
+	@$(PY) -m monitoring.diagnose --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run '$(RUN)' --bench $(RUN_DIR)/bench-comm.json $(if $(JSON),--json)

@@ -157,25 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--json", action="store_true", help="print JSON (verdict, code, exit_code, cluster, tasks)"
     )
-    p.add_argument(
-        "--terminal-exit-zero",
-        action="store_true",
-        help="without --json and with stdout a terminal, say the exit code and exit 0 (make diagnose: "
-        "make would end a verdict that is not healthy with its own error line)",
-    )
     args = p.parse_args(argv)
-    code = _diagnose(args)
-    if args.terminal_exit_zero and not args.json and code and sys.stdout.isatty():
-        print(f"(exit code {code} where a script runs it: {TERMINAL_NOTE})")
-        return 0
-    return code
-
-
-TERMINAL_NOTE = "output to a pipe or a file; JSON=1 says it as exit_code; 0 healthy, 1 problem, 2 no data"
-"""Where `make diagnose` keeps its exit code: a person at a terminal reads the verdict instead."""
-
-
-def _diagnose(args: argparse.Namespace) -> int:
     prom = Prometheus(url=args.prometheus, timeout=5.0)
     try:
         sel = rules.selector(args.project, runs.resolve(prom, args.project, args.run) or "")

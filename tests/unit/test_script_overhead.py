@@ -76,9 +76,3 @@ def test_a_cluster_that_ended_before_its_turns_is_an_error_not_a_wait_forever():
     cluster.check()  # exit 0 after the turns: fine
     with pytest.raises(RuntimeError, match="exited 0 \\(before its turns: True\\)"):
         cluster.check(running=True)
-
-
-def test_the_metrics_address_of_an_observed_task_is_read_for_the_scraper():
-    line = "[launch] chief: pid 4242, 127.0.0.1:1234, metrics http://127.0.0.1:5678/metrics"
-    assert so.PID.match(line) and so.METRICS.search(line).group(1) == "127.0.0.1:5678"
-    assert not so.METRICS.search("[launch] worker-0: pid 4242, 127.0.0.1:1234, metrics off")
