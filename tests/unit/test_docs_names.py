@@ -18,6 +18,7 @@ import pytest
 
 import contract
 from compose import knobs
+from tests.unit.test_docs_links import _docs as tracked_docs
 from trainer import config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,19 +85,9 @@ LOCAL_URL = re.compile(r"http://(?:127\.0\.0\.1|localhost|BIND_ADDR):(\d+)")
 
 
 def _docs() -> list[str]:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    """The guides: README.md, docs/ and every folder README (test_docs_links lists every tracked .md)."""
     return [
-        f
-        for f in listed
-        if (f == "README.md" or f.startswith("docs/") or f.endswith("/README.md"))
-        and not f.startswith("tests/golden/")
-        and (ROOT / f).is_file()
+        f for f in tracked_docs() if f == "README.md" or f.startswith("docs/") or f.endswith("/README.md")
     ]
 
 
