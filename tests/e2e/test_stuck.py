@@ -129,7 +129,7 @@ def test_a_stuck_task_is_named_dumped_alerted_and_the_job_resumes(stuck_stack) -
     # Its stack: every thread, with the frame where it blocks (trainer/train/fault.py's fire).
     dump = text[text.index(line) :]
     assert "Current thread" in dump or "Thread 0x" in dump, dump[:3000]
-    assert re.search(r'trainer/fault\.py", line \d+ in fire', dump), dump[:3000]
+    assert re.search(r'trainer/train/fault\.py", line \d+ in fire', dump), dump[:3000]
 
     # The job resumed from its last checkpoint and finished.
     starts = s.resumes()
