@@ -60,3 +60,13 @@ chaos: $(VENV)/.stamp ## Long chaos run: FAULTS faults (default 20) into one job
 .PHONY: test-unit
 test-unit: $(VENV)/.stamp ## Run only the fast unit tests (no TensorFlow cluster, no Docker)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+# The local clusters that cost seconds each (~75 s together on the loaded 2 cores): the server's
+# settings, and the trainer's own cluster faults (a missing, a disagreeing and a lost peer).
+QUICK_CLUSTER = tests/cluster/test_server_config.py \
+  tests/cluster/test_trainer_cluster.py::test_missing_peer_exits_3_naming_it \
+  tests/cluster/test_trainer_cluster.py::test_tasks_that_disagree_are_named \
+  tests/cluster/test_trainer_cluster.py::test_lost_peer_is_a_retryable_exit
+.PHONY: test-quick
+test-quick: $(VENV)/.stamp ## The inner loop (under 5 min, no Docker): the unit tests and the fast local-cluster tests (QUICK_CLUSTER); make test before you push
+	$(PY) -m pytest tests/unit $(QUICK_CLUSTER) $(PYTEST_ARGS)

@@ -353,11 +353,22 @@ def test_lost_peer_is_a_retryable_exit():
     with Tasks(spec, envs) as procs:
         chief = procs[TaskId("chief", 0)]
         threading.Thread(target=lambda: lines.extend(chief.stdout), daemon=True).start()
-        deadline = time.monotonic() + 120
-        while not any(int(m) >= 40 for ln in lines for m in re.findall(r"\| step (\d+)/", ln)):
-            assert time.monotonic() < deadline and chief.poll() is None, "".join(lines)[-3000:]
-            time.sleep(0.2)
+        # 40 steps take less than the start-up this run measured (minutes on 2 shared cores): 600 s
+        # bounds only a hang of the start-up itself.
+        started = time.monotonic()
+        _wait_for_line(lines, chief, lambda ln: "starting at step" in ln, started + 600)
+        deadline = time.monotonic() + 2 * (time.monotonic() - started) + 60
+        _wait_for_line(
+            lines, chief, lambda ln: any(int(m) >= 40 for m in re.findall(r"\| step (\d+)/", ln)), deadline
+        )
         procs[TaskId("worker", 1)].kill()
         code = chief.wait(timeout=90)
     assert 128 <= code <= 255, "".join(lines)[-3000:]
     assert "a peer was lost" in "".join(lines)
+
+
+def _wait_for_line(lines: list[str], proc, found, deadline: float) -> None:
+    """Until a line of `lines` (a task's output, read meanwhile) is `found`; the task must live on."""
+    while not any(found(ln) for ln in lines):
+        assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)[-3000:]
+        time.sleep(0.2)

@@ -24,8 +24,16 @@ draw also holds the engine's faults:
 The job must finish every step with the chief's exit 0, lose at most one save interval per SIGKILL
 (or pause, engine kill, reboot) and nothing per SIGTERM (engine stop included), and `make wait`, started before the first fault, must return
 only when the job is over. Waits are sized from this run's own step time and start-up time.
+Each fault's own signs are checked too (`assert_each_fault_seen`): `make wait` named every `docker
+kill`ed task and started it again, a killed worker's supervisor said its container restarted, a
+SIGTERM's peers said they were preempted; and at the end Prometheus holds the last checkpoint and
+the last incarnation's steps, and Docker restarted no container (its policy is make wait's).
 
-    CHAOS_FAULTS=3 (make test) | make chaos FAULTS=20 SEED=1234 [ENGINE=host]
+make test runs every container kind once, in the seed's order: the single faults that
+tests/e2e/test_faults.py ran each on a fresh job before (SIGKILL of a worker, `docker kill` of a
+worker, of the chief and of every task, stop then start, SIGTERM, the chief killed mid-save), in one.
+
+    CHAOS_FAULTS=9 (make test: every kind once) | make chaos FAULTS=20 SEED=1234 [ENGINE=host]
     CHAOS_ENGINE=host (the default here) | dind
     CHAOS_RESULTS=file: one JSON line per fault; CHAOS_LOGS=dir: every task's log at the end
 """
@@ -114,6 +122,8 @@ class Result:
     restarts: int
     """Trainer restarts by the supervisors of all tasks because of this fault."""
     note: str = ""
+    struck: float = 0.0
+    """time.time() of the fault: its signs in the logs are looked for after it."""
 
 
 class Chaos:
@@ -235,6 +245,7 @@ class Chaos:
             )
         else:
             result = self.recovered(index, fault, at, at_step, note)
+        result.struck = at
         self.base = result.resumed_step if result.resumed_step is not None else at_step
         assert wait.poll() is None, (
             f"make wait returned {wait.returncode} after fault {index}: {wait.stderr.read()}"
@@ -305,7 +316,7 @@ ENGINES = ("host", "dind")
 
 def test_a_job_survives_a_sequence_of_faults() -> None:
     engine_ready()
-    count = int(os.environ.get("CHAOS_FAULTS", "3"))
+    count = int(os.environ.get("CHAOS_FAULTS") or len(KINDS))
     seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(10**6))
     engine = os.environ.get("CHAOS_ENGINE") or "host"
     assert engine in ENGINES, f"CHAOS_ENGINE={engine!r}: one of {', '.join(ENGINES)}"
@@ -344,9 +355,10 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
             chaos.measure(started=time.time())
             results = [chaos.run_one(i + 1, fault, wait) for i, fault in enumerate(faults)]
             code = wait.wait(timeout=chaos.steps_timeout(steps) + chaos.recovery_timeout())
+            said = wait.stderr.read()
             assert all(p.wait(timeout=120) == 0 for p in chaos.background), "a Prometheus restart failed"
             report(seed, results, os.environ.get("CHAOS_RESULTS"))
-            assert code == 0, wait.stderr.read()
+            assert code == 0, said
             # make wait returned because the job was over: the chief had exited 0, every step done.
             assert stack.inspect("chief", "{{.State.Status}} {{.State.ExitCode}}") == "exited 0"
             assert stack.checkpoint_step() == steps
@@ -354,8 +366,53 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
                 limit = 0 if r.kind in LOSES_NOTHING else SAVE_EVERY
                 assert r.lost <= limit, f"fault {r.index} ({r.kind}) lost {r.lost} steps (limit {limit})"
                 assert "MISSED" not in r.note, f"fault {r.index}: no save was in flight"
+            assert_each_fault_seen(stack, results, said)
+            assert_history(stack, steps, restarted_by_docker=node is not None)
         finally:
             keep_logs(stack, os.environ.get("CHAOS_LOGS"))
+
+
+def since(stack: FaultStack, service: str, at: float) -> list[str]:
+    """`service`'s log lines (without their `docker logs -t` stamp) written after `at`."""
+    stamped = (ln.split(" ", 1) for ln in stack.logs(service))
+    return [rest[0] for t, *rest in stamped if rest and stamp(t) > at]
+
+
+def assert_each_fault_seen(stack: FaultStack, results: list[Result], said: str) -> None:
+    """Each fault's own signs, once the job is over (`said`: what make wait wrote)."""
+    for r in results:
+        if r.kind in ("docker-kill-worker", "docker-kill-chief", "kill-every-task"):
+            for target in TASKS if r.target == "every-task" else (r.target,):
+                line = f"wait: {target} was killed (137, killed by SIGKILL; docker kill): started it again"
+                assert line in said, (r, said)
+                if target != "chief":  # its supervisor's kept state goes on with the budget
+                    assert any(
+                        "supervise: container restarted after run" in ln
+                        for ln in since(stack, target, r.struck)
+                    ), (r, target)
+        if r.kind == "sigterm-worker":  # the others saved too, and said why they exited
+            for service in set(TASKS) - {r.target}:
+                assert any("preempted" in ln for ln in since(stack, service, r.struck)), (r, service)
+
+
+def assert_history(stack: FaultStack, steps: int, restarted_by_docker: bool) -> None:
+    """Prometheus saw the last checkpoint, and the last incarnation of every task ran exactly the
+    steps after the last resume: the job finished, no step twice. Docker restarted no container
+    (unless a node's reboot did, by its policy): make wait and the supervisors did."""
+    resumed = stack.resumes()[-1][1]
+    ran = {key: steps - resumed for key in ["chief0", *(f"worker{i}" for i in range(WORKERS))]}
+    want = {"chief0": steps}, ran
+    exprs = (
+        "max_over_time(trainer_last_checkpoint_step{task_type='chief'}[1h])",
+        "last_over_time(trainer_steps_total[1h])",
+    )
+    try:  # the last scrape may be one interval away
+        wait_until(lambda: tuple(map(stack.prom, exprs)) == want, timeout=30)
+    except AssertionError:
+        assert tuple(map(stack.prom, exprs)) == want, f"resumed at {resumed}"
+    if not restarted_by_docker:
+        for service in TASKS:
+            assert stack.inspect(service, "{{.RestartCount}} {{.State.ExitCode}}") == "0 0", service
 
 
 @contextmanager

@@ -12,9 +12,10 @@ images are loaded into the node's engine and the same files started there with `
                   dockerd again, which starts them by their restart policy;
   reboot:         `docker restart` of the node: every process in it dies at once, its engine starts
                   again from its entrypoint (a power cut and boot, as far as one machine shows it).
-Recovery time = fault -> the chief's first step after the resume; steps lost = the chief's last
-logged step before the resume - the step resumed from (what dockerd had not written out of a
-container's log when it died is not counted).
+The three strike one job in turn (each after a new checkpoint; once separate jobs, merged: the same
+checks, per fault). Recovery time = fault -> the chief's first step after the resume; steps lost =
+the chief's last logged step before the resume - the step resumed from, or the step seen at the
+fault if higher (what dockerd had not written out of a container's log when it died is gone).
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from compose.deployment import STOP_GRACE_SECONDS
 from tests.e2e.conftest import engine_ready
 from tests.e2e.dind import EngineNode, wait_until
-from tests.e2e.faultstack import FaultStack, Outcome, Watch
+from tests.e2e.faultstack import FaultStack, Watch, stamp
+from tests.e2e.test_chaos import Chaos, Fault
 
 pytestmark = pytest.mark.docker
 
@@ -85,95 +86,51 @@ def job(node: FaultStack) -> Iterator[FaultStack]:
     node.compose("down", "--volumes", "--remove-orphans")
 
 
-def step_seconds(stack: FaultStack, upto: int, timeout: float) -> float:
-    """The chief's measured seconds per step, up to step `upto` (from its first logged step)."""
-    stack.wait_for_step(upto, timeout)
-    steps = stack.chief_steps()
-    (t0, s0), (t1, s1) = steps[0], steps[-1]
-    return (t1 - t0) / max(1, s1 - s0)
+FAULTS = ("engine-sigkill", "host-reboot", "engine-stop")
+"""In turn on one job, each after a new checkpoint (tests/e2e/test_chaos.py's engine faults):
+SIGKILL of dockerd then dockerd again; `docker restart` of the node; SIGTERM to dockerd then dockerd."""
 
 
-def strike(stack: FaultStack, fault) -> tuple[Outcome, str]:
-    """Train past the first checkpoint, run `fault` (returns when the engine is back), wait for the
-    job's end with `make wait` started before the fault; the outcome and what `make wait` said."""
-    watch = Watch(stack)
-    step_s = step_seconds(stack, SAVE_EVERY + 10, timeout=600)
-    print(f"measured seconds per step: {step_s:.3f}")
-    fault_at = time.time()
-    at_fault = max(s for _, s in stack.chief_steps())
-    assert at_fault < STEPS - SAVE_EVERY, (
-        f"the job was nearly over (step {at_fault}) before the fault: raise STEPS"
-    )
-    fault()
-    back = NODE.wait_engine(timeout=120)
-    figure("fault -> the engine answers again, seconds", back - fault_at)
-    # Forming the cluster again (up to its timeout, restarts included) plus the rest of the job, 3x slack.
-    code = watch.code(timeout=CLUSTER_TIMEOUT_S * 3 + 3 * step_s * STEPS)
-    outcome = stack.outcome(fault_at, code)
-    # The log lines a killed dockerd had not written yet are gone: the step seen at the fault counts too.
-    outcome.lost = max(outcome.lost, at_fault - outcome.resumed[-1])
-    print(outcome)
+def test_engine_killed_host_rebooted_engine_stopped_the_job_resumes_each_time_and_make_wait_returns_0(
+    job: FaultStack,
+) -> None:
+    faults = [Fault(kind, "every-task", SAVE_EVERY + 10) for kind in FAULTS]
+    chaos = Chaos(job, faults, NODE)
+    chaos.steps = STEPS
+    watch = Watch(job)
+    chaos.measure(started=stamp(job.inspect("chief", "{{.State.StartedAt}}")))
+    results = []
+    for index, fault in enumerate(faults, 1):
+        results.append(result := chaos.run_one(index, fault, watch.proc))
+        figure(f"{fault.kind}: fault -> the chief's first step after the resume, seconds", result.recovery_s)
+        figure(f"{fault.kind}: steps lost", result.lost)
+        # The monitoring came back with the engine each time.
+        for service in MONITORING:
+            status = job.inspect(service, "{{.State.Status}}")
+            assert status == "running", f"{service} is {status} after {fault.kind}"
+    code = watch.code(timeout=chaos.steps_timeout(STEPS) + chaos.recovery_timeout())
+    said = "".join(watch.lines)
     for service in ("chief", "worker-0", "worker-1"):  # how each task came back, for the record
         print(
-            "\n".join(
-                ln for ln in stack.logs(service) if "supervise:" in ln or " E " in ln or "resumed" in ln
-            )
+            "\n".join(ln for ln in job.logs(service) if "supervise:" in ln or " E " in ln or "resumed" in ln)
         )
-    figure("fault -> the chief's first step after the resume, seconds", outcome.recovery_s)
-    figure("steps lost", outcome.lost)
-    return outcome, "".join(watch.lines)
-
-
-def assert_recovered(stack: FaultStack, outcome: Outcome, said: str) -> None:
-    assert outcome.code == 0, said + "\n".join(stack.logs()[-40:])
+    assert code == 0, said + "\n".join(job.logs()[-40:])
     assert said.strip().splitlines()[-1].startswith("wait: chief done: exit code 0"), said
-    assert outcome.checkpoint == STEPS
-    assert 0 <= outcome.lost <= SAVE_EVERY, outcome
-    # The monitoring came back with the engine too, its history kept: the job's whole run is in Prometheus.
-    for service in MONITORING:
-        status = stack.inspect(service, "{{.State.Status}}")
-        assert status == "running", f"{service} is {status} after the engine came back"
+    assert said.count("wait: the engine is back; reading the tasks again") >= len(FAULTS), said
+    assert job.checkpoint_step() == STEPS
+    for r in results:
+        # A stopping engine sends every task SIGTERM: all save the same step, none is killed.
+        limit = 0 if r.kind == "engine-stop" else SAVE_EVERY
+        assert 0 <= r.lost <= limit, r
+    # Prometheus's history is kept across all three: the job's whole run is in it.
     seen = wait_until(
         "Prometheus to have scraped the job's last checkpoint",
-        lambda: stack.prom("max_over_time(trainer_last_checkpoint_step{task_type='chief'}[15m])"),
+        lambda: (
+            job.prom("max_over_time(trainer_last_checkpoint_step{task_type='chief'}[1h])")
+            == {"chief0": STEPS}
+        ),
         timeout=60,
     )
-    assert seen == {"chief0": STEPS}, seen
-    first = stack.prom("min_over_time(trainer_global_step{task_type='chief'}[15m])")
-    assert first["chief0"] < SAVE_EVERY, f"history before the fault lost: {first}"
-
-
-def test_engine_sigkilled_and_started_again_the_job_resumes_and_make_wait_returns_0(job: FaultStack) -> None:
-    def restart_engine() -> None:
-        NODE.kill_engine()
-        NODE.start_engine()
-
-    outcome, said = strike(job, restart_engine)
-    assert_recovered(job, outcome, said)
-    assert "wait: the engine is back; reading the tasks again" in said, said
-
-
-def test_host_reboot_every_container_dies_at_once_the_job_resumes_and_make_wait_returns_0(
-    job: FaultStack,
-) -> None:
-    outcome, said = strike(job, NODE.reboot)
-    assert_recovered(job, outcome, said)
-    assert "wait: the engine is back; reading the tasks again" in said, said
-
-
-def test_engine_stopped_gracefully_and_started_again_every_task_saves_and_the_job_resumes(
-    job: FaultStack,
-) -> None:
-    took: list[float] = []
-
-    def stop_and_start_engine() -> None:
-        # dockerd's own bound: the longest stop timeout of its containers, plus 5 s; slack for the load.
-        took.append(NODE.stop_engine(timeout=3 * (STOP_GRACE_SECONDS + 5)))
-        NODE.start_engine()
-
-    outcome, said = strike(job, stop_and_start_engine)
-    figure("SIGTERM to dockerd -> dockerd exited, seconds", took[0])
-    assert_recovered(job, outcome, said)
-    assert "wait: the engine is back; reading the tasks again" in said, said
-    # Every task got SIGTERM from the stopping engine: all saved the same step, none was killed.
-    assert outcome.lost == 0, outcome
+    assert seen
+    first = job.prom("min_over_time(trainer_global_step{task_type='chief'}[1h])")
+    assert first["chief0"] < SAVE_EVERY, f"history before the faults lost: {first}"

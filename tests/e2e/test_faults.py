@@ -2,9 +2,12 @@
 
 Every scenario runs a separate compose project (`mwms-faults`, its own RUN_DIR, Prometheus on
 127.0.0.2; FAULTS_PROJECT, FAULTS_BIND and IMAGE_REPO override them, for a shared engine) so
-the session `stack` of the other e2e tests is never touched. A crash is a
-SIGKILL of the trainer process inside its container (what the OOM killer or a segfault does); the
-container's trainer.supervise.supervisor restarts it. Sequences of faults in one job: tests/e2e/test_chaos.py.
+the session `stack` of the other e2e tests is never touched. Here: the faults that end a job or
+need a job of their own (a task that fails for good, a worker that never starts, a configuration
+error, Prometheus restarted and its history across `make down`/`make up`, a SCRIPT's group
+restart). The faults a job recovers from (SIGKILL of a worker, `docker kill` of a worker, of the
+chief and of every task, stop then start, SIGTERM, the chief killed mid-save) strike one job in
+turn, each with its own checks: tests/e2e/test_chaos.py.
 
 Recovery time = from the fault to the chief's first step after the resume. Steps lost = the last
 step the chief finished before the fault minus the step it resumed from.
@@ -70,76 +73,8 @@ def fault_stack():
     STACK.make("clean", "FORCE=1", timeout=300)
 
 
-def finish(fault_at: float, code: int | None = None) -> Outcome:
-    """Wait for the job to end (or take the code of a `make wait` already run); what happened, seen from outside."""
-    return STACK.outcome(fault_at, STACK.wait_code() if code is None else code)
-
-
-def assert_completed(outcome: Outcome) -> None:
-    assert outcome.code == 0, f"chief exit code {outcome.code}:\n" + "\n".join(STACK.logs()[-40:])
-    assert outcome.checkpoint == STEPS
-    time.sleep(6)  # one more scrape interval
-    assert STACK.prom("max_over_time(trainer_last_checkpoint_step{task_type='chief'}[10m])") == {
-        "chief0": STEPS
-    }
-    # The last incarnation ran exactly the steps after its resume: the job finished, none twice.
-    ran = STACK.prom("last_over_time(trainer_steps_total[10m])")
-    assert set(ran) == {"chief0", "worker0", "worker1"}, ran
-    assert all(v == STEPS - outcome.resumed[-1] for v in ran.values()), (ran, outcome)
-    for service in ("chief", "worker-0", "worker-1"):  # restarted inside the container, never by Docker
-        assert STACK.inspect(service, "{{.RestartCount}} {{.State.ExitCode}}") == "0 0", service
-
-
-def test_sigkill_worker_resumes_from_checkpoint_and_completes(fault_stack: FaultStack) -> None:
-    fault_stack.wait_for_step(120, timeout=300)
-    fault_at = time.time()
-    os.kill(fault_stack.trainer_pid("worker-1"), signal.SIGKILL)  # a crash (OOM kill, segfault)
-    outcome = finish(fault_at)
-    record("SIGKILL worker-1", outcome)
-    assert_completed(outcome)
-    assert outcome.lost <= SAVE_EVERY
-
-
 def docker(*args: str) -> None:
     subprocess.run(["docker", *args], check=True, capture_output=True, timeout=120)
-
-
-@pytest.mark.parametrize(
-    "targets", [("worker-0",), ("chief",), TASKS], ids=["worker-0", "chief", "every-task"]
-)
-def test_docker_kill_of_containers_resumes_from_checkpoint_and_completes(
-    fault_stack: FaultStack, targets: tuple[str, ...]
-) -> None:
-    watch = Watch(STACK)
-    fault_stack.wait_for_step(120, timeout=300)
-    fault_at = time.time()
-    docker(
-        "kill", *(fault_stack.container(t) for t in targets)
-    )  # the whole container: tini, supervisor, trainer
-    outcome = finish(fault_at, watch.code())
-    record(f"docker kill {' + '.join(targets)}", outcome)
-    assert_completed(outcome)
-    assert outcome.lost <= SAVE_EVERY
-    said = "".join(watch.lines)
-    for target in targets:
-        assert f"wait: {target} was killed (137, killed by SIGKILL; docker kill): started it again" in said, (
-            said
-        )
-        if target != "chief":
-            assert any("supervise: container restarted after run 1" in ln for ln in fault_stack.logs(target))
-
-
-def test_a_container_stopped_then_started_resumes_and_completes(fault_stack: FaultStack) -> None:
-    watch = Watch(STACK)
-    fault_stack.wait_for_step(120, timeout=300)
-    fault_at = time.time()
-    docker("stop", fault_stack.container("worker-1"))  # SIGTERM: every task saves the same step
-    time.sleep(HEARTBEAT_S * 2)  # down a while: its peers restart and wait for it
-    docker("start", fault_stack.container("worker-1"))
-    outcome = finish(fault_at, watch.code())
-    record("docker stop, then start, worker-1", outcome)
-    assert outcome.code == 0 and outcome.checkpoint == STEPS
-    assert outcome.lost == 0
 
 
 def test_a_task_that_fails_for_good_mid_run_ends_every_task_within_60s(fault_stack: FaultStack) -> None:
@@ -197,31 +132,6 @@ def settled(stack: FaultStack, service: str, timeout: float) -> str:
 def stamp_of_exit(service: str) -> float:
     finished = STACK.inspect(service, "{{.State.FinishedAt}}")
     return stamp(finished)
-
-
-def test_sigterm_worker_saves_everywhere_and_loses_no_step(fault_stack: FaultStack) -> None:
-    fault_stack.wait_for_step(120, timeout=300)
-    fault_at = time.time()
-    restart = fault_stack.compose("restart", "worker-1")  # docker stop (SIGTERM) then start: a preemption
-    assert restart.returncode == 0, restart.stderr
-    outcome = finish(fault_at)
-    record("SIGTERM worker-1 (compose restart)", outcome)
-    assert outcome.code == 0 and outcome.checkpoint == STEPS
-    assert outcome.lost == 0
-    for service in ("chief", "worker-0"):  # the others saved too, and said why they exited
-        assert any("preempted" in ln for ln in fault_stack.logs(service)), service
-
-
-def test_sigkill_chief_during_a_save_restores_the_last_complete_checkpoint(fault_stack: FaultStack) -> None:
-    fault_stack.wait_for_step(SAVE_EVERY + 1, timeout=300)
-    caught = fault_stack.kill_chief_during_a_save(timeout=60)
-    fault_at = time.time()
-    print("killed the chief with", caught)
-    outcome = finish(fault_at)
-    record("SIGKILL chief during save" + ("" if caught else " (missed the save)"), outcome)
-    assert_completed(outcome)
-    assert outcome.lost <= SAVE_EVERY
-    assert caught is not None, "no save was in flight within 60 s"
 
 
 def test_prometheus_restart_does_not_affect_training_and_keeps_history(fault_stack: FaultStack) -> None:
