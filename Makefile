@@ -46,9 +46,15 @@ include bench/bench.mk
 
 ##@ Tests
 
+# The unit tests measure no time: they run on every core (pytest-xdist). The local clusters and the
+# end-to-end suite size their waits from the step time they measure, so they run one at a time.
+UNIT_JOBS ?= auto
+UNIT = $(PY) -m pytest -n $(UNIT_JOBS) tests/unit
+
 .PHONY: test
-test: $(VENV)/.stamp ## Run every test: unit, local clusters, promtool, and the Docker end-to-end suite
-	$(PY) -m pytest --durations=30 tests/unit tests/cluster tests/e2e $(PYTEST_ARGS)
+test: $(VENV)/.stamp ## Run every test: unit (on every core), local clusters, promtool, and the Docker end-to-end suite
+	$(UNIT) $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=30 tests/cluster tests/e2e $(PYTEST_ARGS)
 
 FAULTS ?= 20
 SEED ?=
@@ -58,8 +64,8 @@ chaos: $(VENV)/.stamp ## Long chaos run: FAULTS faults (default 20) into one job
 	CHAOS_FAULTS=$(FAULTS) CHAOS_SEED=$(SEED) CHAOS_ENGINE=$(CHAOS_ENGINE) $(PY) -m pytest -s tests/e2e/test_chaos.py $(PYTEST_ARGS)
 
 .PHONY: test-unit
-test-unit: $(VENV)/.stamp ## Run only the fast unit tests (no TensorFlow cluster, no Docker)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+test-unit: $(VENV)/.stamp ## Run only the fast unit tests (no TensorFlow cluster, no Docker; UNIT_JOBS=1 for one process)
+	$(UNIT) $(PYTEST_ARGS)
 
 # The local clusters that cost seconds each (~75 s together on the loaded 2 cores): the server's
 # settings, and the trainer's own cluster faults (a missing, a disagreeing and a lost peer).
@@ -69,4 +75,5 @@ QUICK_CLUSTER = tests/cluster/test_server_config.py \
   tests/cluster/test_trainer_cluster.py::test_lost_peer_is_a_retryable_exit
 .PHONY: test-quick
 test-quick: $(VENV)/.stamp ## The inner loop (under 5 min, no Docker): the unit tests and the fast local-cluster tests (QUICK_CLUSTER); make test before you push
-	$(PY) -m pytest tests/unit $(QUICK_CLUSTER) $(PYTEST_ARGS)
+	$(UNIT) $(PYTEST_ARGS)
+	$(PY) -m pytest $(QUICK_CLUSTER) $(PYTEST_ARGS)
