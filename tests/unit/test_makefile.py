@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -13,7 +14,8 @@ import contract
 from compose import knobs
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT = "mwms-unit-makefile"
+PROJECT = f"mwms-unit-makefile-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+"""One per test process: make test runs the unit tests on every core, each its own run folder."""
 COMMANDS = ("status", "wait", "diagnose", "report", "bench-comm", "logs", "down", "clean", "config")
 
 
