@@ -75,6 +75,15 @@ def holder(rows: list[list[float]]) -> int | None:
     return best if best is not None and rows[best][0] >= 0 else None
 
 
+def copy_lags(rows: list[list[float]], step: int) -> bool:
+    """Whether some task's own folder lacks the step the job resumes at (column 2 of the agreement's
+    rows: each task's own newest intact step, -1 for none), so every task saves it again at once.
+    Without it, a step restored from another task's copy lived only there: the chief killed mid-save
+    of 850 resumed at 850 from a worker's copy on its container's tmpfs, then `docker kill` of every
+    task emptied that tmpfs and the chief's folder, whose 850 was never finished, gave 800 (issue 29)."""
+    return step > 0 and any(row[2] < step for row in rows)
+
+
 def private_dir(shared: str, task_name: str) -> str:
     """A non-chief's scratch folder for the final export (the SavedModel only the chief keeps)."""
     job = hashlib.sha256(os.path.abspath(shared).encode()).hexdigest()[:10]
@@ -172,6 +181,7 @@ class Checkpointer:
         for line in own.skipped:  # kept for a post-mortem; the next save of that step replaces it
             log.warning("%s", line)
         _write_state(self._dir, own.intact)
+        self._own_step = own.step
         others = [manifest.scan(folder) for folder in copies(self._shared, self._dir)[1:]]
         return manifest.fits(manifest.newest([own, *others]), settings, accept_new_settings)
 
@@ -179,6 +189,11 @@ class Checkpointer:
     def newest_step(self) -> int | None:
         """The step of the newest intact copy this task can read (None: none), for the agreement on who restores."""
         return self._found.step
+
+    @property
+    def own_step(self) -> int | None:
+        """The step of the newest intact copy in this task's own folder (None: none): what it keeps."""
+        return self._own_step
 
     @property
     def manager(self) -> tf.train.CheckpointManager:
@@ -253,6 +268,7 @@ class NoCheckpoints:
     """--checkpoint-dir empty: nothing is saved or restored."""
 
     newest_step = None
+    own_step = None
 
     def restore(self) -> None:
         return None

@@ -33,6 +33,7 @@ from trainer.state.checkpoint import (
     Place,
     SaveError,
     broadcast_from,
+    copy_lags,
     holder,
 )
 from trainer.tasks import spec as taskspec
@@ -215,7 +216,7 @@ def _resume(ctx: Context, job: Trainable) -> int:
     that task's values: the step to start from. The rate is a variable under --lr-scaling none, saved
     with the optimizer: the settings check (or --resume-new-settings) makes the configured one right,
     on every task alike."""
-    source, source_task = _restore_source(ctx, job)
+    source, source_task, rows = _restore_source(ctx, job)
     restored = job.checkpoints.restore() if source_task == ctx.task_id.name else None
     rate = step.learning_rate(ctx.config, ctx.strategy.num_replicas_in_sync)
     if not isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule):
@@ -223,6 +224,8 @@ def _resume(ctx: Context, job: Trainable) -> int:
     if ctx.spec is not None:
         broadcast_from(ctx.strategy, job.task.model.variables + job.optimizer.variables, source)
     start = int(job.optimizer.iterations.numpy())
+    if copy_lags(rows, start):  # every task (a save is collective), so no copy of `start` is the only one
+        job.checkpoints.save(start)
     log.info(
         "%s: %s, %d replicas in sync, %s",
         ctx.task_id.name,
@@ -243,19 +246,24 @@ def _resume(ctx: Context, job: Trainable) -> int:
     return start
 
 
-def _restore_source(ctx: Context, job: Trainable) -> tuple[int, str | None]:
-    """The replica whose values every task takes, and its task's name (None: no task has a checkpoint).
-    Every task gathers each task's newest readable step: a lost chief's volume costs only what the
-    other copies lack."""
+def _restore_source(ctx: Context, job: Trainable) -> tuple[int, str | None, list[list[float]]]:
+    """The replica whose values every task takes, its task's name (None: no task has a checkpoint), and
+    the agreement's rows (newest readable step, task index, own newest step). Every task gathers each
+    task's newest readable step: a lost chief's volume costs only what the other copies lack."""
     if ctx.spec is None:
-        return 0, ctx.task_id.name if job.checkpoints.newest_step is not None else None
+        return 0, ctx.task_id.name if job.checkpoints.newest_step is not None else None, []
     names = [t.name for t in ctx.spec.tasks]
-    newest = job.checkpoints.newest_step
+    newest, own = job.checkpoints.newest_step, job.checkpoints.own_step
     rows = agreement.gather(
-        ctx.strategy, [float(-1 if newest is None else newest), float(names.index(ctx.task_id.name))]
+        ctx.strategy,
+        [
+            float(-1 if newest is None else newest),
+            float(names.index(ctx.task_id.name)),
+            float(-1 if own is None else own),
+        ],
     )
     source = holder(rows)
-    return (0, None) if source is None else (source, names[int(rows[source][1])])
+    return (0, None, rows) if source is None else (source, names[int(rows[source][1])], rows)
 
 
 def _preemption(ctx: Context, job: Trainable, metrics) -> tuple[loop.Action, ...]:
