@@ -51,9 +51,16 @@ include bench/bench.mk
 UNIT_JOBS ?= auto
 UNIT = $(PY) -m pytest -n $(UNIT_JOBS) tests/unit
 
+# While the unit tests run, the images' wheelhouses download (the network's time, not the cores' the
+# later stages measure with); a fetch that failed is fetched again by the build that needs it.
+FETCH = for v in cpu gpu; do PYTHON=$(PY) images/images.sh fetch images/requirements-$$v.lock build/wheelhouse-$$v || exit; done
+
 .PHONY: test
-test: $(VENV)/.stamp ## Run every test: unit (on every core), local clusters, promtool, and the Docker end-to-end suite
-	$(UNIT) $(PYTEST_ARGS)
+test: $(VENV)/.stamp ## Run every test: unit (on every core, the image wheels downloading meanwhile), local clusters, promtool, and the Docker end-to-end suite
+	@mkdir -p build/logs; ($(FETCH)) >build/logs/test-fetch.log 2>&1 & fetch=$$!; \
+	  $(UNIT) $(PYTEST_ARGS); unit=$$?; \
+	  wait $$fetch || echo "test: fetching the wheelhouses failed (build/logs/test-fetch.log): the image builds fetch them again"; \
+	  exit $$unit
 	$(PY) -m pytest --durations=30 tests/cluster tests/e2e $(PYTEST_ARGS)
 
 FAULTS ?= 20

@@ -7,6 +7,8 @@
 #   images.sh alertmanager TAG        Debian's prometheus-alertmanager package (0.25) the same way
 #   images.sh wheelhouse LOCK DIR     the hash-locked wheels for cp311 manylinux, downloaded on the host
 #                                     into DIR, then staged (hard links) in build/wheelhouse for the build
+#   images.sh fetch LOCK DIR          the download alone, nothing staged: safe beside a running build
+#                                     (make test fetches while the unit tests run)
 #   images.sh pullable IMAGE          exit 0 when the image (Grafana's, any optional service's) is present or can be pulled
 # Containers here cannot reach PyPI and no registry answers, so nothing in a build downloads.
 set -euo pipefail
@@ -90,11 +92,16 @@ build_alertmanager() {
         - "$1" >/dev/null
 }
 
-wheelhouse() {
+fetch() {
   local lock=$1 dir=$2
   # The stamp holds the lock's hash: a changed lock means a fresh wheelhouse, nothing stale left.
   local want; want=$(sha256sum "$lock" | cut -d' ' -f1)
   [ "$(cat "$dir/.lock-sha256" 2>/dev/null)" = "$want" ] || download "$lock" "$dir" "$want"
+}
+
+wheelhouse() {
+  local lock=$1 dir=$2
+  fetch "$lock" "$dir"
   # The build context gets this variant's wheels only, as hard links in build/wheelhouse: with both
   # wheelhouses in it, every CPU build would also send the GPU's 3.3 GB to the builder.
   local staged; staged="$(dirname "$dir")/wheelhouse"
@@ -122,6 +129,7 @@ case "${1:-}" in
   prometheus) build_prometheus "$2" ;;
   alertmanager) build_alertmanager "$2" ;;
   wheelhouse) wheelhouse "$2" "$3" ;;
+  fetch) fetch "$2" "$3" ;;
   pullable | grafana) pullable "$2" ;;
-  *) echo "usage: $0 select|base|prometheus|alertmanager|wheelhouse|pullable ..." >&2; exit 2 ;;
+  *) echo "usage: $0 select|base|prometheus|alertmanager|wheelhouse|fetch|pullable ..." >&2; exit 2 ;;
 esac
