@@ -5,6 +5,17 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
+
+# Variables given on make's command line, taken as typed: make would otherwise expand a `$` in them, and
+# a recipe that pastes one into a shell line runs what its quotes let through (ARGS="--note 'a b'" split,
+# `'; cmd; '` run). Recipes hand them on in the environment (pass_env below), never re-quoted.
+export MAKE_COMMAND_LINE := $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
+$(foreach v,$(MAKE_COMMAND_LINE),$(eval override $(v) := $$(value $(v))))
+export $(MAKE_COMMAND_LINE)
+
+# $(call pass_env,targets,variables): the targets' recipes get each variable's value in their environment
+# (quotes, spaces, $, backticks, ; and newlines arrive intact); recipes read them as "$$NAME".
+pass_env = $(foreach v,$(2),$(eval $(1): export $(v) := $$($(v))))
 VENV := .venv
 PY := $(VENV)/bin/python
 

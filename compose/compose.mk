@@ -7,10 +7,8 @@
 #    see `python -m trainer --help`) given on make's command line, or TRAINER_<NAME> in the environment.
 #    make exports command-line variables to every recipe, so they pass untouched to the Compose target
 #    (python -m compose.emit --target compose), which reads them from its environment (compose/knobs.py
-#    derives the names from trainer/config.py); MAKE_COMMAND_LINE names them, so a shell variable that
-#    only shares a flag's name is not a knob.
-
-export MAKE_COMMAND_LINE := $(strip $(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
+#    derives the names from trainer/config.py); MAKE_COMMAND_LINE (the top Makefile) names them, so a
+#    shell variable that only shares a flag's name is not a knob.
 
 WORKERS ?= $(DEFAULT_WORKERS)
 GPUS ?= auto
@@ -47,7 +45,6 @@ PROMETHEUS_LIFECYCLE ?= 0
 
 STACK_VARS = PROJECT IMAGE_REPO WORKERS GPUS GPUS_PER_WORKER OFFLINE BIND_ADDR MAX_RESTARTS SECRETS_DIR RUN_DIR PYTHON \
              SCRIPT DATA OUTPUT ARGS PROMETHEUS_RETENTION_TIME PROMETHEUS_RETENTION_SIZE PROMETHEUS_LIFECYCLE
-STACK_ENV = $(foreach v,$(STACK_VARS),$(v)='$($(v))')
 # Every docker compose call sees the files and settings the project's last `make up` generated, and
 # names the project itself: a RUN_DIR of another project's stack must not redirect down or clean.
 DC = docker compose -p $(PROJECT) --project-directory $(CURDIR) --env-file $(RUN_DIR)/stack.env $$(cat $(RUN_DIR)/compose.args)
@@ -55,11 +52,14 @@ STACK_UP = test -f $(RUN_DIR)/stack.env
 UV := build/uv/bin/uv
 UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
+$(call pass_env,up images,$(STACK_VARS))
+$(call pass_env,status,RUN)
+
 ##@ Cluster
 
 .PHONY: up
 up: ## Start a chief + WORKERS workers with Prometheus/Grafana; GPUS=auto|0|N, SCRIPT=, DATA=, OFFLINE=1; any trainer flag: STEPS=, TASK=, ...
-	@$(STACK_ENV) compose/up.sh
+	@compose/up.sh
 
 .PHONY: down
 down: ## Stop and remove the containers; keep volumes (the next `make up` resumes from the last checkpoint)
@@ -92,7 +92,7 @@ logs: ## Follow the logs of every service (SERVICE=worker-1 for one)
 
 .PHONY: status
 status: ## Table per task of the last run (RUN=<id> for an earlier one): state, step, steps/s, step time, all-reduce and input-wait share, checkpoint
-	@$(PYTHON) -m monitoring.status --project $(PROJECT) --run '$(RUN)' --prometheus $(PROMETHEUS_URL)
+	@$(PYTHON) -m monitoring.status --project $(PROJECT) --run "$$RUN" --prometheus $(PROMETHEUS_URL)
 
 .PHONY: wait
 wait: ## Block until the job is over (done, or failed for good across restarts); exit with the chief's code
@@ -110,7 +110,7 @@ engine: ## Install and start the Docker engine and Compose v2 (root on Debian/Ub
 
 .PHONY: images
 images: ## Build the base, Prometheus and trainer images without starting anything (OFFLINE=1 forces Debian builds)
-	@$(STACK_ENV) compose/up.sh --build-only
+	@compose/up.sh --build-only
 
 .PHONY: prune
 prune: ## Reclaim disk: Docker build cache and dangling images

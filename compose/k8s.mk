@@ -17,6 +17,8 @@ MEMORY_PER_TASK ?=
 K8S_IMAGE ?=
 K8S_TARGETS ?= tfjob jobset trainjob
 
+$(call pass_env,k8s,K8S_STORAGE_CLASS K8S_IMAGE ARGS)
+
 ##@ Kubernetes
 
 .PHONY: k8s
@@ -24,8 +26,8 @@ k8s: ## Write .run/k8s/<target>.yaml for each of K8S_TARGETS (tfjob jobset train
 	@set -e; for target in $(K8S_TARGETS); do \
 	  $(PYTHON) -m compose.emit --target $$target --workers $(WORKERS) --out $(K8S_DIR) --name $(K8S_NAME) \
 	    --namespace $(K8S_NAMESPACE) --gpus-per-worker $(K8S_GPUS) --image-repo $(IMAGE_REPO) \
-	    --max-restarts $(MAX_RESTARTS) --checkpoint-storage $(K8S_STORAGE) --storage-class '$(K8S_STORAGE_CLASS)' \
-	    --image '$(K8S_IMAGE)' --args '$(ARGS)' --project $(K8S_NAME) \
+	    --max-restarts $(MAX_RESTARTS) --checkpoint-storage $(K8S_STORAGE) --storage-class "$$K8S_STORAGE_CLASS" \
+	    --image "$$K8S_IMAGE" --args "$$ARGS" --project $(K8S_NAME) \
 	    $(if $(CPU_PER_TASK),--cpu-per-task $(CPU_PER_TASK)) $(if $(MEMORY_PER_TASK),--memory-per-task $(MEMORY_PER_TASK)); \
 	done
 

@@ -14,14 +14,18 @@ REGISTRY ?= $(BIND_ADDR):5000
 NODE_REGISTRY ?= $(REGISTRY)
 GRAFANA_IMAGE ?=
 SWARM_DIR = $(RUN_DIR)/swarm
-SWARM_ENV = SWARM_NAME='$(SWARM_NAME)' SWARM_SUBNET='$(SWARM_SUBNET)' NODES='$(NODES)' BIND_ADDR='$(BIND_ADDR)'
-NODES_SH = $(SWARM_ENV) compose/swarm/nodes.sh
+NODES_SH = compose/swarm/nodes.sh
 MANAGER = docker exec $(SWARM_NAME)-node-1 docker
 TRAINER_IMAGE = $(IMAGE_REPO):$$($(PYTHON) -c 'import trainer; print(trainer.__version__)')-cpu
 PROMETHEUS_IMAGE ?= mwms/prometheus:2.42.0-bookworm
 ALERTMANAGER_IMAGE ?= mwms/alertmanager:0.25.0-bookworm
 # 1: IPsec-encrypted overlays; off by default: kernels without ESP drop every packet (docs/security.md).
 SWARM_ENCRYPT ?= 0
+
+SWARM_ENV = SWARM_NAME SWARM_SUBNET NODES BIND_ADDR
+$(call pass_env,nodes-up nodes-down push stack-status stack-up,$(SWARM_ENV))
+$(call pass_env,stack-up,$(STACK_VARS) STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE \
+  ALERTMANAGER_IMAGE ALERTMANAGER_CONFIG SWARM_ENCRYPT SWARM_DIR)
 
 ##@ Swarm (multi-host)
 
@@ -39,8 +43,7 @@ push: ## Push the trainer image to REGISTRY=host:port; prints the digest referen
 
 .PHONY: stack-up
 stack-up: ## Deploy the run as swarm stack STACK on the nodes (nodes-up, images, push or load, deploy; TRANSPORT=registry|load)
-	@$(foreach v,$(STACK_VARS) SWARM_NAME SWARM_SUBNET NODES STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE ALERTMANAGER_IMAGE ALERTMANAGER_CONFIG SWARM_ENCRYPT,$(v)='$($(v))') \
-	  SWARM_DIR='$(SWARM_DIR)' compose/swarm/stack-up.sh
+	@compose/swarm/stack-up.sh
 
 .PHONY: stack-down
 stack-down: ## Remove stack STACK from the swarm (each node keeps its checkpoint volume: every task's copy; a redeploy resumes)

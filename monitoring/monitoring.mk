@@ -43,12 +43,13 @@ alerts-reload: ## Make the running Alertmanager re-read monitoring/config/alertm
 	@$(STACK_UP) || { echo "no stack: run make up"; exit 1; }
 	$(DC) kill -s HUP alertmanager
 
+$(call pass_env,report,RUN)
+$(call pass_env,publish-dashboards,GRAFANA_URL GRAFANA_TOKEN GRAFANA_DATASOURCE_UID)
+
 .PHONY: report
 report: $(VENV)/.stamp ## Write .run/report.png (RUN_DIR): a picture of the last `make up`'s run (or RUN=<id>) from Prometheus (PROMETHEUS_URL=...)
-	$(PY) -m monitoring.report --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run '$(RUN)' --out $(RUN_DIR)/report.png
+	$(PY) -m monitoring.report --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --out $(RUN_DIR)/report.png
 
 .PHONY: publish-dashboards
 publish-dashboards: $(VENV)/.stamp ## Upload the dashboards to an existing Grafana: GRAFANA_URL=... GRAFANA_TOKEN=... [GRAFANA_DATASOURCE_UID=...]
-	@# No echo: the recipe line carries the token.
-	@GRAFANA_TOKEN='$(GRAFANA_TOKEN)' $(PY) -m monitoring.publish --url '$(GRAFANA_URL)' \
-	  --datasource-uid '$(GRAFANA_DATASOURCE_UID)'
+	@$(PY) -m monitoring.publish --url "$$GRAFANA_URL" --datasource-uid "$$GRAFANA_DATASOURCE_UID"

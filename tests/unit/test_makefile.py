@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,7 +12,6 @@ from pathlib import Path
 import pytest
 
 import contract
-from compose import knobs
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = f"mwms-unit-makefile-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
@@ -51,8 +51,45 @@ def test_the_projects_prometheus_is_asked(project_stack: Path, command: str) -> 
     assert f"http://127.0.0.9:{contract.PROMETHEUS_PORT}" in dry_run(command, f"PROJECT={PROJECT}")
 
 
-def test_stack_settings_pass_through_one_list_and_no_trainer_knob() -> None:
-    """Trainer knobs reach the emitters through the environment (compose/knobs.py), not as make's list."""
-    up = dry_run("up", "STEPS=5", "WORKERS=3")
-    assert "WORKERS='3'" in up and "compose/up.sh" in up
-    assert not [name for name in knobs.names() if f" {name}='" in f" {up}"], up
+def test_no_value_is_pasted_into_the_shell_line() -> None:
+    """Stack settings and trainer knobs reach compose/up.sh in its environment, not re-quoted in its line."""
+    assert dry_run("up", "STEPS=5", "WORKERS=3", "ARGS=--x 1").strip() == "compose/up.sh"
+
+
+HOSTILE = {
+    "ARGS": "--note 'a b' --path \"$HOME\" `id` ; echo injected; '; touch /tmp/pwned; '",
+    "SCRIPT": "my scripts/train's.py",
+    "DATA": "/data/$RECORDS;`x`",
+    "OUTPUT": "out put\nnext line",
+    "STEPS": "5'; echo injected; '",
+    "TRAINER_INPUT_DELAY_MS": "$(id) `id` 'q'",
+}
+"""Values a user may type (quotes, spaces, $, backticks, ;, a newline), each to arrive as typed."""
+
+
+@pytest.mark.parametrize("target", ["up", "images"])
+def test_values_reach_up_sh_as_typed(tmp_path: Path, target: str) -> None:
+    """compose/up.sh's first command runs $PYTHON: a stand-in records the environment it got and
+    tells up.sh to stop, so the real make -> up.sh path is what is checked, nothing started."""
+    seen = tmp_path / "env.json"
+    python = tmp_path / "python"
+    python.write_text(
+        f'#!/bin/sh\n{shutil.which("python3")} -c \'import json, os; json.dump(dict(os.environ), open("{seen}", "w"))\'\n'
+        "echo 'exit 0'\n"
+    )
+    python.chmod(0o755)
+    environ = {"PATH": os.environ["PATH"], "TRAINER_INPUT_DELAY_MS": HOSTILE["TRAINER_INPUT_DELAY_MS"]}
+    typed = [f"{k}={v}" for k, v in HOSTILE.items() if not k.startswith("TRAINER_")]
+    result = subprocess.run(
+        ["make", "--no-print-directory", target, f"PYTHON={python}", f"PROJECT={PROJECT}", *typed],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0 and "injected" not in result.stdout + result.stderr, result
+    got = json.loads(seen.read_text())
+    assert {k: got.get(k) for k in HOSTILE} == HOSTILE
+    assert got["WORKERS"] == str(contract.DEFAULT_WORKERS)  # a default of make's one list (STACK_VARS)
+    assert not Path("/tmp/pwned").exists()
