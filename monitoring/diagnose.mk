@@ -6,5 +6,5 @@ $(call pass_env,diagnose,RUN)
 ##@ Diagnose
 
 .PHONY: diagnose
-diagnose: $(VENV)/.stamp ## Verdict per cluster and task of the last `make up`'s run (RUN=<id> for an earlier one): input-/communication-bound, straggler, ...; exit 0 healthy, 1 problem, 2 no data; JSON=1
-	@$(PY) -m monitoring.diagnose --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --bench $(RUN_DIR)/bench-comm.json $(if $(JSON),--json)
+diagnose: $(VENV)/.stamp ## Verdict per cluster and task of the last `make up`'s run (RUN=<id> for an earlier one): input-/communication-bound, straggler, ...; exit 0 healthy or a verdict in a terminal, else non-zero; JSON=1: the verdict and its exit_code
+	@$(PY) -m monitoring.diagnose --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --bench $(RUN_DIR)/bench-comm.json $(if $(JSON),--json) --terminal-exit-zero

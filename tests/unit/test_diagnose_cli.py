@@ -201,3 +201,39 @@ def test_unreachable_prometheus_still_gives_json_to_a_script(capsys):
 
 
 # The verdict rules' promtool unit tests run with every other rule test in test_monitoring_rules.py.
+
+
+def make_diagnose(prometheus: str, *extra: str, terminal: bool) -> tuple[int, str]:
+    """`make diagnose` as a person runs it (stdout a terminal: a pty) or as a script does (a pipe)."""
+    import os
+    import pty
+    import subprocess
+
+    cmd = ["make", "--no-print-directory", "diagnose", f"PROMETHEUS_URL={prometheus}", "RUN=", *extra]
+    if not terminal:
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        return done.returncode, done.stdout + done.stderr
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=follower, stderr=follower, stdin=subprocess.DEVNULL)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: every writer closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return proc.wait(timeout=120), b"".join(chunks).decode(errors="replace")
+
+
+def test_a_problem_in_a_terminal_is_no_make_error_and_scripts_keep_the_code(prometheus):
+    FakePrometheus.answers = healthy(compute={"worker-0": 0.21})
+    code, out = make_diagnose(prometheus, terminal=True)
+    assert code == 0 and "STRAGGLER" in out and "make: ***" not in out, out
+    assert "scripts get exit_code 1" in out
+    assert make_diagnose(prometheus, terminal=False)[0] != 0  # make exits 2 for any failed recipe
+    code, out = make_diagnose(prometheus, "JSON=1", terminal=True)
+    assert code != 0 and '"exit_code": 1' in out, out
