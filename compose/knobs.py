@@ -43,9 +43,6 @@ shared CPU cores, where `mlp`'s is ~85 %). With the rate it was tuned at, 0.003 
 at the trainer's 0.01 (fine for `mlp`) Adam's scaled rate stalled it at ln 10. `TASK=` alone gets
 the trainer's defaults for the rest."""
 
-MEASURED_STEPS_PER_SECOND = 40.0
-"""Default job (cnn), chief + 2 workers on the 2-core CPU machine of the README's figures."""
-
 
 def names() -> list[str]:
     """Every knob a user may set, as make and the environment spell it (STEPS, INPUT_DELAY_MS, ...)."""
@@ -98,11 +95,11 @@ def _as_typed(message: str, env: Mapping[str, str]) -> str:
 
 
 def describe(knobs: tuple[tuple[str, str], ...]) -> str:
-    """One line for `make up`: how long the job trains and how to change it."""
+    """One line for `make up`: how long the job trains and how to change it. No duration: a rate measured
+    on other settings or another host is no estimate of this job's (the same line once said ~3 min at 40
+    steps/s for every TASK, WORKERS and host); `make status` shows this run's own rate and ETA."""
     steps = int(dict(knobs).get("steps", Config.steps))
-    seconds = steps / MEASURED_STEPS_PER_SECOND
-    took = f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
     return (
-        f"training {steps} steps, ~{took} at {MEASURED_STEPS_PER_SECOND:.0f} steps/s (measured: a chief + 2 workers, "
-        f"2 CPU cores); STEPS=N to change, `make down` to stop"
+        f"training {steps} steps; `make status` shows the rate and ETA this run measures once it trains; "
+        "STEPS=N to change, `make down` to stop"
     )

@@ -53,15 +53,20 @@ def test_any_trainer_flag_reaches_every_task(tmp_path: Path, monkeypatch: pytest
     }
 
 
-def test_default_job_trains_for_minutes(
+FASTEST_DEFAULT_JOB = 46.0
+"""steps/s: the default job's fastest rate seen on these 2-core machines (33-40 usual; docs/measurements.md)."""
+
+
+def test_default_job_trains_for_minutes_and_up_claims_no_duration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     steps = int(task_env(tmp_path, monkeypatch).get("TRAINER_STEPS", Config.steps))
-    # Prometheus scrapes every 5 s: the default job must outlast many scrapes at the measured rate.
-    assert steps / knobs.MEASURED_STEPS_PER_SECOND >= 180, f"the default job trains {steps} steps"
+    # Prometheus scrapes every 5 s: the default job must outlast many scrapes even at its fastest.
+    assert steps / FASTEST_DEFAULT_JOB >= 120, f"the default job trains {steps} steps"
     err = capsys.readouterr().err
-    minutes = steps / knobs.MEASURED_STEPS_PER_SECOND / 60
-    assert f"training {steps} steps, ~{minutes:.0f} min" in err and "STEPS=N to change" in err
+    assert f"training {steps} steps;" in err and "STEPS=N to change" in err
+    # A rate measured on other settings is no estimate of this job's (issue 29 #3: WORKERS=3 ran 34/s).
+    assert "steps/s" not in err and " min " not in err, err
 
 
 def test_empty_knob_keeps_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
