@@ -236,35 +236,45 @@ def verdict_tests() -> dict:
 # --- Steps per second ---
 
 SHORT = {"steps": 100, "seconds": 1.25}
-"""100 steps in 1.25 s of step time (80 steps/s), finished before Prometheus' second scrape."""
+"""100 steps in 1.25 s of step time (80 steps/s), finished before Prometheus' second scrape: no
+clock rate can be known from one scrape (done, it has no last-minute rate; `make status` shows `-`)."""
 LONG = {
     "steps_per_interval": 50,
+    "step": 0.08,
     "allreduce": 0.05,
     "bytes_per_step": 3000,
     "examples_per_step": 16,
     "world": 4,
 }
-"""10 steps/s for minutes; 0.05 s and 3000 bytes per all-reduce, world size 4: algbw 60000 B/s,
+"""10 steps/s for minutes (12.5 per second of step time: the clock's rate is the 10); 0.05 s and 3000 bytes per all-reduce, world size 4: algbw 60000 B/s,
 busbw 60000 * 2*3/4 = 90000 B/s; 16 examples per step: 160 examples/s."""
 
 
 def short_run_series(task: str = c.CHIEF) -> list[dict]:
     """A run over between two scrapes: 0 at t=0, all its steps at t=5s, then unchanged."""
     n, seconds = SHORT["steps"], SHORT["seconds"]
-    values = {c.STEP.count: n, c.STEP.sum: seconds, c.STEPS.name: n, c.LAST_STEP_TIME.name: 1000 + seconds}
+    values = {
+        c.STEP.count: n,
+        c.STEP.sum: seconds,
+        c.STEPS.name: n,
+        c.GLOBAL_STEP.name: n,
+        c.LAST_STEP_TIME.name: 1000 + seconds,
+    }
+    done = labels(task, **{c.STATE.client_name: "done"})
     return [
         {"series": f"{name}{labels(task)}", "values": f"0 {_num(x)}x{POINTS - 1}"}
         for name, x in values.items()
-    ]
+    ] + [{"series": f"{c.STATE.name}{done}", "values": f"0 1x{POINTS - 1}"}]
 
 
 def long_run_series(task: str = "worker-0") -> list[dict]:
-    """A step ends every 0.1 s, each 0.1 s long."""
+    """A step ends every 0.1 s, each 0.08 s long: 0.02 s of every 0.1 s is outside the steps."""
     n = LONG["steps_per_interval"]
     values = {
         c.STEP.count: _grow(n),
-        c.STEP.sum: _grow(INTERVAL),
+        c.STEP.sum: _grow(n * LONG["step"]),
         c.STEPS.name: _grow(n),
+        c.GLOBAL_STEP.name: _grow(n),
         c.ALLREDUCE.count: _grow(n),
         c.ALLREDUCE.sum: _grow(n * LONG["allreduce"]),
         c.ALLREDUCE_BYTES.name: _grow(n * LONG["bytes_per_step"]),
@@ -273,6 +283,22 @@ def long_run_series(task: str = "worker-0") -> list[dict]:
         c.LAST_STEP_TIME.name: f"0+{INTERVAL}x{POINTS}",
     }
     return [{"series": f"{name}{labels(task)}", "values": val} for name, val in values.items()]
+
+
+GONE = {"task": "worker-1", "until": 60}
+"""A task that stepped at the long run's pace until 60 s, then exited (its series stale)."""
+
+
+def gone_run_series() -> list[dict]:
+    """The long run's steps until GONE's end, then stale: the process is gone, its window still holds
+    its last minute (issue 29: a finished task read 7.5 steps/s against its log's 37.8)."""
+    n, points = LONG["steps_per_interval"], GONE["until"] // INTERVAL
+    values = {
+        c.STEPS.name: f"0+{_num(n)}x{points}",
+        c.GLOBAL_STEP.name: f"0+{_num(n)}x{points}",
+        c.LAST_STEP_TIME.name: f"0+{INTERVAL}x{points}",
+    }
+    return [{"series": f"{name}{labels(GONE['task'])}", "values": f"{v} stale"} for name, v in values.items()]
 
 
 def rounded(expr: str) -> str:
@@ -300,24 +326,30 @@ def expect_cluster(expr: str, at: str, value: float) -> dict:
 
 
 def steps_expectations(status_query: str) -> list[dict]:
-    """While the short run is in the 1 minute window (30s) and after it (100s)."""
-    short, long = SHORT["steps"] / SHORT["seconds"], LONG["steps_per_interval"] / INTERVAL
+    """While the short run is in the 1 minute window (30s) and after it (100s): the long run's clock
+    rate, not its 12.5 steps per second of step time (at 30s too: the steps since its first sampled
+    step, not over the whole minute, which holds the start-up); the short run (done, seen by one
+    scrape) has no rate to show."""
+    long = LONG["steps_per_interval"] / INTERVAL
     return [
-        expect(status_query, "30s", {c.CHIEF: short, "worker-0": long}),
-        expect(status_query, "100s", {c.CHIEF: short, "worker-0": long}),
+        expect(status_query, "30s", {"worker-0": long, GONE["task"]: long}),
+        expect(status_query, "100s", {"worker-0": long, GONE["task"]: long}),
     ]
 
 
 def rate_tests() -> dict:
     from monitoring import status  # the queries `make status` really sends
 
-    short, long = SHORT["steps"] / SHORT["seconds"], LONG["steps_per_interval"] / INTERVAL
+    long = LONG["steps_per_interval"] / INTERVAL
+    outside = 1 / long - LONG["step"]
     algbw = LONG["bytes_per_step"] / LONG["allreduce"]
     world = LONG["world"]
     tests = [
-        expect(r.STEPS_PER_SECOND, "30s", {c.CHIEF: short, "worker-0": long}),
-        expect(r.STEPS_PER_SECOND_RUN, "100s", {c.CHIEF: short, "worker-0": long}),
-        expect_cluster(r.CLUSTER_STEPS, "30s", long),
+        expect(r.STEPS_PER_SECOND, "100s", {"worker-0": long}),  # the chief is done
+        expect(r.STEPS_PER_SECOND_RUN, "100s", {"worker-0": long, GONE["task"]: long}),
+        expect_cluster(r.CLUSTER_STEPS, "100s", long),
+        expect(r.OUTSIDE, "100s", {"worker-0": outside}),
+        expect(r.OUTSIDE_SHARE, "100s", {"worker-0": outside * long}),
         expect(r.ALGBW, "100s", {"worker-0": algbw}),
         expect_cluster(r.CLUSTER_BUSBW, "100s", algbw * 2 * (world - 1) / world),
         expect_cluster(r.CLUSTER_EXAMPLES, "100s", long * LONG["examples_per_step"]),
@@ -327,7 +359,7 @@ def rate_tests() -> dict:
     group = {
         "name": "steps per second",
         "interval": f"{INTERVAL}s",
-        "input_series": short_run_series() + long_run_series(),
+        "input_series": short_run_series() + long_run_series() + gone_run_series(),
         "promql_expr_test": tests,
     }
     return {

@@ -21,11 +21,12 @@ from monitoring.promql import Window, find_window
 
 log = logging.getLogger(__name__)
 
-PARTS = (  # (recording rule, label), stacked bottom to top: together they make the whole step
+PARTS = (  # (recording rule, label), stacked bottom to top: together they make the clock's time per step
     (r.MEAN[c.COMPUTE], "compute"),
     (r.MEAN[c.ALLREDUCE], "all-reduce"),
     (r.MEAN[c.INPUT_WAIT], "input wait"),
     (r.OTHER, "other"),
+    (r.OUTSIDE, "outside steps"),
 )
 
 

@@ -39,6 +39,11 @@ COUNT_RATE = {m: task_rule(m.count, "rate1m") for m in PARTS}
 MEAN = {m: task_rule(m.name, "mean1m") for m in PARTS}
 """Mean seconds per step of the whole step and of each part."""
 OTHER = task_rule(f"{c.NAMESPACE}_step_other_seconds", "mean1m")
+OUTSIDE = task_rule(f"{c.NAMESPACE}_step_outside_seconds", "mean1m")
+"""Wall-clock seconds per step outside the timed steps (saves, host work between calls): what the
+clock's rate (STEPS_PER_SECOND) leaves after the mean step."""
+OUTSIDE_SHARE = task_rule(f"{c.NAMESPACE}_step_outside", "share1m")
+"""Fraction of the wall clock outside the timed steps."""
 SHARE = {m: task_rule(m.name, "share1m") for m in c.STEP_PARTS}
 STEPS_PER_SECOND = task_rule(c.STEPS.client_name, "per_second1m")
 STEPS_PER_SECOND_RUN = task_rule(c.STEPS.client_name, "per_second_run")
@@ -88,22 +93,46 @@ def rate(series: str, window: str = WINDOW, sel: str = JOB_SELECTOR) -> str:
     return f"sum by ({BY_TASK}) (rate({series}{sel}[{window}]))"
 
 
+def _paired(m: c.Metric, sel: str) -> str:
+    """`m` at the scrapes that saw a step (last-step timestamp > 0): its value and the timestamp then
+    come from the same scrape, so a difference of each spans the same steps."""
+    return f"({m.name}{sel} and on ({BY_TASK}) ({c.LAST_STEP_TIME.name}{sel} > 0))"
+
+
+def _first(m: c.Metric, span: str, sel: str) -> str:
+    return f"min by ({BY_TASK}) (min_over_time({_paired(m, sel)}[{span}:]))"
+
+
 def steps_per_second(window: str = WINDOW, sel: str = JOB_SELECTOR) -> str:
-    """Steps per second of step time while training: the step histogram's count rate over its sum
-    rate. Dividing the steps seen in a window by the window's length would count the idle start-up
-    and the time after the last step (a 1.5 s run would show 100 steps / 60 s)."""
-    return f"{rate(c.STEP.count, window, sel)} / ({rate(c.STEP.sum, window, sel)} > 0)"
+    """Steps per second as the clock sees them, of a live task not done: the steps since the first
+    step the window saw over the seconds since it, so the time between steps (saves, host work
+    between calls) and a stall's standstill (0) are in it, and a run's start-up before its first step
+    is not. 1 / the mean step time left the time between steps out and ran ahead of the clock (issue
+    29: 66.9 steps/s shown, 46.1 by the chief's own log). Only while the task's series are live: once
+    the process has exited its window still holds its last steps, and their count over the window
+    read as a crawl (7.5 steps/s after a 37.8 steps/s run); a done or gone task gets the run's rate."""
+    steps = f"sum by ({BY_TASK}) ({c.STEPS.name}{sel})"
+    since = f"(time() - {_first(c.LAST_STEP_TIME, window, sel)})"
+    over = f'{c.STATE.name}{sel[:-1]}, {c.STATE.client_name}=~"done|failed"}} == 1'
+    return f"(({steps} - {_first(c.STEPS, window, sel)}) / ({since} > 0) unless on ({BY_TASK}) ({over}))"
 
 
 def steps_per_second_run(lookback: str = RUN_LOOKBACK, sel: str = JOB_SELECTOR) -> str:
-    """Steps per second of step time over this process's whole run, also after it finished: the
-    step histogram's count over its sum (cumulative). Not steps / (last - first step's end): every
-    step of a call shares the call's end time, so a run of two calls would count double."""
+    """Steps per second as the clock saw them over the run, also after it finished: the global step's
+    progress from the first scrape that saw a step to the last, over the last-step timestamps of the
+    same scrapes (restarts, resumes and lost steps included). Absent for a run seen by one scrape."""
 
-    def last(series: str) -> str:
-        return f"max by ({BY_TASK}) (last_over_time({series}{sel}[{lookback}]))"
+    def last(m: c.Metric) -> str:
+        return f"max by ({BY_TASK}) (last_over_time({m.name}{sel}[{lookback}]))"
 
-    return f"{last(c.STEP.count)} / ({last(c.STEP.sum)} > 0)"
+    steps = f"({last(c.GLOBAL_STEP)} - {_first(c.GLOBAL_STEP, lookback, sel)})"
+    return f"{steps} / (({last(c.LAST_STEP_TIME)} - {_first(c.LAST_STEP_TIME, lookback, sel)}) > 0)"
+
+
+def steps_per_second_now(sel: str = JOB_SELECTOR) -> str:
+    """`make status`'s steps/s: the last minute's clock rate of a task not done, the run's of one done
+    or gone (its series older than the window)."""
+    return f"{steps_per_second(sel=sel)} or {steps_per_second_run(sel=sel)}"
 
 
 def last_value(m: c.Metric, lookback: str = RUN_LOOKBACK, sel: str = JOB_SELECTOR) -> str:
@@ -132,8 +161,11 @@ def _per_task_rules() -> list[tuple[str, str]]:
     rules.append((OTHER, " - ".join(MEAN[m] for m in PARTS)))
     rules += [(SHARE[m], f"{SUM_RATE[m]} / {SUM_RATE[c.STEP]}") for m in c.STEP_PARTS]
     rules += [
-        (STEPS_PER_SECOND, f"{COUNT_RATE[c.STEP]} / ({SUM_RATE[c.STEP]} > 0)"),
+        (STEPS_PER_SECOND, steps_per_second()),
         (STEPS_PER_SECOND_RUN, steps_per_second_run()),
+        # The clock's seconds per step minus the mean step: what 'other' (inside the step) does not hold.
+        (OUTSIDE, f"1 / ({STEPS_PER_SECOND} > 0) - ({MEAN[c.STEP]} >= 0)"),
+        (OUTSIDE_SHARE, f"1 - {STEPS_PER_SECOND} * ({MEAN[c.STEP]} >= 0)"),
         # Per step from the counters, not the histogram's count: right when only one step in K is timed.
         (EXAMPLES_PER_STEP, f"{rate(c.EXAMPLES.name)} / ({rate(c.STEPS.name)} > 0)"),
         (EXAMPLES_PER_SECOND, f"{EXAMPLES_PER_STEP} * {STEPS_PER_SECOND}"),

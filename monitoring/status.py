@@ -34,6 +34,7 @@ COLUMNS = (
     "step time",
     "all-reduce",
     "input wait",
+    "outside steps",
     "checkpoint",
     "ETA",
 )
@@ -45,13 +46,16 @@ def queries(sel: str = rules.JOB_SELECTOR) -> dict[str, str]:
     def share(m: c.Metric) -> str:
         return f"{rules.rate(m.sum, sel=sel)} / {rules.rate(c.STEP.sum, sel=sel)}"
 
+    step_time = f"{rules.rate(c.STEP.sum, sel=sel)} / {rules.rate(c.STEP.count, sel=sel)}"
     return {
         "step": rules.last_value(c.GLOBAL_STEP, sel=sel),
-        # While training, steps per second of step time; after the run, over the whole run.
-        "steps/s": f"{rules.steps_per_second(sel=sel)} or {rules.steps_per_second_run(sel=sel)}",
-        "step time": f"{rules.rate(c.STEP.sum, sel=sel)} / {rules.rate(c.STEP.count, sel=sel)}",
+        # As the clock sees them: the last minute's while training, the whole run's once done.
+        "steps/s": rules.steps_per_second_now(sel),
+        "step time": step_time,
         "all-reduce": share(c.ALLREDUCE),
         "input wait": share(c.INPUT_WAIT),
+        # Of the wall clock, not of the step: saves and host work between calls (rules.OUTSIDE_SHARE).
+        "outside steps": f"1 - {rules.steps_per_second(sel=sel)} * ({step_time} >= 0)",
         "checkpoint": rules.last_value(c.LAST_CHECKPOINT, sel=sel),
         "target": rules.last_value(c.TARGET_STEPS, sel=sel),
     }
@@ -65,6 +69,7 @@ FORMATS = {
     "step time": "{:.3f} s",
     "all-reduce": "{:.0%}",
     "input wait": "{:.0%}",
+    "outside steps": "{:.0%}",
     "checkpoint": "{:.0f}",
 }
 
@@ -145,12 +150,21 @@ def table(states: Mapping[str, str], query: Query, sel: str = rules.JOB_SELECTOR
     return rows
 
 
+UNKNOWN_TARGET = (
+    "progress and ETA -: the run does not say how many steps it trains (a SCRIPT= custom loop; "
+    "model.fit says it from epochs x steps_per_epoch)"
+)
+"""Why no progress is shown (trainer_target_steps 0: the exporter's unknown)."""
+
+
 def job_line(rows: list[tuple[str, ...]], query: Query, sel: str = rules.JOB_SELECTOR) -> str | None:
     """The job's progress: synchronous tasks share a step, so the slowest estimate is the job's."""
     exprs = queries(sel)
     steps, targets, rates = (query(exprs[k]) for k in ("step", "target", "steps/s"))
     tasks = [r[0] for r in rows[1:]]
     known = [(steps[t], targets[t], rates.get(t, math.nan)) for t in tasks if t in steps and t in targets]
+    if known and not any(n > 0 for _, n, _ in known):
+        return f"job: step {max(s for s, _, _ in known):.0f}; {UNKNOWN_TARGET}"
     known = [(s, n, r) for s, n, r in known if n > 0]
     if not known:
         return None

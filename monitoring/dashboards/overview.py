@@ -41,7 +41,7 @@ VERDICTS = {code: (verdict.NAMES[code], colour) for code, colour in VERDICT_COLO
 # The graphs use Grafana's rate interval (follows zoom, reacts within 20 s); the stats above them
 # show the 1 min recording rules that alerts and `make diagnose` use.
 EXAMPLES_RATE = f"rate({c.EXAMPLES.name}{{{JOB}}}[$__rate_interval])"
-# Steps per second of step time, as the rules and `make status` compute it (monitoring/rules.py).
+# Steps per second as the clock sees them, as the rules and `make status` compute it (monitoring/rules.py).
 STEPS_RATE = r.steps_per_second("$__rate_interval", RUN_SEL)
 PCT = "{:.0%}".format
 TASK_SEL = "{" + JOB + ', instance=~"$task"}'
@@ -75,7 +75,7 @@ PANELS = (
     Row(title="Cluster"),
     Stat(
         title="Throughput",
-        description="Examples per second of step time over all tasks (1 min). Low or falling "
+        description="Examples per second of wall-clock time over all tasks (1 min). Low or falling "
         "while the loss still moves: look at the step breakdown below for the part that grew.",
         unit="suffix: ex/s",
         expr=scoped(r.CLUSTER_EXAMPLES),
@@ -83,8 +83,8 @@ PANELS = (
     ),
     Stat(
         title="Steps per second",
-        description="Synchronous steps per second of step time (the slowest task's, last "
-        "minute); after the run, over the whole run. No value while the tasks are up means training "
+        description="Synchronous steps per second as the clock sees them, time between steps "
+        "(saves, host work) included (the slowest task's, last minute); after the run, over the whole run. No value while the tasks are up means training "
         "is stalled: check Task state and the TrainingStalled alert.",
         unit="suffix: steps/s",
         expr=f"{scoped(r.CLUSTER_STEPS)} or {scoped(r.CLUSTER_STEPS_RUN)}",
@@ -158,7 +158,7 @@ PANELS = (
     ),
     Graph(
         title="Steps per second",
-        description="Synchronous steps per second of step time, per task (they should "
+        description="Synchronous steps per second as the clock sees them, per task (they should "
         "agree). A gap while tasks are up is a stall.",
         unit="suffix: steps/s",
         exprs=((STEPS_RATE, TASK_LEGEND),),
@@ -168,14 +168,17 @@ PANELS = (
         title="Step breakdown: $task",
         description="Mean seconds per step on this task, stacked: compute (forward and "
         "backward), all-reduce (gradient exchange, including waiting for the slowest task), input "
-        "wait, and other (dispatch overhead the parts do not cover). The largest band is the "
-        "bottleneck; 'other' above a few ms means the step is too small to be worth distributing.",
+        "wait, other (dispatch overhead the parts do not cover), and outside steps (wall-clock time "
+        "between steps: saves, host work between calls), so the stack is the clock's time per step. "
+        "The largest band is the bottleneck; 'other' above a few ms means the step is too small to be "
+        "worth distributing.",
         unit="s",
         exprs=(
             (r.MEAN[c.COMPUTE] + TASK_SEL, TASK_LEGEND + " compute"),
             (r.MEAN[c.ALLREDUCE] + TASK_SEL, TASK_LEGEND + " all-reduce"),
             (r.MEAN[c.INPUT_WAIT] + TASK_SEL, TASK_LEGEND + " input wait"),
             (r.OTHER + TASK_SEL, TASK_LEGEND + " other"),
+            (r.OUTSIDE + TASK_SEL, TASK_LEGEND + " outside steps"),
         ),
         w=24,
         stacked=True,

@@ -79,7 +79,7 @@ PANELS = (
     ),
     Stat(
         title="Examples per second",
-        description="This task's examples per second of step time (last minute).",
+        description="This task's examples per second of wall-clock time (last minute).",
         unit="suffix: ex/s",
         expr=sel(r.EXAMPLES_PER_SECOND),
     ),

@@ -15,15 +15,18 @@ from monitoring import promtests, status
 # `promtool`: the fixture in tests/conftest.py (fails in CI, skips elsewhere when it is missing).
 
 
-def test_steps_per_second_is_per_second_of_training(promtool, tmp_path: Path) -> None:
-    """A 100-step run over in 1.25 s must show 80 steps/s, during the 1 minute window and after it
-    (not 100 steps / 60 s), and a long run its steady 10 steps/s."""
+def test_steps_per_second_is_what_the_clock_sees(promtool, tmp_path: Path) -> None:
+    """A long run stepping every 0.1 s in 0.08 s steps must show 10 steps/s (the clock's), not 12.5
+    (1 / the step time); a task gone after 60 s its own run's 10, not its last minute over the window;
+    a 100-step run over between two scrapes shows none (one scrape holds no rate)."""
     doc = {
         "evaluation_interval": "5s",
         "tests": [
             {
                 "interval": "5s",
-                "input_series": promtests.short_run_series() + promtests.long_run_series(),
+                "input_series": promtests.short_run_series()
+                + promtests.long_run_series()
+                + promtests.gone_run_series(),
                 "promql_expr_test": promtests.steps_expectations(status.QUERIES["steps/s"]),
             }
         ],
@@ -51,6 +54,7 @@ def test_table_rows_per_task_in_order() -> None:
         "step time": {"chief": 0.0125},
         "all-reduce": {"chief": 0.25},
         "input wait": {"chief": 0.05},
+        "outside steps": {"chief": 0.1},
         "checkpoint": {"chief": 100.0},
         "target": {"chief": 600.0, "worker-0": 0.0},
     }
@@ -58,7 +62,19 @@ def test_table_rows_per_task_in_order() -> None:
     query = lambda expr: values.get(columns[expr], {})  # noqa: E731
     rows = status.table(states, query)
     assert rows[0] == status.COLUMNS
-    assert rows[1] == ("chief", "exited (0)", "120", "20%", "80.0", "0.013 s", "25%", "5%", "100", "6s")
+    assert rows[1] == (
+        "chief",
+        "exited (0)",
+        "120",
+        "20%",
+        "80.0",
+        "0.013 s",
+        "25%",
+        "5%",
+        "10%",
+        "100",
+        "6s",
+    )
     assert [r[0] for r in rows[1:]] == ["chief", "worker-0", "worker-1", "worker-2", "worker-10"]
     assert rows[2][2:5] == ("118", "-", "-")  # a target of 0: unknown, no progress shown
     assert status.job_line(rows, query) == "job: step 120 of 600 (20%), ETA 6s at 80.0 steps/s"
@@ -71,6 +87,17 @@ def test_progress_and_eta() -> None:
     assert all(map(math.isnan, status.progress(300, 0, 10)))  # 0: the exporter's "unknown"
     assert [status.duration(s) for s in (45, 185, 7800)] == ["45s", "3m05s", "2h10m"]
     assert status.job_line([status.COLUMNS, ("chief",)], lambda expr: {}) is None
+
+
+def test_a_run_that_does_not_say_its_steps_shows_no_progress_and_says_why() -> None:
+    """A SCRIPT= custom loop exports target 0: progress and ETA are `-` with the reason, never a number."""
+    values = {"step": {"chief": 3920.0}, "steps/s": {"chief": 20.0}, "target": {"chief": 0.0}}
+    columns = {expr: col for col, expr in status.QUERIES.items()}
+    query = lambda expr: values.get(columns[expr], {})  # noqa: E731
+    rows = status.table({"chief": "running"}, query)
+    col = {name: i for i, name in enumerate(status.COLUMNS)}
+    assert (rows[1][col["progress"]], rows[1][col["ETA"]]) == ("-", "-")
+    assert status.job_line(rows, query) == f"job: step 3920; {status.UNKNOWN_TARGET}"
 
 
 def test_services_that_are_tasks() -> None:

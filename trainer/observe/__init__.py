@@ -26,10 +26,9 @@ def install(metrics: Metrics, env: Mapping[str, str]) -> Sampler:
     from trainer.observe.sampler import Sampler
 
     settings = config.from_env(env)
+    # No target from TRAINER_STEPS: the stack sets it (make up's default) whether or not the script
+    # reads it, so a script's progress would be another number (issue 29). fit.py sets fit's own.
     recorder = Recorder(metrics)
-    steps = env.get("TRAINER_STEPS", "")
-    if steps.isdigit():
-        recorder.target(int(steps))
     if settings.marks:
         marks.install(recorder.marks)
     fit.install(recorder)
