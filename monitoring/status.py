@@ -164,7 +164,9 @@ def job_line(rows: list[tuple[str, ...]], query: Query, sel: str = rules.JOB_SEL
     tasks = [r[0] for r in rows[1:]]
     known = [(steps[t], targets[t], rates.get(t, math.nan)) for t in tasks if t in steps and t in targets]
     if known and not any(n > 0 for _, n, _ in known):
-        return f"job: step {max(s for s, _, _ in known):.0f}; {UNKNOWN_TARGET}"
+        step = max(s for s, _, _ in known)
+        # Before its first step a run has said nothing yet (the built-in loop says its STEPS then).
+        return f"job: step {step:.0f}; {UNKNOWN_TARGET}" if step > 0 else "job: no step yet"
     known = [(s, n, r) for s, n, r in known if n > 0]
     if not known:
         return None

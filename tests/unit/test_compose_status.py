@@ -98,6 +98,8 @@ def test_a_run_that_does_not_say_its_steps_shows_no_progress_and_says_why() -> N
     col = {name: i for i, name in enumerate(status.COLUMNS)}
     assert (rows[1][col["progress"]], rows[1][col["ETA"]]) == ("-", "-")
     assert status.job_line(rows, query) == f"job: step 3920; {status.UNKNOWN_TARGET}"
+    values["step"] = {"chief": 0.0}  # starting: nothing said yet, by a script or the built-in loop
+    assert status.job_line(status.table({"chief": "running"}, query), query) == "job: no step yet"
 
 
 def test_services_that_are_tasks() -> None:
