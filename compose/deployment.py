@@ -41,6 +41,8 @@ METRICS_LINGER_SECONDS = 12
 """Two 5 s scrape intervals (monitoring/config/prometheus/prometheus.yml) plus margin: Prometheus records the
 final step and the `done` state before a finished task's container exits."""
 CHECKPOINT_DIR = "/checkpoints"
+SCRIPT_CHECKPOINT_DIR = f"{CHECKPOINT_DIR}/script"
+"""A SCRIPT= run's TRAINER_CHECKPOINT_DIR: its own folder of the volume, apart from the built-in job's."""
 LOG_DIR = "/logs"
 """TensorBoard's log volume in every task (TRAINER_LOGDIR) and in the TensorBoard service."""
 OUTPUT_DIR = "/output"
@@ -176,6 +178,7 @@ def trainer_env(d: Deployment) -> dict[str, str]:
     if d.data:
         env["TRAINER_DATA"] = DATA_DIR
     if d.script:
+        env["TRAINER_CHECKPOINT_DIR"] = SCRIPT_CHECKPOINT_DIR
         env.update(d.observe)
     env[supervise.MAX_RESTARTS_ENV] = str(d.max_restarts)
     if d.stall:

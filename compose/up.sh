@@ -117,7 +117,9 @@ docker builder prune -f --filter type=source.local >/dev/null 2>&1
 #    Skipped checkpoints are named; a refusal is its reason and the ways on, exit 2 (trainer/state/manifest.py).
 #    At or past STEPS (10): no trainer starts, the monitoring does (the finished job's history stays visible).
 rc=0
-dc run --rm --no-deps -T chief python -m trainer.state.manifest --checkpoint-dir /checkpoints || rc=$?
+# A SCRIPT= run's checkpoints are its own (TRAINER_CHECKPOINT_DIR, compose/deployment.py): only said.
+manifest=(--checkpoint-dir /checkpoints); [ -n "${SCRIPT:-}" ] && manifest+=(--script)
+dc run --rm --no-deps -T chief python -m trainer.state.manifest "${manifest[@]}" || rc=$?
 if [ "$rc" = 10 ]; then
   # shellcheck disable=SC2046  # a list of service names
   dc up -d --no-build --remove-orphans --quiet-pull $(dc config --services | grep -vxE 'chief|worker-[0-9]+')

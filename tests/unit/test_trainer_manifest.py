@@ -81,3 +81,27 @@ def test_make_up_refuses_other_settings_unless_told(tmp_path, capsys, accept, ex
 
 def test_an_empty_volume_starts(tmp_path, capsys):
     assert _up(tmp_path, capsys, TRAINER_STEPS="10") == (0, "")
+
+
+def test_a_script_after_the_demo_starts_its_own_folder_and_keeps_the_demos(tmp_path, capsys):
+    """Issue 29: `make up TASK=mlp`, `make down`, `make up SCRIPT=train.py` was refused over --task and
+    --learning-rate, flags a script does not have; the advice (`make clean`) would delete the demo's."""
+    _save(tmp_path, 300)
+    script_env = {"TRAINER_TASK": "cnn", "TRAINER_LEARNING_RATE": "0.003", "TRAINER_STEPS": "8000"}
+    assert manifest.main(["--checkpoint-dir", str(tmp_path)], env=script_env) == EXIT_CONFIG  # as before
+    capsys.readouterr()
+    env = {**script_env, "TRAINER_CHECKPOINT_DIR": f"{tmp_path}/script"}
+    assert manifest.main(["--checkpoint-dir", str(tmp_path), "--script"], env=env) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "task mlp, step 300" in err and f"{tmp_path}/script" in err, err
+    assert manifest.scan(str(tmp_path)).step == 300  # the demo's checkpoint is still there
+
+
+def test_a_script_runs_checkpoints_in_its_own_folder_on_every_target():
+    from compose import deployment
+
+    d = deployment.Deployment(workers=1, script="tests/scripts/fit_cnn.py")
+    assert deployment.trainer_env(d)["TRAINER_CHECKPOINT_DIR"] == deployment.SCRIPT_CHECKPOINT_DIR
+    assert (
+        deployment.trainer_env(deployment.Deployment(workers=1))["TRAINER_CHECKPOINT_DIR"] == "/checkpoints"
+    )

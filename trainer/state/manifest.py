@@ -202,7 +202,14 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
     """`make up`'s question before any task starts: does the checkpoint volume fit this job?"""
     p = argparse.ArgumentParser(prog="python -m trainer.state.manifest", description=main.__doc__)
     p.add_argument("--checkpoint-dir", required=True)
+    p.add_argument(
+        "--script",
+        action="store_true",
+        help="a SCRIPT= run (its own folder, TRAINER_CHECKPOINT_DIR): nothing of the built-in job applies",
+    )
     ns = p.parse_args(argv)
+    if ns.script:
+        return _script_start(ns.checkpoint_dir, env.get("TRAINER_CHECKPOINT_DIR", "?"))
     try:
         config = config_lib.from_args([], env)
         found = check(ns.checkpoint_dir, job_settings(config, None), bool(config.resume_new_settings))
@@ -222,6 +229,21 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
         return NOTHING_TO_TRAIN
     if found.step is not None:
         print(f"up: resuming at step {found.step} of {config.steps}", file=sys.stderr)
+    return 0
+
+
+def _script_start(directory: str, script_dir: str) -> int:
+    """A SCRIPT= run keeps its checkpoints in its own folder of the volume: the built-in job's settings
+    (TASK, LEARNING_RATE, ...) are no flags of a script, and its checkpoint stays for a later `make up`
+    of the built-in job (issue 29: a script after the demo was refused over --task and --learning-rate)."""
+    found = scan(directory)
+    if found.step is not None:
+        settings = read(found.prefix).get("settings", {})
+        print(
+            f"up: the volume also holds the built-in job's checkpoint (task {settings.get('task')}, step "
+            f"{found.step}), kept apart: this SCRIPT run checkpoints in {script_dir}; `make clean` deletes both",
+            file=sys.stderr,
+        )
     return 0
 
 
