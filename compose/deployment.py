@@ -16,7 +16,7 @@ import argparse
 import dataclasses
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,17 +229,29 @@ def fake_gpu_ids(workers: int, per_task: int) -> dict[str, tuple[str, ...]] | No
     return {n: tuple(str(k * per_task + j) for j in range(per_task)) for k, n in enumerate(names)}
 
 
+def count(var: str) -> Callable[[str], int]:
+    """An argparse type for a count of 0 or more whose error names make's variable (WORKERS=abc), not
+    the flag: the user typed the variable."""
+
+    def parse(text: str) -> int:
+        if not text.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"{var}={text}: a whole number, 0 or more (e.g. {var}=3)")
+        return int(text)
+
+    return parse
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags every emitter's CLI shares: the cluster, the image, the restart budget. Trainer knobs are
     not flags: every emitter reads them from its environment (compose/knobs.py)."""
-    p.add_argument("--workers", type=int, required=True, help="workers besides the chief")
+    p.add_argument("--workers", type=count("WORKERS"), required=True, help="workers besides the chief")
     p.add_argument("--base-image", default=Deployment.base_image)
     p.add_argument("--image-repo", default=Deployment.image_repo)
     p.add_argument("--script", help="host path of your MWMS script, run in every task")
     p.add_argument("--data", help="host folder mounted read-only at /data")
     p.add_argument("--output", help="host folder the chief copies the final model and summary into")
     p.add_argument("--args", default="", help="extra arguments for every task's command (shell-quoted)")
-    p.add_argument("--max-restarts", type=int, default=Deployment.max_restarts)
+    p.add_argument("--max-restarts", type=count("MAX_RESTARTS"), default=Deployment.max_restarts)
     p.add_argument("--project", default=Deployment.project, help="stack name, a label on every series")
     p.add_argument("--run", default="", help="run id, a label on every series (empty: a new one)")
     p.add_argument(

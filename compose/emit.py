@@ -37,10 +37,14 @@ def header(name: str, target: ModuleType) -> str:
 
 
 def parser(name: str, target: ModuleType) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    # exit_on_error=False: a bad value (WORKERS=abc) is one line from main, not a usage dump.
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0], exit_on_error=False)
     p.add_argument("--target", required=True, choices=targets.names())
     deployment.add_arguments(p)
     p.add_argument("--out", type=Path, default=Path(target.OUT))
+    p.add_argument(
+        "--check", action="store_true", help="check the settings and write nothing (make up's refusals)"
+    )
     target.add_arguments(p)
     return p
 
@@ -127,7 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         r = run(argv, os.environ)
+        if r.ns.check:
+            return 0
         write(r)
+    except argparse.ArgumentError as err:  # WORKERS=abc: the type's message names make's variable
+        print(f"compose.emit: {err.message}", file=sys.stderr)
+        return 2
     except (ValueError, OSError) as err:  # ClusterSpecError, GpuError, a bad knob: one line, no traceback
         print(f"compose.emit: {err}", file=sys.stderr)
         return 2

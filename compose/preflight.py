@@ -1,13 +1,15 @@
 """`make up`'s early refusals: each fault in one line, before anything is downloaded, built or started.
 
-    python -m compose.preflight --project NAME --bind-addr ADDR --gpus GPUS [--starting]
+    python -m compose.preflight --project NAME --bind-addr ADDR --gpus GPUS --workers N [--starting]
 
 - PROJECT must follow Compose's rule for project names (else it fails only after the image builds);
 - GPUS=N or GPUS=i,j must name GPUs this host has and Docker can give to containers (else a 3.3 GB
   wheel download and a 6.75 GB build come first);
 - with --starting: every port the stack publishes must be free on BIND_ADDR, or held by this same
   project's running stack (a second stack on a taken port would start its trainers anyway, and its
-  `make status` would read the first stack's Prometheus).
+  `make status` would read the first stack's Prometheus); and the tasks must fit in the host's
+  available memory at what one task of the default job was measured to hold (WORKERS=100 on a 24 GiB
+  host started silently).
 A second `make up` of the project while one is starting is refused by compose/up.sh's lock.
 Standard library only: it runs before any venv exists. Exit 0, or 2 with every problem, one per line.
 """
@@ -55,6 +57,40 @@ def gpu_problem(requested: str, runner: gpus.Runner = gpus.run) -> str | None:
     if missing:
         return f"GPUS={requested}: GPU {','.join(missing)} is not on this host (it has {','.join(host)})"
     return None
+
+
+MEMORY_PER_TASK_MIB = 400
+"""What one task of the default job holds (docker stats, 2026-12-04, a chief + 2 workers on 2 CPU cores:
+chief 397 MiB, workers 372-375): a floor, a larger model or a SCRIPT holds more."""
+MONITORING_MIB = 400
+"""Prometheus, Alertmanager and TensorBoard together, measured the same way (90 + 38 + 255 MiB)."""
+
+
+def available_mib(meminfo: str = "/proc/meminfo") -> int | None:
+    try:
+        with open(meminfo) as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(fields["MemAvailable"].split()[0]) // 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def memory_problem(workers: int, available: int | None) -> str | None:
+    need = (workers + 1) * MEMORY_PER_TASK_MIB + MONITORING_MIB
+    if available is None or need <= available:
+        return None
+    most = max((available - MONITORING_MIB) // MEMORY_PER_TASK_MIB - 1, 0)
+    return (
+        f"WORKERS={workers}: {workers + 1} tasks need at least {need / 1024:.1f} GiB ({MEMORY_PER_TASK_MIB} MiB "
+        f"each, measured on the default job, and {MONITORING_MIB} MiB for the monitoring); this host has "
+        f"{available / 1024:.1f} GiB available: WORKERS={most} at most here, or more hosts (make stack-up)"
+    )
+
+
+def workers_problem(text: str) -> str | None:
+    if text.strip().isdigit():
+        return None
+    return f"WORKERS={text}: a whole number of workers besides the chief, 0 or more (e.g. WORKERS=3)"
 
 
 def published_ports() -> list[tuple[str, int]]:
@@ -109,7 +145,9 @@ def port_problem(
 
 
 def problems(ns: argparse.Namespace, runner: gpus.Runner = gpus.run) -> list[str]:
-    found = [project_problem(ns.project), gpu_problem(ns.gpus, runner)]
+    found = [project_problem(ns.project), gpu_problem(ns.gpus, runner), workers_problem(ns.workers)]
+    if ns.starting and not found[-1]:
+        found.append(memory_problem(int(ns.workers), available_mib()))
     if ns.starting:
         addr = "0.0.0.0" if ns.bind_addr in ("", "0.0.0.0") else ns.bind_addr
         found += [port_problem(addr, svc, port, ns.project, runner) for svc, port in published_ports()]
@@ -121,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--project", required=True)
     p.add_argument("--bind-addr", default="127.0.0.1")
     p.add_argument("--gpus", default="auto")
+    p.add_argument("--workers", default="0", help="make's WORKERS, as typed")
     p.add_argument("--starting", action="store_true", help="the stack is about to start: check its ports")
     ns = p.parse_args(argv)
     found = problems(ns)

@@ -25,26 +25,15 @@ if ! flock -n 9; then
   exit 2
 fi
 # The GPU image builds on any host (make images-gpu): only a start needs the GPUs asked for.
-check=(--project "${PROJECT:-$DEFAULT_PROJECT}" --bind-addr "${BIND_ADDR:-127.0.0.1}" --gpus "$([ $starting = 1 ] && echo "${GPUS:-auto}" || echo 0)")
+check=(--project "${PROJECT:-$DEFAULT_PROJECT}" --bind-addr "${BIND_ADDR:-127.0.0.1}" --workers "${WORKERS:-$DEFAULT_WORKERS}"
+       --gpus "$([ $starting = 1 ] && echo "${GPUS:-auto}" || echo 0)")
 [ $starting = 1 ] && check+=(--starting)
 "${PYTHON:-python3}" -m compose.preflight "${check[@]}"
 
-compose/engine.sh ensure
-
-# 1. Base and Prometheus images: pulled when a registry answers, else built from Debian packages.
-eval "$(images/images.sh select "${OFFLINE:-auto}")"
-if [[ $BASE_IMAGE == mwms/* ]]; then
-  images/images.sh base "$BASE_IMAGE"
-  images/images.sh prometheus "$PROMETHEUS_IMAGE"
-  images/images.sh alertmanager "$ALERTMANAGER_IMAGE"
-fi
-
-# 2. Compose files and Prometheus targets for a chief plus $WORKERS workers; checks the trainer knobs
-#    and that the containers' user can read SCRIPT and DATA, before anything starts.
 # A new run id at every `make up`: a label on every series (with the project), so status, diagnose,
 # report, alerts and dashboards never mix this run with an earlier one still in Prometheus.
 RUN=$("${PYTHON:-python3}" -c 'from compose.deployment import run_id; print(run_id())')
-args=(--workers "${WORKERS:-$DEFAULT_WORKERS}" --out "$RUN_DIR" --base-image "$BASE_IMAGE" --project "${PROJECT:-$DEFAULT_PROJECT}" --run "$RUN"
+args=(--workers "${WORKERS:-$DEFAULT_WORKERS}" --out "$RUN_DIR" --project "${PROJECT:-$DEFAULT_PROJECT}" --run "$RUN"
       --gpus "${GPUS:-auto}" --gpus-per-worker "${GPUS_PER_WORKER:-1}" --max-restarts "${MAX_RESTARTS:-$DEFAULT_MAX_RESTARTS}"
       --image-repo "${IMAGE_REPO:-mwms/trainer}" --args "${ARGS:-}")
 [ -n "${SCRIPT:-}" ] && args+=(--script "$SCRIPT")
@@ -58,7 +47,21 @@ if [ -n "${OUTPUT:-}" ]; then
   fi
   args+=(--output "$OUTPUT")
 fi
-"${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}"
+# The job's own settings (STEPS, TASK, SCRIPT, DATA, every knob) are checked here too, written in step 2.
+[ $starting = 1 ] && "${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}" --check
+
+compose/engine.sh ensure
+
+# 1. Base and Prometheus images: pulled when a registry answers, else built from Debian packages.
+eval "$(images/images.sh select "${OFFLINE:-auto}")"
+if [[ $BASE_IMAGE == mwms/* ]]; then
+  images/images.sh base "$BASE_IMAGE"
+  images/images.sh prometheus "$PROMETHEUS_IMAGE"
+  images/images.sh alertmanager "$ALERTMANAGER_IMAGE"
+fi
+
+# 2. Compose files and Prometheus targets for a chief plus $WORKERS workers (the settings checked in 0.).
+"${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}" --base-image "$BASE_IMAGE"
 variant=cpu; [ -f "$RUN_DIR/compose.gpu.yaml" ] && variant=gpu
 
 # 3. Wheels on the host (containers cannot reach PyPI), checked against the hash lock.

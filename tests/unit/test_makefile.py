@@ -93,3 +93,43 @@ def test_values_reach_up_sh_as_typed(tmp_path: Path, target: str) -> None:
     assert {k: got.get(k) for k in HOSTILE} == HOSTILE
     assert got["WORKERS"] == str(contract.DEFAULT_WORKERS)  # a default of make's one list (STACK_VARS)
     assert not Path("/tmp/pwned").exists()
+
+
+def _bad_inputs() -> list[tuple[str, str]]:
+    from compose import preflight
+
+    too_many = (preflight.available_mib() or 0) // preflight.MEMORY_PER_TASK_MIB + 10
+    return [
+        ("WORKERS=abc", "WORKERS=abc"),
+        (f"WORKERS={too_many}", f"WORKERS={too_many}: {too_many + 1} tasks need at least"),
+        ("STEPS=0", "STEPS=0"),
+        ("TASK=no_such_task", "no_such_task"),
+        ("SCRIPT=/no/such/train.py", "/no/such/train.py"),
+        ("DATA=/no/such/records", "/no/such/records"),
+    ]
+
+
+@pytest.mark.parametrize("setting,named", _bad_inputs())
+def test_bad_settings_are_refused_in_one_line_before_docker(tmp_path: Path, setting: str, named: str) -> None:
+    """Issue 29: WORKERS, STEPS, TASK, SCRIPT and DATA were checked after the engine check and the image
+    builds; WORKERS=abc printed argparse's usage naming --workers. A `docker` that records being run
+    stands first on PATH: nothing may reach it."""
+    called = tmp_path / "docker-called"
+    stub = tmp_path / "bin" / "docker"
+    stub.parent.mkdir()
+    stub.write_text(f'#!/bin/sh\necho "$@" >>{called}\nexit 1\n')
+    stub.chmod(0o755)
+    environ = {"PATH": f"{stub.parent}:{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/root")}
+    result = subprocess.run(
+        ["make", "--no-print-directory", "up", f"PROJECT={PROJECT}", f"RUN_DIR={tmp_path}/run", setting],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("make: ***")]
+    assert result.returncode != 0 and len(lines) == 1 and named in lines[0], result.stderr
+    assert "usage:" not in result.stderr and not called.exists(), (
+        called.read_text() if called.exists() else ""
+    )
