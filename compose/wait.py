@@ -16,7 +16,7 @@ A container that exits 128-255 was stopped or killed from outside: not the end b
 restart policy (`on-failure`) brings back a container whose processes died (its PID 1 killed, the
 engine or the host restarted), but a `docker kill` counts for Docker as a manual stop: this watcher
 starts such a task again (a kill with SIGKILL and no SIGTERM before it since its start), since the
-job cannot go on without it. A `docker stop` (SIGTERM first: `make down`, `docker compose stop`) is
+job cannot go on without it; a task it finds so killed when it starts (exit 137, a peer running) too. A `docker stop` (SIGTERM first: `make down`, `docker compose stop`) is
 the operator's and is left alone; if the task never comes back, its peers give up (3, then 4).
 When the job is over, Docker's restart policy of every task is set to `no`, so a task that ended for
 good is not started again (its supervisor would exit at once with the same code anyway).
@@ -167,7 +167,7 @@ class Job:
             return f"{service}'s container was removed (make down?)"
         return None
 
-    def _start_again(self, service: str, code: int) -> str:
+    def _start_again(self, service: str, code: int, seen: str = "docker kill") -> str:
         """A task killed with `docker kill`: Docker's restart policy leaves it down, the job needs it."""
         try:
             self._run(["start", self.containers[service]])
@@ -176,7 +176,21 @@ class Job:
         ) as err:  # removed meanwhile (`docker rm -f`), or the engine is going
             return f"{service} was killed ({code}, {supervisor.meaning(code)}) and cannot be started again: {err.stderr or err}"
         self.states[service] = ("starting", code)  # not stopped: every task killed at once is not the end
-        return f"{service} was killed ({code}, {supervisor.meaning(code)}; docker kill): started it again"
+        return f"{service} was killed ({code}, {supervisor.meaning(code)}; {seen}): started it again"
+
+    def revive(self) -> list[str]:
+        """Tasks found killed (137: SIGKILL, `docker kill`) while a peer still runs, before this watcher
+        saw it: Docker's policy leaves them down and their peers wait for them for ever (issue 29: 9
+        minutes at step 0, and a `make wait` started a minute later started nothing). A `docker stop`
+        ends a task with SIGTERM (143) or its own code, unless it outlived the grace period."""
+        if judge(self.states) or not any(status == "running" for status, _ in self.states.values()):
+            return []
+        killed = 128 + signal.SIGKILL.value
+        return [
+            self._start_again(service, code, seen="before this wait started")
+            for service, (status, code) in sorted(self.states.items(), key=lambda kv: task_order(kv[0]))
+            if status == "exited" and code == killed
+        ]
 
     def engine_up(self) -> bool:
         return engine_up(self._run)
@@ -262,6 +276,8 @@ def main(argv: Sequence[str]) -> int:
             if CHIEF not in job.containers:
                 log(f"wait: no chief container in project {project}: run `make up` first")
                 return 125
+            for note in job.revive():
+                log(f"wait: {note}")
             code = watch(job, events, log=log)
         finally:
             proc.kill()

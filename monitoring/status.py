@@ -177,6 +177,22 @@ def job_line(rows: list[tuple[str, ...]], query: Query, sel: str = rules.JOB_SEL
     return f"job: step {step:.0f} of {target:.0f} ({done:.0%}){eta}{at}"
 
 
+KILLED = "exited (137)"
+"""A container killed from outside (`docker kill`): Docker's restart policy counts it as a manual stop."""
+
+
+def killed_notes(states: Mapping[str, str]) -> list[str]:
+    """What restarts a task killed from outside while its peers wait (they wait for it for ever)."""
+    if not any(s.startswith("running") for task, s in states.items() if is_task(task)):
+        return []
+    return [
+        f"{task}: killed from outside ({KILLED}); its peers wait for it: `make wait` starts it again "
+        "(and keeps the job going unattended), or `make up` restarts the job from its checkpoint"
+        for task in sorted(filter(is_task, states), key=c.task_order)
+        if states[task].startswith(KILLED)
+    ]
+
+
 def render(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
@@ -225,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         line = None
     if line:
         print(line)
+    for note in killed_notes(states):
+        print(note)
     return 0
 
 

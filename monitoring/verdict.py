@@ -105,7 +105,9 @@ ADVICE = {
     ],
     DOWN: [
         "A task is not answering: read its logs (`make logs SERVICE=<task>`). MWMS cannot continue "
-        "without it; restart the whole cluster (it resumes from the last checkpoint)."
+        "without it. A task killed from outside (`docker kill`, exit 137) stays down under Docker's "
+        "restart policy: `make wait` starts it again (and keeps a job going unattended); else `make up` "
+        "restarts the whole cluster (it resumes from the last checkpoint)."
     ],
     NO_DATA: [
         "Nothing to judge yet: is the stack up (`make up`) and has it trained for a minute? "

@@ -116,3 +116,10 @@ def test_project_comes_from_the_arguments(monkeypatch, capsys) -> None:
     assert "no trainer tasks in project mwms-x" in capsys.readouterr().err
     status.main([])
     assert asked[-1] == contract.DEFAULT_PROJECT
+
+
+def test_a_task_killed_from_outside_says_what_starts_it_again() -> None:
+    states = {"chief": "running", "worker-0": "exited (137)", "worker-1": "running", "prometheus": "running"}
+    (note,) = status.killed_notes(states)
+    assert note.startswith("worker-0: killed from outside") and "`make wait` starts it again" in note
+    assert status.killed_notes({"chief": "exited (0)", "worker-0": "exited (137)"}) == []

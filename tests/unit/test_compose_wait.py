@@ -217,3 +217,23 @@ def test_an_engine_that_restarts_before_wait_looks_is_read_again_not_the_end(mon
     monkeypatch.setattr(wait, "engine_up", lambda: True)
     monkeypatch.setattr(wait, "ENGINE_RETRY_S", 0)
     assert wait.main(["p"]) == 0
+
+
+def test_a_task_killed_before_wait_started_is_started_again() -> None:
+    """Issue 29: `docker kill` of worker-0 with no `make wait` running, then `make wait`: it started nothing."""
+    docker = FakeDocker({}, {"chief": "running 0", "worker-0": "exited 137", "worker-1": "running 0"})
+    job = wait.Job("p", run=docker)
+    job.read()
+    assert job.revive() == [
+        "worker-0 was killed (137, killed by SIGKILL; before this wait started): started it again"
+    ]
+    assert docker.calls == [("start", "id-worker-0")]
+    for states in (
+        {"chief": "exited 0", "worker-0": "exited 137"},  # the job is done: nothing to start
+        {"chief": "exited 137", "worker-0": "exited 137"},  # every task down: make up's, not ours
+        {"chief": "running 0", "worker-0": "exited 143"},  # docker stop (SIGTERM): the operator's
+    ):
+        docker = FakeDocker({}, states)
+        job = wait.Job("p", run=docker)
+        job.read()
+        assert job.revive() == [] and docker.calls == [], states
