@@ -7,12 +7,12 @@ VARIANT ?=
 ifeq ($(VARIANT),gpu)
 # A chief holding GPU 0 is the smallest layout that renders the GPU overlay; the build does not depend
 # on WORKERS. Its own RUN_DIR leaves a running stack's generated files alone.
-images: override WORKERS := 0
-images: override GPUS := 1
-images: override GPUS_PER_WORKER := 1
-images: override RUN_DIR := $(RUN_DIR)/images-gpu
+images: override export WORKERS := 0
+images: override export GPUS := 1
+images: override export GPUS_PER_WORKER := 1
+images: override export RUN_DIR := $(RUN_DIR)/images-gpu
 else ifeq ($(VARIANT),cpu)
-images: override GPUS := 0
+images: override export GPUS := 0
 else ifneq ($(VARIANT),)
 $(error VARIANT=$(VARIANT): use VARIANT=cpu or VARIANT=gpu, or leave it unset to build what `make up` would)
 endif

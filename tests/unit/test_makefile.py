@@ -133,3 +133,29 @@ def test_bad_settings_are_refused_in_one_line_before_docker(tmp_path: Path, sett
     assert "usage:" not in result.stderr and not called.exists(), (
         called.read_text() if called.exists() else ""
     )
+
+
+def test_images_variant_gpu_hands_up_sh_its_gpu_layout(tmp_path: Path) -> None:
+    """images.mk's target-specific overrides reach up.sh's environment (a GPU overlay to build from)."""
+    seen = tmp_path / "env.json"
+    python = tmp_path / "python"
+    python.write_text(
+        f'#!/bin/sh\n{shutil.which("python3")} -c \'import json, os; json.dump(dict(os.environ), open("{seen}", "w"))\'\n'
+        "echo 'exit 0'\n"
+    )
+    python.chmod(0o755)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "images", "VARIANT=gpu", "WORKERS=5", f"PYTHON={python}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(seen.read_text())
+    assert (got["WORKERS"], got["GPUS"], got["GPUS_PER_WORKER"], got["RUN_DIR"]) == (
+        "0",
+        "1",
+        "1",
+        ".run/images-gpu",
+    )
