@@ -301,6 +301,26 @@ def gone_run_series() -> list[dict]:
     return [{"series": f"{name}{labels(GONE['task'])}", "values": f"{v} stale"} for name, v in values.items()]
 
 
+RESTARTED = {"task": "worker-2", "at": 150}
+"""A task at the long run's pace whose process restarted at 150 s (its counter reset, no step for 10 s)."""
+
+
+def restarted_run_series() -> list[dict]:
+    n, points = LONG["steps_per_interval"], RESTARTED["at"] // INTERVAL
+    after = POINTS - points - 2  # the samples after the restart's two idle scrapes (0 until a step)
+    start = RESTARTED["at"] + 3 * INTERVAL  # the first sample after the two idle ones
+    values = {
+        c.STEPS.name: f"0+{_num(n)}x{points} 0 0 {_num(n)}+{_num(n)}x{after}",
+        c.LAST_STEP_TIME.name: f"0+{INTERVAL}x{points} 0 0 {start}+{INTERVAL}x{after}",
+    }
+    return [{"series": f"{name}{labels(RESTARTED['task'])}", "values": v} for name, v in values.items()]
+
+
+def between(expr: str, low: float, high: float) -> str:
+    """1 where expr is in (low, high]: promtool compares exactly, a rate across a restart is the window's."""
+    return f"(({expr}) > bool {_num(low)}) * (({expr}) <= bool {_num(high)})"
+
+
 def rounded(expr: str) -> str:
     """promtool compares exactly; rates of exact series still carry float rounding."""
     return f"round({expr}, {PRECISION})"
@@ -331,9 +351,13 @@ def steps_expectations(status_query: str) -> list[dict]:
     step, not over the whole minute, which holds the start-up); the short run (done, seen by one
     scrape) has no rate to show."""
     long = LONG["steps_per_interval"] / INTERVAL
+    restarted = RESTARTED["task"]
     return [
-        expect(status_query, "30s", {"worker-0": long, GONE["task"]: long}),
-        expect(status_query, "100s", {"worker-0": long, GONE["task"]: long}),
+        expect(status_query, "30s", {"worker-0": long, GONE["task"]: long, restarted: long}),
+        expect(status_query, "100s", {"worker-0": long, GONE["task"]: long, restarted: long}),
+        # Across the restart: positive and no more than the pace (the pause is in the window).
+        expect(between(status_query, 0, long), "180s", {"worker-0": 1, GONE["task"]: 1, restarted: 1}),
+        expect(status_query, "235s", {"worker-0": long, GONE["task"]: long, restarted: long}),
     ]
 
 
@@ -345,7 +369,7 @@ def rate_tests() -> dict:
     algbw = LONG["bytes_per_step"] / LONG["allreduce"]
     world = LONG["world"]
     tests = [
-        expect(r.STEPS_PER_SECOND, "100s", {"worker-0": long}),  # the chief is done
+        expect(r.STEPS_PER_SECOND, "100s", {"worker-0": long, RESTARTED["task"]: long}),  # the chief is done
         expect(r.STEPS_PER_SECOND_RUN, "100s", {"worker-0": long, GONE["task"]: long}),
         expect_cluster(r.CLUSTER_STEPS, "100s", long),
         expect(r.OUTSIDE, "100s", {"worker-0": outside}),
@@ -359,7 +383,7 @@ def rate_tests() -> dict:
     group = {
         "name": "steps per second",
         "interval": f"{INTERVAL}s",
-        "input_series": short_run_series() + long_run_series() + gone_run_series(),
+        "input_series": short_run_series() + long_run_series() + gone_run_series() + restarted_run_series(),
         "promql_expr_test": tests,
     }
     return {

@@ -26,7 +26,8 @@ def test_steps_per_second_is_what_the_clock_sees(promtool, tmp_path: Path) -> No
                 "interval": "5s",
                 "input_series": promtests.short_run_series()
                 + promtests.long_run_series()
-                + promtests.gone_run_series(),
+                + promtests.gone_run_series()
+                + promtests.restarted_run_series(),
                 "promql_expr_test": promtests.steps_expectations(status.QUERIES["steps/s"]),
             }
         ],
