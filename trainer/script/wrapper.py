@@ -27,6 +27,7 @@ import logging
 import os
 import runpy
 import sys
+import time
 import traceback
 from collections.abc import Mapping, Sequence
 
@@ -45,6 +46,8 @@ from trainer.telemetry.metrics import Metrics, Server
 log = logging.getLogger("trainer.script.wrapper")
 PROFILER_PORT_ENV = "TRAINER_PROFILER_PORT"
 """The stack's profiler port (contract.PROFILER_PORT): a server there lets `make profile` trace the script."""
+LINGER_ENV = "TRAINER_METRICS_LINGER"
+"""Seconds a finished task keeps serving its metrics (compose/deployment.py sets it on every target)."""
 
 
 PEER_LOST = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")
@@ -141,6 +144,12 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
             status = EXIT_FAILED
     sampler.close()
     metrics.state("done" if status == 0 else "failed")
+    linger = float(env.get(LINGER_ENV, "0") or "0")
+    if server and linger and status == 0:
+        # As the built-in trainer does (trainer/run.py): without it the last scrape predates the final
+        # steps, and a finished worker read `step 110 of 200 (55%)` in `make status` for good.
+        log.info("done; serving metrics %.0fs more for the last scrapes", linger)
+        time.sleep(linger)
     if server:
         server.close()
     return status
