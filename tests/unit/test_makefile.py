@@ -67,17 +67,23 @@ HOSTILE = {
 """Values a user may type (quotes, spaces, $, backticks, ;, a newline), each to arrive as typed."""
 
 
-@pytest.mark.parametrize("target", ["up", "images"])
-def test_values_reach_up_sh_as_typed(tmp_path: Path, target: str) -> None:
-    """compose/up.sh's first command runs $PYTHON: a stand-in records the environment it got and
-    tells up.sh to stop, so the real make -> up.sh path is what is checked, nothing started."""
-    seen = tmp_path / "env.json"
-    python = tmp_path / "python"
+def recording_python(folder: Path) -> tuple[Path, Path]:
+    """A PYTHON for compose/up.sh: its first command (`eval "$($PYTHON -m contract --shell)"`) records
+    the environment up.sh got in a JSON file and makes it exit 0, so nothing else runs."""
+    seen, python = folder / "env.json", folder / "python"
     python.write_text(
         f'#!/bin/sh\n{shutil.which("python3")} -c \'import json, os; json.dump(dict(os.environ), open("{seen}", "w"))\'\n'
         "echo 'exit 0'\n"
     )
     python.chmod(0o755)
+    return python, seen
+
+
+@pytest.mark.parametrize("target", ["up", "images"])
+def test_values_reach_up_sh_as_typed(tmp_path: Path, target: str) -> None:
+    """compose/up.sh's first command runs $PYTHON: a stand-in records the environment it got and
+    tells up.sh to stop, so the real make -> up.sh path is what is checked, nothing started."""
+    python, seen = recording_python(tmp_path)
     environ = {"PATH": os.environ["PATH"], "TRAINER_INPUT_DELAY_MS": HOSTILE["TRAINER_INPUT_DELAY_MS"]}
     typed = [f"{k}={v}" for k, v in HOSTILE.items() if not k.startswith("TRAINER_")]
     result = subprocess.run(
@@ -137,13 +143,7 @@ def test_bad_settings_are_refused_in_one_line_before_docker(tmp_path: Path, sett
 
 def test_images_variant_gpu_hands_up_sh_its_gpu_layout(tmp_path: Path) -> None:
     """images.mk's target-specific overrides reach up.sh's environment (a GPU overlay to build from)."""
-    seen = tmp_path / "env.json"
-    python = tmp_path / "python"
-    python.write_text(
-        f'#!/bin/sh\n{shutil.which("python3")} -c \'import json, os; json.dump(dict(os.environ), open("{seen}", "w"))\'\n'
-        "echo 'exit 0'\n"
-    )
-    python.chmod(0o755)
+    python, seen = recording_python(tmp_path)
     done = subprocess.run(
         ["make", "--no-print-directory", "images", "VARIANT=gpu", "WORKERS=5", f"PYTHON={python}"],
         cwd=ROOT,
