@@ -29,7 +29,10 @@ from bench.tune import table, trial, winner
 from monitoring import diagnose, rules, runlist, runs, verdict
 from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 
-TURN_S = 1.5
+TURN_S = 1.0
+HEARTBEAT_SAFE_S = 5.0
+"""A SCRIPT= cluster keeps TensorFlow's 10 s coordination heartbeat: no cluster may wait longer than this
+between its turns (two cycles' worst gap is 2 (n-1) turns). The built-in loop's trials raise theirs."""
 CYCLES = 3
 """Turns per round: a round's rate spans three turns, so a call cut by a turn's end counts once."""
 SECONDS = 90.0
@@ -64,7 +67,7 @@ def trial_all(job: job_lib.Job, chosen: list[cand.Candidate], work: Path, args) 
     ckpt = work / "checkpoint"
     job_lib.copy_checkpoint(job, ckpt)
     env = {**job.env, "TF_USE_LEGACY_KERAS": "1"}
-    module, margs = ("trainer.script.wrapper", [job.script]) if job.script else ("trainer", [])
+    module, margs = (job_lib.WRAPPER, list(job.script)) if job.script else ("trainer", [])
     named = [(table.CURRENT, ()), (table.NULL, ()), *((k.name, k.settings) for k in chosen)]
     clusters = [
         trial.cluster(_dirname(n), env, dict(s), ckpt, work, job.workers, module, margs) for n, s in named
@@ -72,8 +75,13 @@ def trial_all(job: job_lib.Job, chosen: list[cand.Candidate], work: Path, args) 
     for cl, (n, _) in zip(clusters, named, strict=True):
         cl.name = n
     trial.start_all(clusters, timeout=args.start_timeout)
-    rounds = max(2, int(args.seconds // (TURN_S * CYCLES * len(clusters))))
-    trial.run_turns(clusters, TURN_S, rounds * CYCLES)
+    turn = TURN_S if not job.script else min(TURN_S, HEARTBEAT_SAFE_S / (2 * (len(clusters) - 1)))
+    rounds = max(2, int(args.seconds // (turn * CYCLES * len(clusters))))
+    for name, why in trial.run_turns(
+        clusters, turn, rounds * CYCLES, keep=(table.CURRENT, table.NULL)
+    ).items():
+        print(f"tune: {name} left out: {why.splitlines()[0]}", flush=True)
+        args.failed.add(name)
     return clusters
 
 
@@ -86,7 +94,11 @@ def tabulate(clusters: list[trial.Cluster], chosen: list[cand.Candidate]):
     base = table.round_rates(by[table.CURRENT].turns, CYCLES)
     current = table.summary(table.CURRENT, by[table.CURRENT].turns, CYCLES, base)
     null = table.summary(table.NULL, by[table.NULL].turns, CYCLES, base)
-    rows = [table.summary(k.name, by[k.name].turns, CYCLES, base, k.changes_optimisation) for k in chosen]
+    rows = [
+        table.summary(k.name, by[k.name].turns, CYCLES, base, k.changes_optimisation)
+        for k in chosen
+        if len(by[k.name].turns) >= CYCLES
+    ]
     return current, null, rows
 
 
@@ -114,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.add_argument("--apply", action="store_true", help="APPLY=1: restart the job with the winner")
     args = p.parse_args(argv)
+    args.failed = set()
     args.run_dir.mkdir(parents=True, exist_ok=True)
     lock = open(args.run_dir / ".tune.lock", "w")  # noqa: SIM115 - held until the process exits
     try:
@@ -167,6 +180,11 @@ def tune(args) -> int:
     winner.record(args.run_dir, run, rows, null, best, elapsed)
     if best is not None:
         k = next(k for k in chosen if k.name == best.name)
+        if not cand.applies(k):
+            print(
+                f"tune: {best.name} is a process setting: measured here, make up does not set it (docs/tune.md)"
+            )
+            return 0
         why = f"make tune {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on run {run}: {best.name} {best.median:.2f}x steps/s"
         path = winner.write(args.run_dir, k.settings, why, k.changes_optimisation)
         print(f"tune: wrote {path}; the next make up uses it (undo: rm {path})")

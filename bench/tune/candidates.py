@@ -11,8 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from monitoring import verdict
-from trainer.host import manifest
+from trainer.host import manifest, server_config
 
+ALLOCATOR = "GLIBC_TUNABLES"
+PROCESS_VARIABLES = ("TF_", "GLIBC_")
+"""Candidate settings the process reads (TensorFlow, glibc), not trainer flags."""
 PACK_BYTES = 1048576
 """The pack size `make bench-comm` found best on CPU rings (docs/communication.md)."""
 
@@ -45,35 +48,39 @@ def loop_candidates(current: Mapping[str, str], code: int, largest: str) -> list
         out.append(_one("ALLREDUCE_DTYPE", "bfloat16", "advice: compress the gradients"))
     if communication and current.get("allreduce_mode", "serial") == "serial":
         out.append(_one("ALLREDUCE_MODE", "overlap", "all-reduce each pack as its gradients are ready"))
-    if current.get("steps_per_call", "0") == "0":
-        out.append(_one("STEPS_PER_CALL", "1", "one step per call, against auto's ~0.5 s calls"))
-    tuned = current.get("allocator") == "tuned"
-    out.append(
-        Candidate(
-            "allocator=" + ("stock" if tuned else "tuned"),
-            (("GLIBC_TUNABLES", "" if tuned else "tuned"),),
-            "the allocator setting",
+    if largest != "all-reduce" and current.get("steps_per_call", "0") == "0":
+        out.append(
+            _one("STEPS_PER_CALL", "8", "short calls: less work per dispatch, the input refills between")
         )
-    )
     return out
 
 
-def script_candidates(current: Mapping[str, str], cores: int) -> list[Candidate]:
-    """A SCRIPT= run's: what its wrapper controls without editing the script (the allocator, TensorFlow's
-    thread pools); the strategy's CommunicationOptions are the script's own."""
+def _allocator(current: Mapping[str, str]) -> Candidate:
+    """The other allocator setting than the run's (trainer/cluster/server_config.ENVIRONMENT or glibc's stock)."""
     tuned = current.get("allocator") == "tuned"
+    value = "" if tuned else server_config.ENVIRONMENT[ALLOCATOR]
+    return Candidate(
+        "allocator=" + ("stock" if tuned else "tuned"), ((ALLOCATOR, value),), "the allocator setting"
+    )
+
+
+def script_candidates(current: Mapping[str, str], cores: int) -> list[Candidate]:
+    """A SCRIPT= run's: what its wrapper's processes take without editing the script (the allocator,
+    TensorFlow's thread pools). Its strategy's CommunicationOptions are the script's own code."""
+    threads = str(max(1, cores // 2))
     return [
+        _allocator(current),
         Candidate(
-            "allocator=" + ("stock" if tuned else "tuned"),
-            (("GLIBC_TUNABLES", "" if tuned else "tuned"),),
-            "the allocator setting",
-        ),
-        Candidate(
-            f"TF_NUM_INTRAOP_THREADS={max(1, cores // 2)}",
-            (("TF_NUM_INTRAOP_THREADS", str(max(1, cores // 2))), ("TF_NUM_INTEROP_THREADS", "1")),
+            f"TF_NUM_INTRAOP_THREADS={threads}",
+            (("TF_NUM_INTRAOP_THREADS", threads), ("TF_NUM_INTEROP_THREADS", "1")),
             "smaller thread pools: every task of this host shares its cores",
         ),
     ]
+
+
+def applies(k: Candidate) -> bool:
+    """Whether `make up` can set it: trainer flags only (process variables are measured, not applied)."""
+    return all(not name.startswith(PROCESS_VARIABLES) for name, _ in k.settings)
 
 
 def parse(text: str) -> list[Candidate]:

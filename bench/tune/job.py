@@ -23,6 +23,7 @@ OWN = {
 }
 """Trainer settings the stack owns (compose/knobs.STACK_OWNED and the step count): each trial sets its own."""
 LABEL = "com.docker.compose"
+WRAPPER = "trainer.script.wrapper"
 
 
 class JobError(RuntimeError):
@@ -37,8 +38,8 @@ class Job:
     env: dict[str, str]
     """The chief's trainer settings (TRAINER_*), the stack-owned ones left out."""
     image: str
-    script: str
-    """Host path of a SCRIPT= run's script; empty for the built-in loop."""
+    script: tuple[str, ...]
+    """A SCRIPT= run's script (its host path) and arguments; empty for the built-in loop."""
 
     @property
     def workers(self) -> int:
@@ -85,14 +86,15 @@ def find(project: str) -> Job:
     return Job(project, {t: tasks[t] for t in order}, settings, info["Config"]["Image"], script)
 
 
-def _script(cmd: list[str], mounts: dict[str, str]) -> str:
-    """The host path of the script a SCRIPT= task runs (`trainer.script PATH`), from its mounts."""
-    if "trainer.script" not in cmd:
-        return ""
-    path = cmd[cmd.index("trainer.script") + 1]
+def _script(cmd: list[str], mounts: dict[str, str]) -> tuple[str, ...]:
+    """The script a SCRIPT= task runs (`trainer.script.wrapper PATH ARGS`) at its host path (from the
+    container's mounts), with its arguments."""
+    if WRAPPER not in cmd:
+        return ()
+    path, *args = cmd[cmd.index(WRAPPER) + 1 :]
     for dest, src in mounts.items():
         if path == dest or path.startswith(dest.rstrip("/") + "/"):
-            return src + path[len(dest.rstrip("/")) :]
+            return (src + path[len(dest.rstrip("/")) :], *args)
     raise JobError(f"the job's script {path} is not in a mount of its container")
 
 

@@ -6,6 +6,7 @@ of the cluster's chief (bench/tune/scrape.py) taken while it still runs."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import re
@@ -20,10 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.tune import scrape
+from bench.tune.candidates import PROCESS_VARIABLES
 
 LAUNCH = re.compile(r"^\[launch\] (\S+): pid (\d+), ([\d.]+):(\d+), metrics http://[\d.]+:(\d+)/metrics")
-PROCESS_VARIABLES = ("TF_", "GLIBC_")
-"""Candidate settings read by the process (TensorFlow, glibc), not trainer flags."""
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -177,18 +177,31 @@ class TrialError(RuntimeError):
     """A trial cluster failed (its name and last lines) or never started."""
 
 
-def run_turns(clusters: list[Cluster], turn_s: float, cycles: int, seed: int = 0) -> None:
+def run_turns(
+    clusters: list[Cluster], turn_s: float, cycles: int, keep: tuple[str, ...], seed: int = 0
+) -> dict[str, str]:
     """`cycles` cycles of one turn per cluster, in an order drawn per cycle (a fixed rotation always
-    ran the null right after the current settings); a reading ends each turn."""
-    rng = random.Random(seed)
+    ran the null right after the current settings); a reading ends each turn. A cluster that fails or
+    whose loss is not finite leaves the rotation (name -> why, returned); one of `keep` ends the trial."""
+    rng, out = random.Random(seed), {}
     for _ in range(cycles):
         for c in rng.sample(clusters, len(clusters)):
+            if c.name in out:
+                continue
             c.signal(signal.SIGCONT)
             start = time.time()
             time.sleep(turn_s)  # the turn itself: the time this cluster runs alone
             reading = c.reading()
             c.signal(signal.SIGSTOP)
-            if why := c.failed():
+            why = c.failed() or (
+                f"{c.name}: loss {reading.loss} (diverged)"
+                if reading and not math.isfinite(reading.loss)
+                else ""
+            )
+            if why and c.name in keep:
                 raise TrialError(why)
-            if reading is not None:
+            if why:
+                out[c.name] = why
+            elif reading is not None:
                 c.turns.append(Turn(start, time.time(), reading))
+    return out
