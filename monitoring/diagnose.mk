@@ -5,7 +5,7 @@
 
 .PHONY: diagnose
 diagnose: $(VENV)/.stamp ## Verdict per cluster and task of the last `make up`'s run (RUN=<id> for an earlier one): input-/communication-bound, straggler, ...; exit 0 healthy, 1 problem, 2 no data; JSON=1
-	@$(PY) -m monitoring.diagnose --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run '$(RUN)' --bench $(RUN_DIR)/bench-comm.json $(if $(JSON),--json)
+	@$(PY) -m monitoring.diagnose --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run '$(RUN)' --bench $(RUN_DIR)/bench-comm.json --tune $(RUN_DIR)/tune.json $(if $(JSON),--json)
 
 COMPARE_SKIP ?=
 
