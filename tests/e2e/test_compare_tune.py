@@ -15,7 +15,7 @@ import time
 import pytest
 
 from monitoring import runlist
-from monitoring.prom_client import Prometheus
+from monitoring.prom_client import Prometheus, PrometheusError
 from tests.e2e.conftest import engine_ready
 from tests.e2e.faultstack import FaultStack
 
@@ -45,7 +45,10 @@ def steady_run(**settings: str) -> runlist.Run:
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     prom, deadline = Prometheus(url=STACK.prometheus), time.time() + 600
     while True:
-        latest = (runlist.describe(prom, STACK.project) or [None])[-1]
+        try:
+            latest = (runlist.describe(prom, STACK.project) or [None])[-1]
+        except PrometheusError:  # Prometheus of a stack just started: not answering yet
+            latest = None
         fresh = latest and latest.id == _run_id()
         if fresh and latest.last_step - latest.first_step >= SKIP_S + (WINDOWS + 1) * WINDOW_S:
             return latest
