@@ -114,3 +114,24 @@ def test_a_script_is_tried_on_what_its_wrapper_controls_and_those_are_not_applie
     assert ks[0].settings == (("GLIBC_TUNABLES", ""),)
     assert not any(candidates.applies(k) for k in ks)
     assert candidates.applies(candidates.parse("BYTES_PER_PACK=1")[0])
+
+
+def test_a_script_jobs_host_path_comes_from_its_mounts():
+    from bench.tune import job
+
+    cmd = [
+        "python",
+        "-m",
+        "trainer.supervise.supervisor",
+        "--",
+        "python",
+        "-m",
+        job.WRAPPER,
+        "/script/fit.py",
+        "--epochs",
+        "3",
+    ]
+    assert job._script(cmd, {"/script": "/home/me/code"}) == ("/home/me/code/fit.py", "--epochs", "3")
+    assert job._script(["python", "-m", "trainer"], {}) == ()
+    with pytest.raises(job.JobError, match="not in a mount"):
+        job._script(cmd, {})
