@@ -58,16 +58,9 @@ if [ -n "${OUTPUT:-}" ]; then
   fi
   args+=(--output "$OUTPUT")
 fi
-# make tune's winner ($RUN_DIR/tuned.env, bench/tune/winner.py): each setting not given on the command line.
-if [ -s "$RUN_DIR/tuned.env" ]; then
-  used=""
-  while IFS='=' read -r name value; do
-    [[ $name =~ ^[A-Z][A-Z0-9_]*$ ]] || continue
-    given="TRAINER_$name"
-    if [ -z "${!name:-}" ] && [ -z "${!given:-}" ]; then export "TRAINER_$name=$value"; used="$used $name=$value"; fi
-  done <"$RUN_DIR/tuned.env"
-  [ -n "$used" ] && say "using make tune's winner from $RUN_DIR/tuned.env:$used (undo: rm $RUN_DIR/tuned.env, or give the setting on the command line)"
-fi
+# make tune's winner (RUN_DIR/tuned.env): each setting not given on the command line, and a line saying so.
+. compose/tuned.sh
+use_tuned "$RUN_DIR/tuned.env"
 "${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}"
 variant=cpu; [ -f "$RUN_DIR/compose.gpu.yaml" ] && variant=gpu
 

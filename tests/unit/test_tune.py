@@ -135,3 +135,28 @@ def test_a_script_jobs_host_path_comes_from_its_mounts():
     assert job._script(["python", "-m", "trainer"], {}) == ()
     with pytest.raises(job.JobError, match="not in a mount"):
         job._script(cmd, {})
+
+
+def _use_tuned(tmp_path, text, env=None):
+    import os
+    import subprocess
+
+    path = tmp_path / "tuned.env"
+    path.write_text(text)
+    script = f'. compose/tuned.sh; use_tuned "{path}"; env | grep ^TRAINER_ | sort'
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "BYTES_PER_PACK"}
+    return subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env={**clean, **(env or {})}
+    )
+
+
+def test_make_up_uses_the_winner_and_says_how_to_undo(tmp_path):
+    text = winner.lines((("ALLREDUCE_DTYPE", "bfloat16"),), "make tune: 1.2x", changes_optimisation=True)
+    r = _use_tuned(tmp_path, text)
+    assert r.stdout.split() == ["TRAINER_ALLREDUCE_DTYPE=bfloat16", "TRAINER_RESUME_NEW_SETTINGS=1"]
+    assert "using make tune's winner" in r.stderr and "undo: rm" in r.stderr
+
+
+def test_a_setting_given_on_the_command_line_wins_over_the_winner(tmp_path):
+    r = _use_tuned(tmp_path, "BYTES_PER_PACK=1048576\n", env={"BYTES_PER_PACK": "4096"})
+    assert r.stdout == "" and r.stderr == ""
