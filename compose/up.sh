@@ -47,6 +47,9 @@ if [ -n "${OUTPUT:-}" ]; then
   fi
   args+=(--output "$OUTPUT")
 fi
+# make tune's winner (RUN_DIR/tuned.env): each setting not given on the command line, and a line saying so.
+. compose/tuned.sh
+[ $starting = 1 ] && use_tuned "$RUN_DIR/tuned.env"
 # The job's own settings (STEPS, TASK, SCRIPT, DATA, every knob) are checked here too, written in step 2.
 [ $starting = 1 ] && "${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}" --check
 

@@ -198,6 +198,11 @@ SPLIT_SAMPLES = _metric(
     "split_samples", COUNTER, "Profiler windows parsed into the step split (SCRIPT= runs)"
 )
 BUILD_INFO = _metric("build", INFO, "Versions and setup of this task")
+RUN_SETTINGS = _metric(
+    "run_settings",
+    INFO,
+    "Settings this task's run started with (`make runs` lists them, `make compare` names those that differ)",
+)
 STATE = _metric("state", ENUM, "Lifecycle state of this task")
 
 STEP_PARTS = (INPUT_WAIT, COMPUTE, ALLREDUCE)
@@ -224,10 +229,26 @@ ALL = (
     SPLIT_SAMPLED,
     SPLIT_SAMPLES,
     BUILD_INFO,
+    RUN_SETTINGS,
     STATE,
 )
 BUILD_LABELS = ("tf_version", "trainer_version", "strategy", "communication", "task")
 """The labels of BUILD_INFO: tasks whose values differ cannot train together."""
+RUN_SETTING_LABELS = (
+    "task",
+    "world_size",
+    "per_replica_batch",
+    "learning_rate",
+    "bytes_per_pack",
+    "allreduce_dtype",
+    "allreduce_mode",
+    "steps_per_call",
+    "measure_every",
+    "input_delay_ms",
+    "allocator",
+)
+"""The labels of RUN_SETTINGS: what a run's speed or optimisation depends on and `make tune` may change
+(a SCRIPT= run records the ones its wrapper controls, the others empty)."""
 SCRIPT_STRATEGY = "script"
 """BUILD_INFO's strategy (and communication) for a user's own script (SCRIPT=): the advice differs."""
 RUN_BY = ("job", *TARGET_LABELS)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import contract as c
 from contract.benchcomm import Result, ResultError
-from monitoring import rules, runs, verdict
+from monitoring import measured, rules, runs, verdict
 from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 
 LOOKBACK = "5m"
@@ -155,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         help="`make bench-comm` result, to compare the all-reduce bandwidth with the network's",
     )
     p.add_argument(
+        "--tune",
+        type=Path,
+        default=Path(os.environ.get("RUN_DIR", ".run")) / "tune.json",
+        help="`make tune`'s result, whose figures on this job the advice cites",
+    )
+    p.add_argument(
         "--json", action="store_true", help="print JSON (verdict, code, exit_code, cluster, tasks)"
     )
     p.add_argument(
@@ -177,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     gradient_bytes = max((_number(s["value"][1]) or 0 for s in results["allreduce_bytes"]), default=None)
     busbw, size = link_reference(args.bench, gradient_bytes)
     d = verdict.diagnose(samples(results), link_busbw=busbw, link_size=size)
+    d = measured.with_measured(d, measured.load(args.tune))
     print(json.dumps(to_json(d), indent=2) if args.json else render(d))
     if (
         d.exit_code == verdict.EXIT_PROBLEM

@@ -6,7 +6,7 @@ Two kinds:
 - what the host must know of a task, standard library only and imported here: its configuration and
   the environment prefix of its flags, exit codes, the cluster spec and every target's address
   template, the supervisor (its command, settings and exit meanings), the JobSet entry, the gRPC
-  server settings, the SCRIPT= split's knobs and trace reader, bench-comm's in-container probe;
+  server settings, the job settings a checkpoint fixes (manifest), the SCRIPT= split's knobs and trace reader, bench-comm's in-container probe;
 - the trainer's own parts that `make bench` runs in-process on the host's TensorFlow (IN_PROCESS),
   loaded on first use so that compose/ and monitoring/ never load TensorFlow.
 """
@@ -41,6 +41,7 @@ from trainer.errors import (
 )
 from trainer.observe import config as observe_config
 from trainer.observe import trace
+from trainer.state import manifest
 from trainer.supervise import supervisor
 
 IN_PROCESS = {
@@ -83,6 +84,7 @@ __all__ = [
     "from_args",
     "from_template",
     "jobset_entry",
+    "manifest",
     "observe_config",
     "on_ports",
     "parse_tf_config",

@@ -32,6 +32,7 @@ CONTRACT = {
     "trainer_split_sampled": "gauge",
     "trainer_split_samples_total": "counter",
     "trainer_build": "info",
+    "trainer_run_settings": "info",
     "trainer_state": "enum",
 }
 # How the text format exposes each kind: families of counters lose _total, infos and enums are gauges.
@@ -56,6 +57,7 @@ def _recorded():
     m.build_info(
         tf_version="2.21.0", trainer_version="0.1.0", strategy="mwms", communication="AUTO", task="mlp"
     )
+    m.run_settings(task="mlp", bytes_per_pack="0")
     m.state("training")
     m.world_size.set(3)
     m.record_step(
@@ -174,3 +176,10 @@ def test_world_size_is_absent_until_the_task_knows_it():
     assert not _families(registry)["trainer_world_size"].samples
     m.world_size.set(3)
     assert [s.value for s in _families(registry)["trainer_world_size"].samples] == [3]
+
+
+def test_run_settings_export_every_label_missing_ones_empty():
+    fams = _families(_recorded())
+    (sample,) = fams["trainer_run_settings_info"].samples
+    assert set(sample.labels) == {*contract.LABELS, *contract.RUN_SETTING_LABELS}
+    assert sample.labels["bytes_per_pack"] == "0" and sample.labels["allreduce_dtype"] == ""

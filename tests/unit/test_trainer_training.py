@@ -37,6 +37,9 @@ class Recorder:
     def build_info(self, **info):
         self.info = info
 
+    def run_settings(self, **settings):
+        self.settings = settings
+
     def state(self, state):
         self.states.append(state)
 

@@ -40,7 +40,7 @@ from trainer.cluster.spec import CHIEF, ClusterSpecError, TaskId, parse_tf_confi
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_PEER_LOST, REASON_ENV
 from trainer.observe import config as observe_config
 from trainer.script import sigterm
-from trainer.telemetry import tensorboard
+from trainer.telemetry import run_settings, tensorboard
 from trainer.telemetry.metrics import Metrics, Server
 
 log = logging.getLogger("trainer.script.wrapper")
@@ -113,6 +113,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
         communication=contract.SCRIPT_STRATEGY,
         task=os.path.basename(path),
     )
+    metrics.run_settings(**run_settings.of_script(os.path.basename(path), env))
     server = Server(registry, port) if port else None
     tensorboard.start_profiler(profiler_port, task.name)
     metrics.state("training")

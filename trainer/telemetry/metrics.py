@@ -71,6 +71,7 @@ class TaskMetrics:
     def __init__(self, registry: CollectorRegistry, task: TaskId) -> None:
         self.labels = _labels(task)
         self._info = Info(c.BUILD_INFO.client_name, c.BUILD_INFO.help, c.LABELS, registry=registry)
+        self._settings = Info(c.RUN_SETTINGS.client_name, c.RUN_SETTINGS.help, c.LABELS, registry=registry)
         self._state = Enum(
             c.STATE.client_name, c.STATE.help, c.LABELS, states=list(c.STATES), registry=registry
         ).labels(**self.labels)
@@ -82,6 +83,11 @@ class TaskMetrics:
 
     def build_info(self, **info: str) -> None:
         self._info.labels(**self.labels).info({k: str(v) for k, v in info.items()})
+
+    def run_settings(self, **settings: str) -> None:
+        """The run's settings (contract.RUN_SETTING_LABELS; one missing is exported empty)."""
+        values = {k: str(settings.get(k, "")) for k in c.RUN_SETTING_LABELS}
+        self._settings.labels(**self.labels).info(values)
 
     def state(self, state: str) -> None:
         self._state.state(state)
@@ -144,6 +150,9 @@ class Metrics:
     def build_info(self, **info: str) -> None:
         self._task.build_info(**info)
 
+    def run_settings(self, **settings: str) -> None:
+        self._task.run_settings(**settings)
+
     def state(self, state: str) -> None:
         self._task.state(state)
 
@@ -192,6 +201,7 @@ class NullMetrics:
     """Metrics disabled: the same calls, doing nothing."""
 
     def build_info(self, **info: str) -> None: ...
+    def run_settings(self, **settings: str) -> None: ...
     def state(self, state: str) -> None: ...
     def stuck(self, step: int, at: float) -> None: ...
     def watch_input(self, read) -> None: ...

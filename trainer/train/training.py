@@ -38,7 +38,7 @@ from trainer.state.checkpoint import (
 )
 from trainer.tasks import spec as taskspec
 from trainer.tasks import task as tasks
-from trainer.telemetry import tensorboard
+from trainer.telemetry import run_settings, tensorboard
 from trainer.train import fault, loop, progress, step
 from trainer.train.timing import CallOutput
 
@@ -184,6 +184,7 @@ def _describe(ctx: Context, metrics) -> None:
         task=config.task,
         timing="every step" if config.measure_every == 1 else f"1 call in {config.measure_every}",
     )
+    metrics.run_settings(**run_settings.of_config(config, ctx.strategy.num_replicas_in_sync, os.environ))
 
 
 def _gpu_names() -> list[str]:

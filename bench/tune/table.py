@@ -1,0 +1,104 @@
+"""`make tune`'s table and decision, from the trials' turns: pure, so unit tests pin them.
+
+A round is `cycles` consecutive turns of every cluster; a cluster's rate in a round is its steps
+between the readings ending its first and last turn of the round, over the time it ran between those
+steps' ends (bench.script_overhead.active_seconds). Each candidate's ratio is taken against the
+current settings' rate in the same round; the null (the current settings again, a second cluster)
+measures what the method itself moves."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from bench.script_overhead import active_seconds
+from bench.tune import scrape
+
+CURRENT, NULL = "current", "current-again"
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    ratios: tuple[float, ...]
+    """steps/s over the current settings', one per round."""
+    steps_per_s: float
+    examples_per_s: float
+    split_ms: dict[str, float]
+    """Median step and part times (ms) over the whole trial."""
+    loss: float
+    changes_optimisation: bool = False
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ratios) if self.ratios else math.nan
+
+
+def round_rates(turns: list, cycles: int) -> list[float]:
+    """A cluster's steps/s per round (rounds of `cycles` turns), from its turns' readings."""
+    rates = []
+    for i in range(0, len(turns) - cycles + 1, cycles):
+        group = turns[i : i + cycles]
+        a, b = group[0].reading, group[-1].reading
+        spans = [(t.start, t.stop) for t in group]
+        active = active_seconds(spans, a.ended, b.ended)
+        if b.step > a.step and active > 0:
+            rates.append((b.step - a.step) / active)
+    return rates
+
+
+def summary(name: str, turns: list, cycles: int, current_rates: list[float], changes: bool = False) -> Row:
+    rates = round_rates(turns, cycles)
+    ratios = tuple(r / c for r, c in zip(rates, current_rates, strict=False) if c > 0)
+    first, last = turns[0].reading, turns[-1].reading
+    split = {p: 1e3 * scrape.median_between(first.buckets[p], last.buckets[p]) for p in scrape.PARTS}
+    steps = last.step - first.step
+    per_step = (last.examples - first.examples) / steps if steps > 0 else math.nan
+    rate = statistics.median(rates) if rates else math.nan
+    return Row(name, ratios, rate, rate * per_step, split, last.loss, changes)
+
+
+def null_band(null: Row) -> tuple[float, float]:
+    return (min(null.ratios), max(null.ratios)) if null.ratios else (math.nan, math.nan)
+
+
+def winner(rows: list[Row], null: Row) -> Row | None:
+    """The best candidate that beats the current settings beyond the null's spread: its median ratio
+    above the null's highest and its lowest ratio above 1. None rather than a winner invented."""
+    low, high = null_band(null)
+    if math.isnan(high):
+        return None
+    beating = [r for r in rows if r.ratios and r.median > high and min(r.ratios) > 1.0]
+    return max(beating, key=lambda r: r.median, default=None)
+
+
+def render(rows: list[Row], current: Row, null: Row, best: Row | None) -> str:
+    head = f"{'candidate':<28} {'steps/s ratio (min-max)':>24} {'steps/s':>8} {'examples/s':>10}  {'step = compute + all-reduce + input (median ms)':<48} {'loss':>7}"
+    lines = [head]
+
+    def line(r: Row, ratio: str) -> str:
+        s = r.split_ms
+        split = f"{s['step']:.1f} = {s['compute']:.1f} + {s['all-reduce']:.1f} + {s['input wait']:.1f}"
+        loss = f"{r.loss:.3f}" if r.changes_optimisation or r.name == CURRENT else ""
+        return (
+            f"{r.name:<28} {ratio:>24} {r.steps_per_s:>8.1f} {r.examples_per_s:>10.0f}  {split:<48} {loss:>7}"
+        )
+
+    lines.append(line(current, "1 (the reference)"))
+    for r in [null, *rows]:
+        ratio = f"{r.median:.3f} ({min(r.ratios):.3f}-{max(r.ratios):.3f})" if r.ratios else "no rounds"
+        lines.append(line(r, ratio))
+    low, high = null_band(null)
+    lines.append(
+        f"null (the current settings against themselves): {low:.3f}-{high:.3f} over {len(null.ratios)} rounds"
+    )
+    if best is None:
+        lines.append(
+            "no better setting found: no candidate beat the current settings beyond the null's spread"
+        )
+    else:
+        lines.append(
+            f"best: {best.name}: {best.median:.2f}x ({min(best.ratios):.2f}-{max(best.ratios):.2f}) the current steps/s, beyond the null's {low:.3f}-{high:.3f}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,275 @@
+"""`make compare`: did a change make the job faster? One run (RUN=, default the last `make up`'s)
+against another (WITH=, default the project's run before it), per task and for the cluster: steps/s,
+examples/s, the step and each part, each a median with its interquartile range over the run's steady
+part (monitoring/steady.py), the settings that differ, and one verdict line.
+
+    python -m monitoring.compare [--prometheus URL] [--project P] [--run ID] [--with ID] [--skip S] [--json]
+
+Figures are of step time (the step histogram), so checkpoints' pauses between steps are left out, and
+the first --skip seconds after a run's first step (tracing, warm-up). Runs of different tasks or world
+sizes compare examples/s, and say so. Exit 0 compared, 2 bad input (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+
+import contract as c
+from monitoring import rules, runlist, steady
+from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
+
+WINDOW_S = 15
+"""Seconds per sample: three scrapes (every 5 s), so each window's increase has its own samples."""
+MAX_POINTS = 1000
+PARTS = {"compute": c.COMPUTE, "all-reduce": c.ALLREDUCE, "input wait": c.INPUT_WAIT}
+FIGURES = ("steps/s", "examples/s", "step ms", *(f"{p} ms" for p in PARTS), "other ms")
+BY = ", ".join(c.LABELS)
+
+
+class CompareError(ValueError):
+    """Bad input: the one line `make compare` prints before exiting 2."""
+
+
+@dataclass(frozen=True)
+class Side:
+    run: runlist.Run
+    figures: dict[str, dict[str, steady.Spread]]
+    """Level (`cluster`, `chief`, `worker-0`, ...) -> figure -> spread over the steady windows."""
+    windows: int
+
+
+def _windowed(m: c.Metric, sel: str, window: int) -> str:
+    return f"sum by ({BY}) (increase({m.sum}{sel}[{window}s])) / sum by ({BY}) (increase({m.count}{sel}[{window}s]))"
+
+
+def window_samples(prom: Prometheus, run: runlist.Run, project: str, skip: float, window: int = WINDOW_S):
+    """Task -> figure -> steady per-window values, in seconds (step, parts) or examples per step."""
+    sel = rules.selector(project, run.id)
+    start = run.first_step + skip + window
+    step = max(window, math.ceil((run.last_step - start) / MAX_POINTS))
+    exprs = {
+        "step": _windowed(c.STEP, sel, window),
+        **{p: _windowed(m, sel, window) for p, m in PARTS.items()},
+    }
+    exprs["examples"] = (
+        f"sum by ({BY}) (increase({c.EXAMPLES.name}{sel}[{window}s])) / sum by ({BY}) (increase({c.STEPS.name}{sel}[{window}s]))"
+    )
+    out: dict[str, dict[str, dict[float, float]]] = {}
+    if run.last_step <= start:
+        return out
+    for name, expr in exprs.items():
+        for s in prom.query_range(expr, start, run.last_step, step):
+            values = {float(t): float(v) for t, v in s["values"] if math.isfinite(float(v))}
+            out.setdefault(c.task_of(s["metric"]), {})[name] = values
+    return out
+
+
+def per_window(samples: dict[str, dict[float, float]]) -> dict[str, list[float]]:
+    """One task's windows (those with a step) -> FIGURES' values."""
+    figures: dict[str, list[float]] = {f: [] for f in FIGURES}
+    for t, step in sorted(samples.get("step", {}).items()):
+        if step <= 0:
+            continue
+        parts = {p: samples.get(p, {}).get(t, 0.0) for p in PARTS}
+        figures["steps/s"].append(1 / step)
+        figures["examples/s"].append(samples.get("examples", {}).get(t, 0.0) / step)
+        figures["step ms"].append(1e3 * step)
+        for p, v in parts.items():
+            figures[f"{p} ms"].append(1e3 * v)
+        figures["other ms"].append(1e3 * (step - sum(parts.values())))
+    return figures
+
+
+def cluster_window(tasks: dict[str, dict[str, list[float]]]) -> dict[str, list[float]]:
+    """The cluster's windows: the tasks' median of each figure (they step together), examples/s summed."""
+    n = min((len(f["steps/s"]) for f in tasks.values()), default=0)
+    out: dict[str, list[float]] = {f: [] for f in FIGURES}
+    for i in range(n):
+        for f in FIGURES:
+            values = [t[f][i] for t in tasks.values()]
+            out[f].append(sum(values) if f == "examples/s" else statistics.median(values))
+    return out
+
+
+def summarize(tasks: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, steady.Spread]]:
+    levels = {
+        "cluster": cluster_window(tasks),
+        **dict(sorted(tasks.items(), key=lambda kv: c.task_order(kv[0]))),
+    }
+    return {
+        level: {f: steady.spread(v) for f, v in figures.items() if v}
+        for level, figures in levels.items()
+        if figures["steps/s"]
+    }
+
+
+def side(prom: Prometheus, run: runlist.Run, project: str, skip: float) -> Side:
+    tasks = {t: per_window(s) for t, s in window_samples(prom, run, project, skip).items()}
+    figures = summarize({t: f for t, f in tasks.items() if f["steps/s"]})
+    if "cluster" not in figures:
+        raise CompareError(
+            f"run {run.id} has no steady part: it stepped for {run.last_step - run.first_step:.0f} s, "
+            f"the first {skip:.0f} s are left out (COMPARE_SKIP=)"
+        )
+    return Side(run, figures, figures["cluster"]["steps/s"].n)
+
+
+def differing(a: dict[str, str], b: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Setting -> (old, new) for the settings the two runs recorded differently."""
+    return {k: (a.get(k, ""), b.get(k, "")) for k in c.RUN_SETTING_LABELS if a.get(k, "") != b.get(k, "")}
+
+
+def basis(old: Side, new: Side) -> str:
+    """steps/s, or examples/s when a step is not the same work in both runs."""
+    keys = ("task", "world_size", "per_replica_batch")
+    same = (
+        all(old.run.settings.get(k) == new.run.settings.get(k) for k in keys)
+        and old.run.tasks == new.run.tasks
+    )
+    return "steps/s" if same else "examples/s"
+
+
+def verdict(old: Side, new: Side) -> dict:
+    """The one line, and its parts for JSON: direction (+1 faster, -1 slower, 0 none), ratio, the part
+    that moved most."""
+    figure = basis(old, new)
+    a, b = old.figures["cluster"][figure], new.figures["cluster"][figure]
+    direction, r = steady.compare(b, a), steady.ratio(b, a)
+    moves = {
+        p: new.figures["cluster"][f"{p} ms"].median - old.figures["cluster"][f"{p} ms"].median
+        for p in (*PARTS, "other")
+    }
+    part = max(moves, key=lambda p: abs(moves[p]))
+    pct = abs(r.median - 1) * 100
+    where = f"; {part} {moves[part]:+.1f} ms per step" if direction else ""
+    per = (
+        " (per example: the runs' steps differ in task, world size or batch)"
+        if figure == "examples/s"
+        else ""
+    )
+    if direction > 0:
+        text = f"faster by {pct:.0f}% beyond the spread{per}"
+    elif direction < 0:
+        text = f"slower by {pct:.0f}% beyond the spread{per}"
+    else:
+        text = f"no difference beyond the spread ({figure} {r.median:.2f}x, ranges overlap){per}"
+    return {
+        "direction": direction,
+        "figure": figure,
+        "ratio": asdict(r),
+        "part": part if direction else None,
+        "part_change_ms": moves[part] if direction else None,
+        "text": f"{new.run.id} vs {old.run.id}: {text}{where}",
+    }
+
+
+def pick(known: list[runlist.Run], run: str, other: str, project: str) -> tuple[runlist.Run, runlist.Run]:
+    """(old, new): --with and --run, or the latest run and the one before it."""
+    ids = ", ".join(r.id for r in known) or "none"
+    new = runlist.find(known, run) if run else (known[-1] if known else None)
+    if new is None:
+        raise CompareError(
+            f"no run {run!r} of project {project} in Prometheus (runs: {ids}; make runs)"
+            if run
+            else f"project {project} has no run in Prometheus"
+        )
+    if other:
+        old = runlist.find(known, other)
+        if old is None:
+            raise CompareError(
+                f"no run {other!r} of project {project} in Prometheus (runs: {ids}; make runs)"
+            )
+    else:
+        before = [r for r in known if r.id < new.id]
+        if not before:
+            raise CompareError(
+                f"project {project} has no run before {new.id} to compare with (runs: {ids}): "
+                "make up again with a change, or WITH=<id>"
+            )
+        old = before[-1]
+    if old.id == new.id:
+        raise CompareError(f"RUN and WITH are the same run {new.id}: nothing to compare")
+    return old, new
+
+
+def _cell(s: steady.Spread | None) -> str:
+    if s is None:
+        return "-"
+    digits = 1 if s.median >= 10 else 2
+    return f"{s.median:.{digits}f} ({s.low:.{digits}f}-{s.high:.{digits}f})"
+
+
+def render(old: Side, new: Side, skip: float, result: dict) -> str:
+    lines = [
+        f"compare: {new.run.id} (new, {new.windows} windows) against {old.run.id} (old, {old.windows} windows): "
+        f"medians (interquartile range) of {WINDOW_S} s windows, the first {skip:.0f} s of each run left out, "
+        "of step time (checkpoint pauses left out)",
+    ]
+    diff = differing(old.run.settings, new.run.settings)
+    lines.append(
+        "settings that differ: "
+        + (", ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in diff.items()) or "none recorded")
+    )
+    header = f"{'':<10} {'figure':<16} {'old':>22} {'new':>22} {'new/old':>8}"
+    lines.append(header)
+    for level in [lv for lv in new.figures if lv in old.figures]:
+        for f in FIGURES:
+            a, b = old.figures[level].get(f), new.figures[level].get(f)
+            r = f"{b.median / a.median:.2f}x" if a and b and a.median else "-"
+            lines.append(f"{level:<10} {f:<16} {_cell(a):>22} {_cell(b):>22} {r:>8}")
+    lines.append("verdict: " + result["text"])
+    return "\n".join(lines)
+
+
+def to_json(old: Side, new: Side, skip: float, result: dict) -> dict:
+    def figures(s: Side) -> dict:
+        return {lv: {f: asdict(x) for f, x in fs.items()} for lv, fs in s.figures.items()}
+
+    return {
+        "old": {**asdict(old.run), "figures": figures(old)},
+        "new": {**asdict(new.run), "figures": figures(new)},
+        "skip_seconds": skip,
+        "window_seconds": WINDOW_S,
+        "settings_differ": {k: list(v) for k, v in differing(old.run.settings, new.run.settings).items()},
+        "verdict": result,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m monitoring.compare", description=__doc__.splitlines()[0])
+    p.add_argument("--prometheus", default=os.environ.get("PROMETHEUS_URL", DEFAULT_URL))
+    p.add_argument("--project", default=c.DEFAULT_PROJECT)
+    p.add_argument("--run", default="", help="the new run (make's RUN; empty: the project's latest)")
+    p.add_argument(
+        "--with", dest="other", default="", help="the old run (make's WITH; empty: the run before)"
+    )
+    p.add_argument("--skip", type=float, default=steady.SKIP_S, help="seconds after the first step left out")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    prom = Prometheus(url=args.prometheus, timeout=20.0)
+    try:
+        old, new = pick(runlist.describe(prom, args.project), args.run, args.other, args.project)
+        a, b = side(prom, old, args.project, args.skip), side(prom, new, args.project, args.skip)
+    except PrometheusError as err:
+        print(f"compare: cannot query Prometheus at {args.prometheus}: {err}", file=sys.stderr)
+        return 2
+    except CompareError as err:
+        print(f"compare: {err}", file=sys.stderr)
+        return 2
+    result = verdict(a, b)
+    print(
+        json.dumps(to_json(a, b, args.skip, result), indent=2)
+        if args.json
+        else render(a, b, args.skip, result)
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

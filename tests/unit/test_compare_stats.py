@@ -1,0 +1,119 @@
+"""make compare's statistics (monitoring/steady.py) and its pure parts (monitoring/compare.py): the
+spread, the steady part, "beyond the spread", the verdict and the refusals of bad input."""
+
+import pytest
+
+from monitoring import compare, runlist, steady
+from monitoring.steady import Spread
+
+
+def test_spread_is_median_and_interquartile_range():
+    s = steady.spread([1, 2, 3, 4, 5])
+    assert (s.median, s.low, s.high, s.n) == (3, 2, 4, 5)
+    assert steady.spread([7.0]) == Spread(7.0, 7.0, 7.0, 1)
+    with pytest.raises(ValueError):
+        steady.spread([])
+
+
+def test_steady_leaves_out_the_first_seconds():
+    samples = [(100.0, 1.0), (130.0, 2.0), (160.0, 3.0), (170.0, 4.0)]
+    assert steady.steady(samples, first_step=100.0, skip=60.0) == [3.0, 4.0]
+
+
+def test_beyond_the_spread_needs_ranges_apart():
+    old = Spread(10, 9, 11, 8)
+    assert steady.compare(Spread(13, 12, 14, 8), old) == 1
+    assert steady.compare(Spread(7, 6, 8, 8), old) == -1
+    assert steady.compare(Spread(11.5, 10.5, 12, 8), old) == 0  # overlaps: no winner invented
+
+
+def test_ratio_is_bounded_by_the_far_ends():
+    r = steady.ratio(Spread(12, 11, 13, 5), Spread(10, 9, 11, 6))
+    assert r.median == pytest.approx(1.2) and r.low == pytest.approx(1.0) and r.high == pytest.approx(13 / 9)
+    assert r.n == 5
+
+
+def _run(run_id, **settings):
+    base = {"task": "cnn", "world_size": "3", "per_replica_batch": "32"}
+    return runlist.Run(run_id, 0.0, 100.0, 1000, 3, {**base, **settings})
+
+
+def _side(run, steps, step_ms, input_ms):
+    step = Spread(step_ms, step_ms * 0.95, step_ms * 1.05, 6)
+    figures = {
+        "steps/s": steps,
+        "examples/s": steps.scaled(96),
+        "step ms": step,
+        "compute ms": Spread(9, 8.5, 9.5, 6),
+        "all-reduce ms": Spread(10, 9, 11, 6),
+        "input wait ms": Spread(input_ms, input_ms, input_ms, 6),
+        "other ms": Spread(1, 1, 1, 6),
+    }
+    return compare.Side(run, {"cluster": figures}, 6)
+
+
+def test_verdict_slower_names_the_part_that_grew():
+    old = _side(_run("A"), Spread(48, 46, 50, 6), 20.8, 1)
+    new = _side(_run("B", input_delay_ms="10"), Spread(30, 29, 31, 6), 33, 13)
+    v = compare.verdict(old, new)
+    assert v["direction"] == -1 and v["part"] == "input wait" and v["figure"] == "steps/s"
+    assert "slower by 38% beyond the spread" in v["text"] and "input wait +12.0 ms" in v["text"]
+
+
+def test_verdict_without_a_difference_names_none():
+    old = _side(_run("A"), Spread(48, 46, 50, 6), 20.8, 1)
+    new = _side(_run("B"), Spread(49, 47, 51, 6), 20.4, 1)
+    v = compare.verdict(old, new)
+    assert v["direction"] == 0 and v["part"] is None and "no difference beyond the spread" in v["text"]
+
+
+def test_runs_of_other_world_sizes_compare_per_example():
+    old = _side(_run("A"), Spread(48, 46, 50, 6), 20.8, 1)
+    new = _side(_run("B", world_size="4"), Spread(40, 39, 41, 6), 25, 1)
+    assert compare.verdict(old, new)["figure"] == "examples/s"
+    assert "per example" in compare.verdict(old, new)["text"]
+
+
+def test_settings_that_differ():
+    assert compare.differing(
+        {"bytes_per_pack": "0", "task": "cnn"}, {"bytes_per_pack": "1048576", "task": "cnn"}
+    ) == {"bytes_per_pack": ("0", "1048576")}
+
+
+def test_pick_defaults_to_the_latest_and_the_one_before():
+    known = [_run("20261204T010000Z"), _run("20261204T020000Z"), _run("20261204T030000Z")]
+    old, new = compare.pick(known, "", "", "p")
+    assert (old.id, new.id) == ("20261204T020000Z", "20261204T030000Z")
+    old, new = compare.pick(known, "20261204T020000Z", "", "p")
+    assert old.id == "20261204T010000Z"
+
+
+@pytest.mark.parametrize(
+    ("known", "run", "other", "says"),
+    [
+        (["A"], "", "", "no run before A"),
+        (["A", "B"], "X", "", "no run 'X'"),
+        (["A", "B"], "", "Y", "no run 'Y'"),
+        (["A", "B"], "B", "B", "the same run"),
+        ([], "", "", "has no run"),
+    ],
+)
+def test_pick_refuses_bad_input_in_one_line(known, run, other, says):
+    with pytest.raises(compare.CompareError) as err:
+        compare.pick([_run(r) for r in known], run, other, "p")
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_run_settings_of_the_loop_and_of_a_script():
+    from trainer.config import Config
+    from trainer.telemetry import run_settings
+
+    got = run_settings.of_config(Config(bytes_per_pack=1048576), 3, {})
+    assert set(got) <= set(__import__("contract").RUN_SETTING_LABELS)
+    assert (got["bytes_per_pack"], got["world_size"], got["allocator"]) == ("1048576", "3", "stock")
+    tuned = {
+        "GLIBC_TUNABLES": __import__("trainer.cluster.server_config").cluster.server_config.ENVIRONMENT[
+            "GLIBC_TUNABLES"
+        ]
+    }
+    assert run_settings.of_script("fit.py", tuned) == {"task": "fit.py", "allocator": "tuned"}

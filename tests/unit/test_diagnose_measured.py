@@ -1,0 +1,34 @@
+"""make diagnose cites what make tune measured on this job (monitoring/measured.py)."""
+
+from monitoring import measured
+
+ADVICE = (
+    "Pack gradients: --bytes-per-pack (with make up, BYTES_PER_PACK=1048576); `make bench-comm` shows the best value.",
+    "Compress the gradients: --allreduce-dtype bfloat16 (with make up, ALLREDUCE_DTYPE=bfloat16) halves the bytes.",
+)
+RESULT = {
+    "at": "2026-12-04T08:14:00Z",
+    "null": {"ratios": [0.97, 1.03, 1.01]},
+    "candidates": [{"name": "BYTES_PER_PACK=1048576", "ratios": [1.12, 1.18, 1.24]}],
+    "best": "BYTES_PER_PACK=1048576",
+}
+
+
+def test_a_tried_setting_is_quoted_with_its_figure_on_this_job():
+    pack, dtype, null = measured.cite(ADVICE, RESULT)
+    assert pack.endswith(
+        "Measured: BYTES_PER_PACK=1048576: 1.18x (1.12-1.24) steps/s on this job, `make tune` 08:14."
+    )
+    assert dtype == ADVICE[1]  # not tried: not quoted
+    assert "0.97-1.03" in null and "best: BYTES_PER_PACK=1048576" in null
+
+
+def test_without_a_tune_the_advice_says_make_tune_measures_it():
+    assert measured.cite(ADVICE, None) == (*ADVICE, measured.TUNE_HINT)
+    assert measured.cite((), None) == ()
+
+
+def test_an_unreadable_result_is_none(tmp_path):
+    (tmp_path / "tune.json").write_text("{")
+    assert measured.load(tmp_path / "tune.json") is None
+    assert measured.load(tmp_path / "missing.json") is None

@@ -1,0 +1,162 @@
+"""make tune's pure parts: which candidates a verdict names, a round's rate from turns, the winner only
+beyond the null's spread, the histogram median of a trial, the winner file make up reads."""
+
+import math
+
+import pytest
+
+from bench.tune import candidates, scrape, table, winner
+from bench.tune.scrape import Reading
+from bench.tune.trial import Turn
+from monitoring import verdict
+
+STOCK = {
+    "bytes_per_pack": "0",
+    "allreduce_dtype": "float32",
+    "allreduce_mode": "serial",
+    "steps_per_call": "0",
+}
+
+
+def test_communication_bound_tries_packing_compression_and_overlap():
+    names = [k.name for k in candidates.loop_candidates(STOCK, verdict.COMMUNICATION, "all-reduce")]
+    assert names == ["BYTES_PER_PACK=1048576", "ALLREDUCE_DTYPE=bfloat16", "ALLREDUCE_MODE=overlap"]
+
+
+def test_a_setting_already_taken_is_not_tried_again():
+    done = {**STOCK, "bytes_per_pack": "1048576", "allreduce_dtype": "bfloat16"}
+    assert [k.name for k in candidates.loop_candidates(done, verdict.COMMUNICATION, "all-reduce")] == [
+        "ALLREDUCE_MODE=overlap"
+    ]
+
+
+def test_compression_changes_the_optimisation_packing_does_not():
+    by = {k.name: k for k in candidates.loop_candidates(STOCK, verdict.COMMUNICATION, "all-reduce")}
+    assert by["ALLREDUCE_DTYPE=bfloat16"].changes_optimisation
+    assert not by["BYTES_PER_PACK=1048576"].changes_optimisation
+
+
+def test_given_candidates_parse_and_bad_ones_are_one_line():
+    (one, two) = candidates.parse("BYTES_PER_PACK=4096 ALLREDUCE_MODE=overlap+BYTES_PER_PACK=1048576")
+    assert one.settings == (("BYTES_PER_PACK", "4096"),)
+    assert two.settings == (("ALLREDUCE_MODE", "overlap"), ("BYTES_PER_PACK", "1048576"))
+    with pytest.raises(ValueError, match="want NAME=value"):
+        candidates.parse("bytes=1")
+
+
+def _turns(rate, n, turn=1.0, gap=4.0, t0=1000.0):
+    """n turns of `turn` s each, `gap` s apart, stepping at `rate` while running."""
+    out, step = [], 0.0
+    for i in range(n):
+        start = t0 + i * (turn + gap)
+        step += rate * turn
+        out.append(
+            Turn(start, start + turn, Reading(step=step, ended=start + turn, loss=0.5, examples=step * 96))
+        )
+    return out
+
+
+def test_a_round_counts_only_the_time_its_cluster_ran():
+    # stepping at 40/s for 1 s in every 5: 40 steps/s, not 8
+    assert table.round_rates(_turns(40, 6), cycles=3) == pytest.approx([40, 40])
+
+
+def _row(name, ratios):
+    return table.Row(name, tuple(ratios), 40, 3840, {}, 0.5)
+
+
+def test_the_winner_must_clear_the_nulls_spread():
+    null = _row(table.NULL, [0.97, 1.03, 1.01])
+    assert table.winner([_row("A", [1.20, 1.15, 1.22]), _row("B", [1.05, 1.02, 1.04])], null).name == "A"
+    assert table.winner([_row("B", [1.05, 1.02, 1.04])], null) is not None  # above 1.03, every round above 1
+    assert table.winner([_row("C", [1.02, 1.06, 0.99])], null) is None  # median 1.02 inside the null
+
+
+def test_no_winner_is_invented_when_all_are_within_the_null():
+    null = _row(table.NULL, [0.95, 1.05])
+    assert table.winner([_row("A", [1.01, 1.04]), _row("B", [0.9, 0.93])], null) is None
+
+
+def test_histogram_median_between_two_readings():
+    a = {0.01: 0, 0.02: 0, 0.05: 0, math.inf: 0}
+    b = {0.01: 0, 0.02: 10, 0.05: 10, math.inf: 11}  # ten steps in (10, 20] ms, one stopped for 8 s
+    assert 0.01 < scrape.median_between(a, b) <= 0.02
+
+
+def test_the_trial_chief_is_read_from_its_exposition():
+    text = (
+        '# TYPE trainer_global_step gauge\ntrainer_global_step{task_type="chief",task_index="0"} 1200\n'
+        "# TYPE trainer_last_step_timestamp_seconds gauge\n"
+        'trainer_last_step_timestamp_seconds{task_type="chief",task_index="0"} 1.5e9\n'
+        '# TYPE trainer_loss gauge\ntrainer_loss{task_type="chief",task_index="0"} 0.25\n'
+        "# TYPE trainer_step_duration_seconds histogram\n"
+        'trainer_step_duration_seconds_bucket{task_type="chief",task_index="0",le="0.02"} 3\n'
+        'trainer_step_duration_seconds_bucket{task_type="chief",task_index="0",le="+Inf"} 4\n'
+    )
+    r = scrape.parse(text)
+    assert (r.step, r.ended, r.loss) == (1200, 1.5e9, 0.25)
+    assert r.buckets["step"] == {0.02: 3, math.inf: 4}
+
+
+def test_the_winner_file_round_trips_and_says_how_to_undo(tmp_path):
+    path = winner.write(
+        tmp_path, (("ALLREDUCE_DTYPE", "bfloat16"),), "make tune: 1.2x", changes_optimisation=True
+    )
+    text = path.read_text()
+    assert "undo: delete it" in text
+    assert winner.read(tmp_path) == {"ALLREDUCE_DTYPE": "bfloat16", "RESUME_NEW_SETTINGS": "1"}
+    assert winner.read(tmp_path / "none") == {}
+
+
+def test_a_script_is_tried_on_what_its_wrapper_controls_and_those_are_not_applied():
+    ks = candidates.script_candidates({"allocator": "tuned"}, cores=2)
+    assert [k.name for k in ks] == ["allocator=stock", "TF_NUM_INTRAOP_THREADS=1"]
+    assert ks[0].settings == (("GLIBC_TUNABLES", ""),)
+    assert not any(candidates.applies(k) for k in ks)
+    assert candidates.applies(candidates.parse("BYTES_PER_PACK=1")[0])
+
+
+def test_a_script_jobs_host_path_comes_from_its_mounts():
+    from bench.tune import job
+
+    cmd = [
+        "python",
+        "-m",
+        "trainer.supervise.supervisor",
+        "--",
+        "python",
+        "-m",
+        job.WRAPPER,
+        "/script/fit.py",
+        "--epochs",
+        "3",
+    ]
+    assert job._script(cmd, {"/script": "/home/me/code"}) == ("/home/me/code/fit.py", "--epochs", "3")
+    assert job._script(["python", "-m", "trainer"], {}) == ()
+    with pytest.raises(job.JobError, match="not in a mount"):
+        job._script(cmd, {})
+
+
+def _use_tuned(tmp_path, text, env=None):
+    import os
+    import subprocess
+
+    path = tmp_path / "tuned.env"
+    path.write_text(text)
+    script = f'. compose/tuned.sh; use_tuned "{path}"; env | grep ^TRAINER_ | sort'
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "BYTES_PER_PACK"}
+    return subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env={**clean, **(env or {})}
+    )
+
+
+def test_make_up_uses_the_winner_and_says_how_to_undo(tmp_path):
+    text = winner.lines((("ALLREDUCE_DTYPE", "bfloat16"),), "make tune: 1.2x", changes_optimisation=True)
+    r = _use_tuned(tmp_path, text)
+    assert r.stdout.split() == ["TRAINER_ALLREDUCE_DTYPE=bfloat16", "TRAINER_RESUME_NEW_SETTINGS=1"]
+    assert "using make tune's winner" in r.stderr and "undo: rm" in r.stderr
+
+
+def test_a_setting_given_on_the_command_line_wins_over_the_winner(tmp_path):
+    r = _use_tuned(tmp_path, "BYTES_PER_PACK=1048576\n", env={"BYTES_PER_PACK": "4096"})
+    assert r.stdout == "" and r.stderr == ""
