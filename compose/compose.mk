@@ -61,6 +61,11 @@ UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-version 3.11 --pyth
 up: ## Start a chief + WORKERS workers with Prometheus/Grafana; GPUS=auto|0|N, SCRIPT=, DATA=, OFFLINE=1; any trainer flag: STEPS=, TASK=, ...
 	@$(STACK_ENV) compose/up.sh
 
+.PHONY: resize
+resize: ## Resize the running job to WORKERS workers: every task saves the same step, stops, and the job goes on from it at the new size (RESIZE_KEEP=global-batch keeps the global batch)
+	@test "$(origin WORKERS)" = "command line" || { echo "resize: WORKERS=N is required (the new number of workers besides the chief)" >&2; exit 2; }
+	@$(STACK_ENV) compose/resize.sh
+
 .PHONY: down
 down: ## Stop and remove the containers; keep volumes (the next `make up` resumes from the last checkpoint)
 	@if $(STACK_UP); then $(DC) down --remove-orphans; else docker compose -p $(PROJECT) down --remove-orphans; fi

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from trainer import config as config_lib
 from trainer.errors import EXIT_CONFIG, ConfigError
-from trainer.state import atomic
+from trainer.state import atomic, resize
 
 SUFFIX = ".manifest.json"
 PREFIX_RE = re.compile(r"^ckpt-(\d+)(?:\.index|\.data-\d{5}-of-\d{5}|\.manifest\.json)$")
@@ -205,10 +205,13 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
     """`make up`'s question before any task starts: does the checkpoint volume fit this job?"""
     p = argparse.ArgumentParser(prog="python -m trainer.state.manifest", description=main.__doc__)
     p.add_argument("--checkpoint-dir", required=True)
+    p.add_argument("--replicas", type=int, help="the world size about to start: a resize is said, or refused")
     ns = p.parse_args(argv)
     try:
         config = config_lib.from_args([], env)
         found = check(ns.checkpoint_dir, job_settings(config, None), bool(config.resume_new_settings))
+        if found.prefix and ns.replicas:
+            _resize_line(config, read(found.prefix), ns.replicas)
     except ConfigError as err:
         print(f"up: {err}", file=sys.stderr)
         return EXIT_CONFIG
@@ -226,6 +229,19 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
     if found.step is not None:
         print(f"up: resuming at step {found.step} of {config.steps}", file=sys.stderr)
     return 0
+
+
+def _resize_line(config: config_lib.Config, body: dict, replicas: int) -> None:
+    """One line when the job goes on at another world size; a ConfigError when its policy cannot."""
+    before = resize.saved(body)
+    if before is None:
+        return
+    now = resize.plan(
+        replicas=replicas, per_replica_batch=config.per_replica_batch, keep=config.resize_keep, before=before
+    )
+    rates = tuple(resize.rate(config.learning_rate, config.lr_scaling, s) for s in (before, now))
+    if line := resize.change(before, now, body["step"], rates):
+        print(f"up: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":
