@@ -77,6 +77,8 @@ def test_resize_1_2_0_goes_on_from_the_saved_step_to_the_end(job):
     assert refused.returncode == 2 and "already trains with WORKERS=1: nothing to resize" in refused.stderr
     grow = _resize(2)
     assert "2 -> 3 replicas, global batch 48 -> 48 (3 x 16)" in grow["out"], grow["out"]
+    for task in ("worker-0", "worker-1"):  # no copy of their own (tmpfs): the chief's batch, not the flag's
+        assert any("global batch 48 = 3 x 16" in ln for ln in STACK.logs(task)), STACK.logs(task)[-20:]
     # The end: past where the job will be once this resize is done, sized from the first one's time.
     steps = STACK.chief_steps()[-1][1] + int(grow["rate"] * 3 * grow["first_step_s"]) + 1000
     shrink = _resize(0, f"STEPS={steps}")

@@ -193,8 +193,9 @@ def _run(ctx: Context, metrics) -> None:
 
 
 def _sizing(ctx: Context) -> resize.Sizing:
-    """This segment's batch, from the checkpoint this task would resume (its world size may differ),
-    and the one line a resize prints."""
+    """This segment's batch, from the checkpoint the job resumes (its world size may differ), and the
+    one line a resize prints. A task without a copy (a new worker, a worker whose tmpfs went with its
+    container) takes the per-replica batch of the task holding the newest step, as it takes its weights."""
     config, replicas = ctx.config, ctx.strategy.num_replicas_in_sync
     body = (
         newest_manifest(config.checkpoint_dir, ctx.task_id.name, ctx.is_chief)
@@ -205,8 +206,14 @@ def _sizing(ctx: Context) -> resize.Sizing:
     now = resize.plan(
         replicas=replicas, per_replica_batch=config.per_replica_batch, keep=config.resize_keep, before=before
     )
-    rates = (resize.rate(config.learning_rate, config.lr_scaling, s) for s in (before or now, now))
-    if before and (line := resize.change(before, now, body["step"], tuple(rates))):
+    if ctx.spec is not None:
+        rows = agreement.gather(
+            ctx.strategy, [float(body["step"] if body else -1), float(now.per_replica_batch)]
+        )
+        if (source := holder(rows)) is not None:
+            now = dataclasses.replace(now, per_replica_batch=int(rows[source][1]))
+    rates = tuple(resize.rate(config.learning_rate, config.lr_scaling, s) for s in (before or now, now))
+    if before and (line := resize.change(before, now, body["step"], rates)):
         log.info("%s: %s", ctx.task_id.name, line)
     return now
 
