@@ -53,8 +53,18 @@ def job():
     STACK.make("clean", "FORCE=1", timeout=300)
 
 
+def _resumed(timeout: float) -> int:
+    """The step the new size's chief resumed at, once it says so (`up -d` returns before)."""
+    deadline = time.time() + timeout
+    while not (found := STACK.resumes()):
+        assert time.time() < deadline, STACK.logs()[-30:]
+        time.sleep(0.5)
+    return found[-1][1]
+
+
 def _resize(workers: int, *extra: str) -> dict:
     """One resize: what it printed, its wall time, the step saved, the step resumed, the first step after."""
+    STACK.wait_for_step(1, timeout=600)  # this size trains (a cold start: TensorFlow's import, tracing)
     seen = STACK.chief_steps()[-1][1]
     STACK.wait_for_step(seen + 200, timeout=300)  # training at this size, its rate in the log
     rate = float(RATE.search([ln for ln in STACK.logs() if STEP_LINE.match(ln)][-1])[1])
@@ -65,7 +75,7 @@ def _resize(workers: int, *extra: str) -> dict:
     old = before.lines()
     saved = [int(m[1]) for m in map(SAVED.search, old) if m]
     last = max(int(m[2]) for m in map(STEP_LINE.match, old) if m)
-    resumed = STACK.resumes()[-1][1]
+    resumed = _resumed(timeout=600)
     first = STACK.wait_for_step(resumed + 1, timeout=300)
     first_line = next(stamp(ln) for ln in STACK.logs() if (m := STEP_LINE.match(ln)) and int(m[2]) > resumed)
     return {"out": done.stderr, "saved": saved, "last": last, "resumed": resumed, "rate": rate,
