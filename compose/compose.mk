@@ -52,7 +52,7 @@ STACK_UP = test -f $(RUN_DIR)/stack.env
 UV := build/uv/bin/uv
 UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-$(call pass_env,up images,$(STACK_VARS))
+$(call pass_env,up images resize,$(STACK_VARS))
 $(call pass_env,status,RUN)
 
 ##@ Cluster
@@ -60,6 +60,11 @@ $(call pass_env,status,RUN)
 .PHONY: up
 up: ## Start a chief + WORKERS workers with Prometheus/Grafana; GPUS=auto|0|N, SCRIPT=, DATA=, OFFLINE=1; any trainer flag: STEPS=, TASK=, ...
 	@compose/up.sh
+
+.PHONY: resize
+resize: ## Resize the running job to WORKERS workers: every task saves the same step, stops, and the job goes on from it at the new size (RESIZE_KEEP=global-batch keeps the global batch)
+	@test -n "$(filter WORKERS,$(MAKE_COMMAND_LINE))" || { echo "resize: WORKERS=N is required (the new number of workers besides the chief)" >&2; exit 2; }
+	@compose/resize.sh
 
 .PHONY: down
 down: ## Stop and remove the containers; keep volumes (the next `make up` resumes from the last checkpoint)

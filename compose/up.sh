@@ -65,6 +65,19 @@ fi
 
 # 2. Compose files and Prometheus targets for a chief plus $WORKERS workers (the settings checked in 0.).
 "${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}" --base-image "$BASE_IMAGE"
+# What `make resize` needs to start this job again at another size: the settings given on make's
+# command line (but the size and the project's own) and TRAINER_* from the environment.
+{
+  given=""
+  for name in ${MAKE_COMMAND_LINE:-}; do
+    case $name in WORKERS | PROJECT | RUN_DIR | PYTHON) continue ;; esac
+    [[ $name =~ ^[A-Z][A-Z0-9_]*$ ]] || continue
+    printf '%s=%q\n' "$name" "${!name:-}"
+    given="$given $name"
+  done
+  while IFS= read -r kv; do printf '%s=%q\n' "${kv%%=*}" "${kv#*=}"; done < <(env | grep -E '^TRAINER_[A-Z_]+=' || true)
+  printf 'UP_KNOBS=%q\n' "${given# }"
+} >"$RUN_DIR/knobs.env"
 variant=cpu; [ -f "$RUN_DIR/compose.gpu.yaml" ] && variant=gpu
 
 # 3. Wheels on the host (containers cannot reach PyPI), checked against the hash lock.
@@ -122,9 +135,11 @@ docker builder prune -f --filter type=source.local >/dev/null 2>&1
 # 7. Before any task starts: does the checkpoint volume fit this job (its settings, a step below STEPS)?
 #    Skipped checkpoints are named; a refusal is its reason and the ways on, exit 2 (trainer/state/manifest.py).
 #    At or past STEPS (10): no trainer starts, the monitoring does (the finished job's history stays visible).
+#    A checkpoint of another world size goes on (a resize: one line says what changed, trainer/state/resize.py).
 rc=0
+replicas=$(( ${WORKERS:-$DEFAULT_WORKERS} + 1 )); [ $variant = gpu ] && replicas=$(( replicas * ${GPUS_PER_WORKER:-1} ))
 # A SCRIPT= run's checkpoints are its own (TRAINER_CHECKPOINT_DIR, compose/deployment.py): only said.
-manifest=(--checkpoint-dir /checkpoints); [ -n "${SCRIPT:-}" ] && manifest+=(--script)
+manifest=(--checkpoint-dir /checkpoints --replicas "$replicas"); [ -n "${SCRIPT:-}" ] && manifest+=(--script)
 dc run --rm --no-deps -T chief python -m trainer.state.manifest "${manifest[@]}" || rc=$?
 if [ "$rc" = 10 ]; then
   # shellcheck disable=SC2046  # a list of service names

@@ -18,12 +18,14 @@ from dataclasses import dataclass
 
 import contract
 from trainer.errors import ConfigError
+from trainer.state import resize
 from trainer.tasks import spec as taskspec
 from trainer.train import fault
 
 ENV_PREFIX = "TRAINER_"
 STRATEGIES = ("mwms", "mirrored")
 LR_SCALINGS = ("none", "linear")
+RESIZE_KEEPS = resize.KEEPS
 ALLREDUCE_MODES = ("serial", "overlap")
 ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -48,6 +50,10 @@ class Config:
     warmup_steps: int = 100
     """Steps of linear warm-up from the base rate to the scaled one (none when they are equal: 1 replica or
     --lr-scaling none)."""
+    resize_keep: str = "per-replica-batch"
+    """What a resumed job keeps when its world size changed (trainer/state/resize.py): `per-replica-batch`
+    (the global batch follows the replicas, the rate is rescaled by --lr-scaling) or `global-batch` (split
+    anew over the replicas; refused when it does not divide)."""
     seed: int = 0
     """Seed of the model initialisation and of the synthetic data's teacher."""
     input_delay_ms: float = 0.0
@@ -127,6 +133,7 @@ class Config:
             "allreduce_dtype",
             f"must be one of {', '.join(ALLREDUCE_DTYPES)}",
         )
+        _check(self.resize_keep in RESIZE_KEEPS, "resize_keep", f"must be one of {', '.join(RESIZE_KEEPS)}")
         _check(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")
         _check(_fault_ok(self.fault), "fault", "must be TASK:input-block@STEP or TASK:hang@STEP")
         _check(

@@ -105,3 +105,29 @@ def test_a_script_runs_checkpoints_in_its_own_folder_on_every_target():
     assert (
         deployment.trainer_env(deployment.Deployment(workers=1))["TRAINER_CHECKPOINT_DIR"] == "/checkpoints"
     )
+
+
+def _resize(tmp_path, capsys, replicas: int, **env: str) -> tuple[int, str]:
+    code = manifest.main(["--checkpoint-dir", str(tmp_path), "--replicas", str(replicas)], env=env)
+    return code, capsys.readouterr().err
+
+
+def test_make_up_at_another_world_size_goes_on_and_says_what_changed(tmp_path, capsys):
+    _save(tmp_path, 300)  # 2 replicas of 32
+    code, err = _resize(tmp_path, capsys, 4, TRAINER_STEPS="400")
+    assert code == 0, err
+    assert (
+        "up: resized at step 300: 2 -> 4 replicas, global batch 64 -> 128 (4 x 32), peak lr 0.02 -> 0.04"
+        in err
+    )
+    assert "resuming at step 300 of 400" in err
+    assert _resize(tmp_path, capsys, 2, TRAINER_STEPS="400") == (0, "up: resuming at step 300 of 400\n")
+
+
+def test_make_up_refuses_a_kept_global_batch_that_does_not_divide_and_other_settings_still(tmp_path, capsys):
+    _save(tmp_path, 300)
+    code, err = _resize(tmp_path, capsys, 3, TRAINER_STEPS="400", TRAINER_RESIZE_KEEP="global-batch")
+    assert code == EXIT_CONFIG and err.count("\n") == 1
+    assert "global batch 64 does not divide over 3 replicas" in err
+    code, err = _resize(tmp_path, capsys, 4, TRAINER_STEPS="400", TRAINER_SEED="7")
+    assert code == EXIT_CONFIG and "--seed: checkpoint 0, now 7" in err

@@ -60,15 +60,18 @@ def test_every_epoch_is_each_example_once_in_a_new_order(folder):
 def test_tfrecords_resume_at_any_batch(folder, start):
     whole = _ids(records.dataset(records.Source(str(folder), MLP), _ctx(), per_replica_batch=50), start + 6)
     resumed = _ids(
-        records.dataset(records.Source(str(folder), MLP), _ctx(), per_replica_batch=50, start_batch=start), 6
+        records.dataset(
+            records.Source(str(folder), MLP), _ctx(), per_replica_batch=50, start_example=start * 50
+        ),
+        6,
     )
     assert resumed == whole[start * 50 :]
 
 
-@pytest.mark.parametrize("n", [2, 4])  # FILE and DATA policies (3 files)
+@pytest.mark.parametrize("n", [2, 4])  # fewer and more pipelines than files (3)
 def test_tfrecord_pipelines_stay_disjoint_when_resumed(folder, n):
     seen = [
-        set(_ids(records.dataset(records.Source(str(folder), MLP), _ctx(i, n), 10, start_batch=3), 6))
+        set(_ids(records.dataset(records.Source(str(folder), MLP), _ctx(i, n), 10, start_example=30 * n), 6))
         for i in range(n)
     ]
     assert all(not (seen[a] & seen[b]) for a in range(n) for b in range(a + 1, n))
@@ -77,11 +80,40 @@ def test_tfrecord_pipelines_stay_disjoint_when_resumed(folder, n):
 @pytest.mark.parametrize("start", [0, 7, 300])
 def test_synthetic_resumes_at_any_batch(start):
     whole = _ids(data.synthetic_dataset(MLP, _ctx(1, 2), 32), start + 4)
-    assert _ids(data.synthetic_dataset(MLP, _ctx(1, 2), 32, start_batch=start), 4) == whole[start * 32 :]
+    resumed = data.synthetic_dataset(MLP, _ctx(1, 2), 32, start_example=start * 64)
+    assert _ids(resumed, 4) == whole[start * 32 :]
+
+
+def _job(read, sizes: list[tuple[int, int, int]]) -> list[int]:
+    """The job's stream over segments of (pipelines, per-replica batch, steps), each resumed at the
+    offset the previous one reached: per step, the pipelines' batches in pipeline order."""
+    out, offset = [], 0
+    for n, batch, steps in sizes:
+        per = [_ids(read(_ctx(i, n), batch, offset), steps) for i in range(n)]
+        for s in range(steps):
+            out += [v for p in per for v in p[s * batch : (s + 1) * batch]]
+        offset += n * batch * steps
+    return out
+
+
+@pytest.mark.parametrize("keep_global", [True, False])
+def test_a_resized_job_sees_every_example_once_per_epoch(folder, keep_global):
+    """3 -> 4 -> 2 pipelines across an epoch boundary (600 records): the same stream as one size when
+    the global batch is kept (12), else still each example once per epoch."""
+
+    def read(ctx, batch, offset):
+        return records.dataset(records.Source(str(folder), MLP), ctx, batch, start_example=offset)
+
+    sizes = [(3, 4, 20), (4, 3, 30), (2, 6, 20)] if keep_global else [(3, 4, 20), (4, 4, 30), (2, 4, 20)]
+    resized = _job(read, sizes)
+    if keep_global:
+        assert resized == _job(read, [(3, 4, 70)])
+    epochs = [resized[low : low + 600] for low in range(0, len(resized), 600)]
+    assert sorted(epochs[0]) == list(range(600)) and len(set(epochs[1])) == len(epochs[1])
 
 
 def test_a_user_pipeline_is_skipped_into():
-    fn = data.resumed(lambda ctx: tf.data.Dataset.range(100), 7)
+    fn = data.resumed(lambda ctx: tf.data.Dataset.range(100), 70, 7)
     assert int(next(iter(fn(_ctx())))) == 7
 
 

@@ -1,11 +1,12 @@
 """TFRecord input for the built-in tasks, and a writer to produce such files from synthetic data.
 
 A record is a tf.train.Example with `x` (float list, the flattened features), `label` (int64) and
-`id` (int64). --data is a folder (its `*.tfrecord*` and `*.tfr` files) or a glob. Sharding: with at
-least as many files as input pipelines each pipeline reads its own files (policy FILE, no wasted
-reads); otherwise every pipeline reads everything and keeps one record in N (policy DATA). Every
-epoch the file order and the records (a shuffle buffer) are shuffled anew from the seed and the
-epoch, so the stream is the same on every run and a resume can start at its step's record.
+`id` (int64). --data is a folder (its `*.tfrecord*` and `*.tfr` files) or a glob. Every pipeline reads
+the same stream and keeps its slice of each global batch (synthetic.share): the input position is
+one global record offset, so a job resized at a checkpoint goes on with the next record (the price:
+every task reads every record; parsing is kept to its own slice). Every epoch the file order and the
+records (a shuffle buffer) are shuffled anew from the seed and the epoch, so the stream is the same
+on every run and a resume can start at its step's record.
 
 Bad data is one line naming the file and the fault (exit 2): checked up front where it is cheap
 (no files, an empty file, not TFRecord, the first record's features not the task's), else found at
@@ -35,10 +36,6 @@ FOLDER_PATTERNS = ("*.tfrecord*", "*.tfr")
 SHUFFLE_BUFFER = 4096
 # Data faults as the input pipeline raises them: a bad record (DataLoss), a record that does not parse.
 DATA_FAULTS = (tf.errors.DataLossError, tf.errors.InvalidArgumentError)
-
-
-def shard_policy(num_files: int, num_pipelines: int) -> str:
-    return "FILE" if num_files >= num_pipelines else "DATA"
 
 
 def find(pattern: str) -> list[str]:
@@ -136,32 +133,25 @@ def dataset(
     ctx: tf.distribute.InputContext,
     per_replica_batch: int,
     input_delay_ms: float = 0.0,
-    start_batch: int = 0,
+    start_example: int = 0,
 ) -> tf.data.Dataset:
+    """This pipeline's share (synthetic.share) of the job's one record stream, from its
+    `start_example`-th record on."""
     pattern, problem = source
     files = find(pattern)
     check(files, problem)
-    n, i = ctx.num_input_pipelines, ctx.input_pipeline_id
-    policy = shard_policy(len(files), n)
-    log.info("input: %d TFRecord files, %d input pipelines: auto-shard policy %s", len(files), n, policy)
-    mine = files[i::n] if policy == "FILE" else files
-    start = start_batch * per_replica_batch
-    first_epoch, offset = (
-        divmod(start, _count(mine, *((n, i) if policy == "DATA" else (1, 0)))) if start else (0, 0)
-    )
+    log.info("input: %d TFRecord files, every pipeline its slice of each global batch", len(files))
+    first_epoch, offset = divmod(start_example, count(files)) if start_example else (0, 0)
 
     def epoch(e):
-        # DATA: the file order is the same on every pipeline (seed without the pipeline), so shard() splits it.
+        # The same order on every pipeline (seeds without the pipeline): share() splits each global batch.
         order = tf.random.experimental.stateless_shuffle(
-            tf.constant(mine),
-            seed=tf.stack([tf.constant(problem.seed if policy == "DATA" else problem.seed + i, tf.int64), e]),
+            tf.constant(files), seed=tf.stack([tf.constant(problem.seed, tf.int64), e])
         )
         ds = tf.data.Dataset.from_tensor_slices(order).interleave(
             tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=AUTOTUNE, deterministic=True
         )
-        if policy == "DATA":
-            ds = ds.shard(n, i)
-        ds = ds.shuffle(SHUFFLE_BUFFER, seed=(problem.seed + i) * 1_000_003 + e)
+        ds = ds.shuffle(SHUFFLE_BUFFER, seed=problem.seed * 1_000_003 + e)
         return ds.skip(tf.where(tf.equal(e, first_epoch), tf.constant(offset, tf.int64), 0))
 
     ds = tf.data.Dataset.counter(first_epoch).flat_map(epoch)
@@ -172,16 +162,15 @@ def dataset(
         ex = tf.io.parse_example(records, spec)
         return ex["x"], ex["label"], ex["id"]
 
-    ds = ds.batch(per_replica_batch, drop_remainder=True)
-    return finish(ds.map(parse, num_parallel_calls=AUTOTUNE), input_delay_ms)
+    ds = data.share(ds, ctx, per_replica_batch).map(parse, num_parallel_calls=AUTOTUNE)
+    return finish(ds, input_delay_ms)
 
 
-def _count(files: list[str], every: int, index: int) -> int:
-    """Records of this pipeline per epoch (a full read: only a resume asks, to find its epoch)."""
-    ds = tf.data.TFRecordDataset(files).shard(every, index)
-    count = int(ds.reduce(tf.constant(0, tf.int64), lambda c, _: c + 1))
+def count(files: list[str]) -> int:
+    """Records per epoch (a full read: only a resume asks, to find its epoch)."""
+    count = int(tf.data.TFRecordDataset(files).reduce(tf.constant(0, tf.int64), lambda c, _: c + 1))
     if count == 0:
-        raise DataError(f"--data: pipeline {index} has no records in {', '.join(files)}")
+        raise DataError(f"--data: no records in {', '.join(files)}")
     return count
 
 

@@ -2,7 +2,7 @@
 
 Synthetic labels come from a fixed random linear teacher (deterministic by seed), so loss falls and
 accuracy beats chance with no download. Every example carries an id, so tests can check that tasks
-saw disjoint examples. Datasets are endless and say so (INFINITE_CARDINALITY): that spares MWMS an
+saw disjoint examples and that a job saw each example once per epoch (trainer/state/ledger.py). Datasets are endless and say so (INFINITE_CARDINALITY): that spares MWMS an
 extra cross-worker all-reduce of "has a value" flags on every next() (measured: +33%).
 """
 
@@ -60,20 +60,37 @@ def synthetic_dataset(
     ctx: tf.distribute.InputContext,
     per_replica_batch: int,
     input_delay_ms: float = 0.0,
-    start_batch: int = 0,
+    start_example: int = 0,
 ) -> tf.data.Dataset:
-    """This input pipeline's shard (examples id % pipelines == pipeline id, so tasks never overlap), in
-    a new order every epoch, from its `start_batch`-th batch on: a resume costs nothing to position."""
-    x, y, ids = problem.arrays()
-    shard = slice(ctx.input_pipeline_id, None, ctx.num_input_pipelines)
-    x, y, ids = (tf.constant(a[shard]) for a in (x, y, ids))
-    order = epoch_order(
-        int(ids.shape[0]), problem.seed + ctx.input_pipeline_id, start_batch * per_replica_batch
-    )
-    batches = order.batch(per_replica_batch, drop_remainder=True).map(
+    """This input pipeline's share of one job-wide stream (a new order of every example each epoch),
+    from the stream's `start_example`-th element on: a resume costs nothing to position, at any size."""
+    x, y, ids = (tf.constant(a) for a in problem.arrays())
+    order = epoch_order(int(ids.shape[0]), problem.seed, start_example)
+    batches = share(order, ctx, per_replica_batch).map(
         lambda k: (tf.gather(x, k), tf.gather(y, k), tf.gather(ids, k)), num_parallel_calls=AUTOTUNE
     )
     return finish(batches, input_delay_ms)
+
+
+def share(
+    stream: tf.data.Dataset, ctx: tf.distribute.InputContext, per_replica_batch: int
+) -> tf.data.Dataset:
+    """This pipeline's per-replica batches of a stream every pipeline reads alike: step s trains the
+    stream's s-th global batch, pipeline p its p-th slice. So the input position is one global
+    example offset, whatever the world size: a job resized at a step boundary goes on with the next
+    example of the epoch, none repeated or skipped (trainer/state/resize.py)."""
+    local = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+    width = local * per_replica_batch
+    low = ctx.input_pipeline_id * width
+    return (
+        stream.batch(per_replica_batch * ctx.num_replicas_in_sync, drop_remainder=True)
+        .map(
+            lambda k: tf.reshape(
+                k[low : low + width], tf.concat([[local, per_replica_batch], tf.shape(k)[1:]], 0)
+            )
+        )
+        .unbatch()
+    )
 
 
 def epoch_order(n: int, seed: int, start: int) -> tf.data.Dataset:
@@ -93,16 +110,18 @@ def epoch_order(n: int, seed: int, start: int) -> tf.data.Dataset:
     return order.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
 
 
-def resumed(dataset_fn, batches: int):
-    """`dataset_fn` started `batches` per-replica batches in: where a run restored at that step stops.
+def resumed(dataset_fn, start_example: int, batches: int):
+    """`dataset_fn` positioned where a run restored at that step stops.
 
-    The built-in pipelines take `start_batch` and position themselves directly; any other is skipped
-    into (it runs the pipeline that far, and only a deterministic one comes back to the same place).
+    The built-in pipelines take `start_example` (the job's global example offset) and position
+    themselves directly, at any world size; any other is skipped `batches` per-replica batches into
+    (it runs the pipeline that far, and only a deterministic one at the same size comes back to the
+    same place: docs/script.md says what a resized script must do).
     """
-    if batches == 0:
+    if start_example == 0:
         return dataset_fn
-    if "start_batch" in inspect.signature(dataset_fn).parameters:
-        return partial(dataset_fn, start_batch=batches)
+    if "start_example" in inspect.signature(dataset_fn).parameters:
+        return partial(dataset_fn, start_example=start_example)
     return lambda ctx: dataset_fn(ctx).skip(batches)
 
 

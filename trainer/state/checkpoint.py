@@ -25,7 +25,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -84,6 +84,13 @@ def copy_lags(rows: list[list[float]], step: int) -> bool:
     return step > 0 and any(row[2] < step for row in rows)
 
 
+def newest_manifest(shared: str, task_name: str, is_chief: bool) -> dict | None:
+    """The manifest of the newest intact copy a task can read, before its Checkpointer exists: what
+    sizes a resumed segment (trainer/state/resize.py)."""
+    found = manifest.newest([manifest.scan(f) for f in copies(shared, task_dir(shared, task_name, is_chief))])
+    return manifest.read(found.prefix) if found.prefix else None
+
+
 def private_dir(shared: str, task_name: str) -> str:
     """A non-chief's scratch folder for the final export (the SavedModel only the chief keeps)."""
     job = hashlib.sha256(os.path.abspath(shared).encode()).hexdigest()[:10]
@@ -93,16 +100,18 @@ def private_dir(shared: str, task_name: str) -> str:
 class _PublishingManager(tf.train.CheckpointManager):
     """TensorFlow's manager, whose every save (ours, and the preemption handler's) is then published."""
 
-    def __init__(self, checkpoint, directory, settings: Mapping[str, object] | None) -> None:
+    def __init__(self, checkpoint, directory, settings: Mapping[str, object] | None, extra=None) -> None:
         super().__init__(checkpoint, directory, max_to_keep=MAX_TO_KEEP)
         self._settings = settings
+        self._extra = extra or (lambda step: {})
 
     def save(self, checkpoint_number=None, check_interval=True, options=None):
         prefix = super().save(
             checkpoint_number=checkpoint_number, check_interval=check_interval, options=options
         )
         if prefix and self._settings is not None:
-            manifest.publish(prefix, int(checkpoint_number), self._settings)
+            step = int(checkpoint_number)
+            manifest.publish(prefix, step, self._settings, self._extra(step))
             _drop_orphan_manifests(self.directory)
         return prefix
 
@@ -147,6 +156,15 @@ def _write_state(directory: str, intact: tuple[str, ...]) -> None:
 
 
 @dataclass(frozen=True)
+class Record:
+    """What each manifest of this job records: the job settings (checked at a resume) and `extra(step)`,
+    the rest of what the step is (the input offset, the sizing: trainer/state/resize.py)."""
+
+    settings: Mapping[str, object]
+    extra: Callable[[int], Mapping] | None = None
+
+
+@dataclass(frozen=True)
 class Place:
     """Where one task keeps checkpoints: the shared folder (the chief's), and who is asking."""
 
@@ -161,9 +179,11 @@ class Checkpointer:
         place: Place,
         model,
         optimizer,
-        settings: Mapping[str, object],
+        settings: Mapping[str, object] | Record,
         accept_new_settings: bool = False,
     ) -> None:
+        record = settings if isinstance(settings, Record) else Record(settings)
+        settings = record.settings
         directory, task_name, is_chief = place.directory, place.task_name, place.is_chief
         self._shared = directory
         self._is_chief = is_chief
@@ -174,7 +194,7 @@ class Checkpointer:
         os.makedirs(self._dir, exist_ok=True)
         self._found = self._scan(settings, accept_new_settings)
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-        self._manager = _PublishingManager(self._checkpoint, self._dir, dict(settings))
+        self._manager = _PublishingManager(self._checkpoint, self._dir, dict(settings), record.extra)
 
     def _scan(self, settings, accept_new_settings: bool) -> manifest.Scan:
         own = manifest.scan(self._dir)
@@ -189,6 +209,11 @@ class Checkpointer:
     def newest_step(self) -> int | None:
         """The step of the newest intact copy this task can read (None: none), for the agreement on who restores."""
         return self._found.step
+
+    @property
+    def newest_manifest(self) -> dict | None:
+        """The manifest of the newest intact copy this task can read (None: none): its input offset."""
+        return manifest.read(self._found.prefix) if self._found.prefix else None
 
     @property
     def own_step(self) -> int | None:
@@ -268,6 +293,7 @@ class NoCheckpoints:
     """--checkpoint-dir empty: nothing is saved or restored."""
 
     newest_step = None
+    newest_manifest = None
     own_step = None
 
     def restore(self) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from trainer import config as config_lib
 from trainer.errors import EXIT_CONFIG, ConfigError
-from trainer.state import atomic
+from trainer.state import atomic, resize
 
 SUFFIX = ".manifest.json"
 PREFIX_RE = re.compile(r"^ckpt-(\d+)(?:\.index|\.data-\d{5}-of-\d{5}|\.manifest\.json)$")
@@ -38,7 +38,6 @@ JOB_SETTINGS = {
     "data": "other examples: the input position and what the model learnt refer to other data",
     "seed": "another initialisation and synthetic teacher: a resumed run would learn another problem",
     "per_replica_batch": "another global batch: the learning rate, its schedule and the input position change meaning",
-    "replicas": "another global batch and sharding: every task's input position changes meaning",
     "learning_rate": "another rate: the optimizer's moments were accumulated at this one",
     "lr_scaling": "another effective rate for the same batch",
     "warmup_steps": "another schedule: the step counter would sit at another point of it",
@@ -46,7 +45,9 @@ JOB_SETTINGS = {
     "strategy": "another process layout: replicas and input pipelines differ",
 }
 """What defines the job, and why a change breaks a resume. Not here: steps (continuing longer is the
-point of a resume), save/log intervals, ports, timing and all-reduce packing (same arithmetic)."""
+point of a resume), save/log intervals, ports, timing and all-reduce packing (same arithmetic), and
+the world size (recorded as `replicas`): a resize (trainer/state/resize.py) goes on at a checkpoint,
+with the batch and rate its policy gives and the input at its global example offset."""
 
 
 def job_settings(config: config_lib.Config, replicas: int | None) -> dict[str, object]:
@@ -63,7 +64,7 @@ def differences(saved: Mapping[str, object], now: Mapping[str, object]) -> list[
         old, new = saved.get(name), now.get(name)
         if old is None or new is None or old == new:
             continue
-        shown = "replicas in sync" if name == "replicas" else f"--{name.replace('_', '-')}"
+        shown = f"--{name.replace('_', '-')}"
         lines.append(f"{shown}: checkpoint {old!r}, now {new!r} ({why})")
     return lines
 
@@ -104,14 +105,16 @@ def files_of(prefix: str) -> list[str]:
     return sorted(os.path.join(folder, n) for n in os.listdir(folder) if pattern.match(n))
 
 
-def publish(prefix: str, step: int, settings: Mapping[str, object]) -> None:
-    """Flush the checkpoint's files, then write its manifest atomically: from now on it is restorable."""
+def publish(prefix: str, step: int, settings: Mapping[str, object], extra: Mapping | None = None) -> None:
+    """Flush the checkpoint's files, then write its manifest atomically: from now on it is restorable.
+    `extra`: what else the step is (the input offset, the sizing, the resizes so far)."""
     files = files_of(prefix)
     for path in files:
         atomic.fsync_path(path)
     body = {
         "step": step,
         "settings": dict(settings),
+        **(extra or {}),
         "files": {os.path.basename(p): {"bytes": os.path.getsize(p), "sha256": _digest(p)} for p in files},
     }
     atomic.write_json(manifest_path(prefix), body, indent=1)
@@ -207,12 +210,15 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
         action="store_true",
         help="a SCRIPT= run (its own folder, TRAINER_CHECKPOINT_DIR): nothing of the built-in job applies",
     )
+    p.add_argument("--replicas", type=int, help="the world size about to start: a resize is said, or refused")
     ns = p.parse_args(argv)
     if ns.script:
         return _script_start(ns.checkpoint_dir, env.get("TRAINER_CHECKPOINT_DIR", "?"))
     try:
         config = config_lib.from_args([], env)
         found = check(ns.checkpoint_dir, job_settings(config, None), bool(config.resume_new_settings))
+        if found.prefix and ns.replicas:
+            _resize_line(config, read(found.prefix), ns.replicas)
     except ConfigError as err:
         print(f"up: {err}", file=sys.stderr)
         return EXIT_CONFIG
@@ -245,6 +251,19 @@ def _script_start(directory: str, script_dir: str) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _resize_line(config: config_lib.Config, body: dict, replicas: int) -> None:
+    """One line when the job goes on at another world size; a ConfigError when its policy cannot."""
+    before = resize.saved(body)
+    if before is None:
+        return
+    now = resize.plan(
+        replicas=replicas, per_replica_batch=config.per_replica_batch, keep=config.resize_keep, before=before
+    )
+    rates = tuple(resize.rate(config.learning_rate, config.lr_scaling, s) for s in (before, now))
+    if line := resize.change(before, now, body["step"], rates):
+        print(f"up: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -56,9 +56,10 @@ def builtin(
     return Task(spec.model(prob, seed), spec.loss, dataset_fn, classify=spec.classify)
 
 
-def _batched(read, ctx, *, per_replica_batch, input_delay_ms, start_batch=0):
-    """`start_batch`: where a resumed run's input picks up (trainer/data/synthetic.py's resumable pipelines)."""
-    return read(ctx, per_replica_batch, input_delay_ms, start_batch)
+def _batched(read, ctx, *, per_replica_batch, input_delay_ms, start_example=0):
+    """`start_example`: the job's global example offset, where a resumed run's input picks up
+    (trainer/data/synthetic.py's resumable pipelines)."""
+    return read(ctx, per_replica_batch, input_delay_ms, start_example)
 
 
 def load(name: str) -> Callable[..., Task | tuple]:

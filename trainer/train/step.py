@@ -242,31 +242,33 @@ def _settled(tensors, on_gpu: bool) -> list:
         return [tf.identity(probe)]
 
 
-def learning_rate(config, replicas: int):
-    """--lr-scaling linear: a global batch N times larger gets an N times larger rate (Goyal et al.),
-    reached over a linear warm-up, since a large rate at the start diverges."""
+def learning_rate(config, scale: float):
+    """--lr-scaling linear: a global batch `scale` times --per-replica-batch gets `scale` times the rate
+    (Goyal et al.; `scale` is the replicas unless a resize kept the global batch), reached over a linear
+    warm-up, since a large rate at the start diverges. The warm-up follows the step counter, so a
+    resized job does not repeat it."""
     if config.lr_scaling == "linear":
-        return WarmupLinear(config.learning_rate, config.learning_rate * replicas, config.warmup_steps)
+        return WarmupLinear(config.learning_rate, config.learning_rate * scale, config.warmup_steps)
     return config.learning_rate
 
 
-def describe_lr(config, replicas: int) -> str:
+def describe_lr(config, replicas: int, per_replica_batch: int | None = None) -> str:
     """The start-up line saying what batch and rate the job trains with, e.g.
-    `global batch 128 = 4 x 32, lr 0.04 = 4 x 0.01, warm-up 100 steps`."""
-    batch, base = (
-        f"global batch {config.per_replica_batch * replicas} = {replicas} x {config.per_replica_batch}",
-        config.learning_rate,
-    )
-    if config.lr_scaling == "linear" and replicas > 1:
+    `global batch 128 = 4 x 32, lr 0.04 = 4 x 0.01, warm-up 100 steps`. `per_replica_batch`: this
+    segment's, when a resize that kept the global batch changed it from --per-replica-batch."""
+    per = per_replica_batch or config.per_replica_batch
+    scale = replicas * per / config.per_replica_batch
+    batch, base = f"global batch {per * replicas} = {replicas} x {per}", config.learning_rate
+    if config.lr_scaling == "linear" and scale != 1:
         warmup = f"warm-up {config.warmup_steps} steps" if config.warmup_steps else "no warm-up"
-        return f"{batch}, lr {base * replicas:g} = {replicas} x {base:g} (--lr-scaling linear), {warmup}"
+        return f"{batch}, lr {base * scale:g} = {scale:g} x {base:g} (--lr-scaling linear), {warmup}"
     return (
         f"{batch}, lr {base:g} ({'--lr-scaling none' if replicas > 1 else 'one replica: nothing to scale'})"
     )
 
 
-def optimizer(config, replicas: int):
-    return tf.keras.optimizers.Adam(learning_rate(config, replicas))
+def optimizer(config, scale: float):
+    return tf.keras.optimizers.Adam(learning_rate(config, scale))
 
 
 class WarmupLinear(tf.keras.optimizers.schedules.LearningRateSchedule):

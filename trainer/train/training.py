@@ -22,19 +22,22 @@ import trainer
 from trainer.cluster import agreement, device, server_config
 from trainer.cluster.spec import ClusterSpec, TaskId
 from trainer.config import Config
-from trainer.data import records
+from trainer.data import position, records
 from trainer.data import synthetic as data
 from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
-from trainer.state import manifest, output, summary
+from trainer.state import ledger as ledger_lib
+from trainer.state import manifest, output, resize, summary
 from trainer.state.checkpoint import (
     PEER_LOST,
     Checkpointer,
     NoCheckpoints,
     Place,
+    Record,
     SaveError,
     broadcast_from,
     copy_lags,
     holder,
+    newest_manifest,
 )
 from trainer.tasks import spec as taskspec
 from trainer.tasks import task as tasks
@@ -107,6 +110,8 @@ class Context:
     spec: ClusterSpec | None
     task_id: TaskId
     strategy: tf.distribute.Strategy
+    sizing: resize.Sizing | None = None
+    """This segment's batch (trainer/state/resize.py): --per-replica-batch unless a resize kept the global batch."""
 
     @property
     def is_chief(self) -> bool:
@@ -114,7 +119,16 @@ class Context:
 
     @property
     def global_batch(self) -> int:
-        return self.config.per_replica_batch * self.strategy.num_replicas_in_sync
+        return self.sizing.global_batch
+
+    @property
+    def batch_config(self) -> Config:
+        """The config with this segment's per-replica batch: what the task and its input are built with."""
+        return dataclasses.replace(self.config, per_replica_batch=self.sizing.per_replica_batch)
+
+    @property
+    def rate(self):
+        return step.learning_rate(self.config, self.sizing.lr_scale)
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,10 @@ class Trainable:
     task: tasks.Task
     optimizer: tf.keras.optimizers.Optimizer
     checkpoints: Checkpointer | NoCheckpoints
+    position: position.Position
+    """The job's global example offset (trainer/data/position.py), set at the resume."""
+    ledger: ledger_lib.Ledger | None
+    """This task's part of the job's example-id record (--output-dir), made at the resume."""
 
 
 def run(
@@ -159,6 +177,7 @@ def _run(ctx: Context, metrics) -> None:
     if ctx.spec is not None:
         mine = agreement.fingerprints(ctx.spec, ctx.config, tf.__version__, trainer.__version__)
         agreement.check([t.name for t in ctx.spec.tasks], agreement.gather(ctx.strategy, mine))
+    ctx = dataclasses.replace(ctx, sizing=_sizing(ctx))
     _describe(ctx, metrics)
     tensorboard.start_profiler(ctx.config.profiler_port, ctx.task_id.name)
     log.info(
@@ -171,6 +190,32 @@ def _run(ctx: Context, metrics) -> None:
     start = _resume(ctx, job)
     result = _train(ctx, job, metrics, start, preemption)
     _finish(ctx, job, metrics, result)
+
+
+def _sizing(ctx: Context) -> resize.Sizing:
+    """This segment's batch, from the checkpoint the job resumes (its world size may differ), and the
+    one line a resize prints. A task without a copy (a new worker, a worker whose tmpfs went with its
+    container) takes the per-replica batch of the task holding the newest step, as it takes its weights."""
+    config, replicas = ctx.config, ctx.strategy.num_replicas_in_sync
+    body = (
+        newest_manifest(config.checkpoint_dir, ctx.task_id.name, ctx.is_chief)
+        if config.checkpoint_dir
+        else None
+    )
+    before = resize.saved(body)
+    now = resize.plan(
+        replicas=replicas, per_replica_batch=config.per_replica_batch, keep=config.resize_keep, before=before
+    )
+    if ctx.spec is not None:
+        rows = agreement.gather(
+            ctx.strategy, [float(body["step"] if body else -1), float(now.per_replica_batch)]
+        )
+        if (source := holder(rows)) is not None:
+            now = dataclasses.replace(now, per_replica_batch=int(rows[source][1]))
+    rates = tuple(resize.rate(config.learning_rate, config.lr_scaling, s) for s in (before or now, now))
+    if before and (line := resize.change(before, now, body["step"], rates)):
+        log.info("%s: %s", ctx.task_id.name, line)
+    return now
 
 
 def _describe(ctx: Context, metrics) -> None:
@@ -194,22 +239,31 @@ def _gpu_names() -> list[str]:
 
 def _build(ctx: Context) -> Trainable:
     config = ctx.config
+    where = position.Position(global_batch=ctx.global_batch)
     with ctx.strategy.scope():
-        task = tasks.from_config(config)
-        optimizer = step.optimizer(config, ctx.strategy.num_replicas_in_sync)
+        task = tasks.from_config(ctx.batch_config)
+        optimizer = step.optimizer(config, ctx.sizing.lr_scale)
         optimizer.build(task.model.trainable_variables)  # slots exist before restore and broadcast
         ckpt = (
             Checkpointer(
                 Place(config.checkpoint_dir, ctx.task_id.name, ctx.is_chief),
                 task.model,
                 optimizer,
-                settings=manifest.job_settings(config, ctx.strategy.num_replicas_in_sync),
+                Record(
+                    manifest.job_settings(config, ctx.strategy.num_replicas_in_sync),
+                    partial(_published, ctx, where),
+                ),
                 accept_new_settings=bool(config.resume_new_settings),
             )
             if config.checkpoint_dir
             else NoCheckpoints()
         )
-    return Trainable(task, optimizer, ckpt)
+    return Trainable(task, optimizer, ckpt, where, _ledger(ctx))
+
+
+def _published(ctx: Context, where: position.Position, at: int) -> dict:
+    """What a manifest records besides the settings: the input offset after `at`, this segment's sizing."""
+    return {"input": where.record(at), "sizing": ctx.sizing.record()}
 
 
 def _resume(ctx: Context, job: Trainable) -> int:
@@ -219,12 +273,17 @@ def _resume(ctx: Context, job: Trainable) -> int:
     on every task alike."""
     source, source_task, rows = _restore_source(ctx, job)
     restored = job.checkpoints.restore() if source_task == ctx.task_id.name else None
-    rate = step.learning_rate(ctx.config, ctx.strategy.num_replicas_in_sync)
+    rate = ctx.rate
     if not isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule):
         job.optimizer.learning_rate = rate
     if ctx.spec is not None:
         broadcast_from(ctx.strategy, job.task.model.variables + job.optimizer.variables, source)
     start = int(job.optimizer.iterations.numpy())
+    job.position.step, job.position.offset = start, _offset(ctx, job, rows, source)
+    if job.ledger is not None:
+        job.ledger.since = start
+        if ctx.is_chief:  # the chunks past `start` are trained again; no task writes before its next save
+            ledger_lib.forget_after(job.ledger.directory, start)
     if copy_lags(rows, start):  # every task (a save is collective), so no copy of `start` is the only one
         job.checkpoints.save(start)
     log.info(
@@ -234,7 +293,7 @@ def _resume(ctx: Context, job: Trainable) -> int:
         if restored
         else f"starting at step {start}" + (f" ({source_task}'s)" if start and source_task else ""),
         ctx.strategy.num_replicas_in_sync,
-        step.describe_lr(ctx.config, ctx.strategy.num_replicas_in_sync),
+        step.describe_lr(ctx.config, ctx.strategy.num_replicas_in_sync, ctx.sizing.per_replica_batch),
     )
     if start >= ctx.config.steps:
         log.warning(
@@ -261,10 +320,50 @@ def _restore_source(ctx: Context, job: Trainable) -> tuple[int, str | None, list
             float(-1 if newest is None else newest),
             float(names.index(ctx.task_id.name)),
             float(-1 if own is None else own),
+            float(_own_offset(ctx, job)),  # exact: float64 holds integers to 2**53
         ],
     )
     source = holder(rows)
     return (0, None, rows) if source is None else (source, names[int(rows[source][1])], rows)
+
+
+def _own_offset(ctx: Context, job: Trainable) -> int:
+    """The input offset of the newest copy this task found (0: none)."""
+    body = job.checkpoints.newest_manifest
+    return position.saved_offset(body, resize.saved(body).global_batch if resize.saved(body) else None)
+
+
+def _offset(ctx: Context, job: Trainable, rows: list[list[float]], source: int) -> int:
+    """The restored step's input offset: the restoring task's, which every task gathered."""
+    if not rows:
+        return _own_offset(ctx, job) if job.checkpoints.newest_step is not None else 0
+    return int(rows[source][3]) if rows[source][0] >= 0 else 0
+
+
+def _ledger(ctx: Context) -> ledger_lib.Ledger | None:
+    """This task's part of the job's example-id record (--output-dir); `since` is set at the resume."""
+    config = ctx.config
+    if not config.output_dir:
+        return None
+    folder = os.path.join(config.output_dir, ledger_lib.FOLDER)
+    names = [t.name for t in ctx.spec.tasks] if ctx.spec else [ctx.task_id.name]
+    return ledger_lib.Ledger(
+        directory=folder,
+        task=ctx.task_id.name,
+        rank=names.index(ctx.task_id.name),
+        pipelines=len(names),
+        epoch_examples=_epoch_examples(config),
+        since=0,
+    )
+
+
+def _epoch_examples(config: Config) -> int | None:
+    """Examples per epoch of a built-in task's input (None: a task of your own, whose input we do not know)."""
+    if config.task not in taskspec.names():
+        return None
+    if config.data:
+        return records.count(records.find(config.data))
+    return data.problem(config.task, config.seed).num_examples
 
 
 def _preemption(ctx: Context, job: Trainable, metrics) -> tuple[loop.Action, ...]:
@@ -280,6 +379,8 @@ def _preemption(ctx: Context, job: Trainable, metrics) -> tuple[loop.Action, ...
     saved = {"step": 0}
 
     def exit_fn() -> None:
+        if job.ledger is not None:  # the handler saved with the manager: the ledger's chunk is ours to write
+            job.ledger.flush(saved["step"])
         metrics.checkpointed(saved["step"])
         raise PreemptedError(
             f"preempted (SIGTERM here or on a peer): every task saved step {saved['step']}; "
@@ -311,7 +412,7 @@ def _train(
     config = ctx.config
     # Each input pipeline serves its task's local replicas one per-replica batch each per step.
     consumed = start * len(ctx.strategy.extended.worker_devices)
-    dataset_fn = data.resumed(job.task.dataset_fn, consumed)
+    dataset_fn = data.resumed(job.task.dataset_fn, job.position.at(start), consumed)
     if blocked := fault.of(config.fault, ctx.task_id.name, "input-block"):
         dataset_fn = _blocking(dataset_fn, start, blocked)
     iterator = iter(ctx.strategy.distribute_datasets_from_function(dataset_fn))
@@ -321,7 +422,7 @@ def _train(
         steps_per_call=config.steps_per_call,
         measure_every=config.measure_every,
         save_every=config.save_every,
-        local_examples=config.per_replica_batch * len(ctx.strategy.extended.worker_devices),
+        local_examples=ctx.sizing.per_replica_batch * len(ctx.strategy.extended.worker_devices),
         classify=job.task.classify,
         record_ids=bool(config.output_dir),
     )
@@ -330,7 +431,7 @@ def _train(
     metrics.watch_input(fns.input_step)
     controller = loop.Controller(
         fns=fns,
-        checkpoints=job.checkpoints,
+        checkpoints=ledger_lib.Saving(job.checkpoints, job.ledger),
         metrics=metrics,
         settings=settings,
         agree=partial(_agree, ctx.strategy),
@@ -338,12 +439,13 @@ def _train(
             progress.ProgressLog(
                 progress.Job(ctx.task_id.name, config.steps, ctx.global_batch), config.log_every
             ),
+            *((job.ledger,) if job.ledger else ()),  # before the preemption check, which may end the loop
             *preemption,
             tensorboard.scalars(
                 config.logdir,
                 ctx.is_chief,
                 config.log_every,
-                tensorboard.rate_at(step.learning_rate(config, ctx.strategy.num_replicas_in_sync)),
+                tensorboard.rate_at(ctx.rate),
             ),
             fault.hang_action(fault.of(config.fault, ctx.task_id.name, "hang")),
         ),
@@ -373,6 +475,7 @@ def _copy_out(ctx: Context, final: summary.Summary) -> None:
         **dataclasses.asdict(final),
         "steps": config.steps,
         "settings": manifest.job_settings(config, ctx.strategy.num_replicas_in_sync),
+        "sizing": ctx.sizing.record(),
     }
     body.pop("example_ids", None)
     try:
@@ -399,6 +502,8 @@ def _finish(ctx: Context, job: Trainable, metrics, result: loop.LoopResult) -> N
     # On every task, at the same point: reading BatchNorm's sync-on-read statistics (the weights'
     # digest) is a collective, and a chief reading them alone waits for peers that have left.
     final = summary.build(name, result, job.task.model.variables)
+    if job.ledger is not None:
+        job.ledger.flush(result.final_step)
     if config.checkpoint_dir:
         metrics.state("checkpointing")
         if result.final_step > result.start_step:  # a run resumed at its last step has nothing new to save

@@ -1,0 +1,102 @@
+"""`make resize WORKERS=N` on a running Compose job (a project of its own): 1 -> 2 -> 0 workers with
+the global batch kept (48 = 2 x 24 = 3 x 16 = 1 x 48). Each resize says what changed in one line, every
+task saves the same step and the job goes on from it (0 steps lost), the step count continues to
+STEPS, and `make status` shows the new size; a resize to the same size is refused in one line.
+Timings and throughputs are printed (docs/faults.md)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from tests.e2e.conftest import engine_ready
+from tests.e2e.faultstack import STEP_LINE, FaultStack, stamp
+
+pytestmark = pytest.mark.docker
+STACK = FaultStack(
+    "resize-e2e",
+    ".run/resize-e2e",
+    os.environ.get("RESIZE_BIND", "127.0.0.9"),
+    {"PER_REPLICA_BATCH": "24", "RESIZE_KEEP": "global-batch", "SAVE_EVERY": "1000"},
+)
+SAVED = re.compile(r"every task saved step (\d+)")
+RATE = re.compile(r"\| ([\d.]+) steps/s")
+
+
+class Follow:
+    """`docker logs -f` of the chief's container of this size: its last lines outlive the container."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            ["docker", "logs", "-f", "-t", STACK.container("chief")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def lines(self) -> list[str]:
+        out, _ = self.proc.communicate(timeout=120)  # the container stopped: the stream ends
+        return out.splitlines()
+
+
+@pytest.fixture(scope="module")
+def job():
+    engine_ready()
+    STACK.make("clean", "FORCE=1", timeout=300)
+    up = STACK.make("up", "WORKERS=1", "STEPS=10000000", timeout=1800)
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+    yield STACK
+    STACK.make("clean", "FORCE=1", timeout=300)
+
+
+def _resumed(timeout: float) -> int:
+    """The step the new size's chief resumed at, once it says so (`up -d` returns before)."""
+    deadline = time.time() + timeout
+    while not (found := STACK.resumes()):
+        assert time.time() < deadline, STACK.logs()[-30:]
+        time.sleep(0.5)
+    return found[-1][1]
+
+
+def _resize(workers: int, *extra: str) -> dict:
+    """One resize: what it printed, its wall time, the step saved, the step resumed, the first step after."""
+    STACK.wait_for_step(1, timeout=600)  # this size trains (a cold start: TensorFlow's import, tracing)
+    seen = STACK.chief_steps()[-1][1]
+    STACK.wait_for_step(seen + 200, timeout=300)  # training at this size, its rate in the log
+    rate = float(RATE.search([ln for ln in STACK.logs() if STEP_LINE.match(ln)][-1])[1])
+    before, start = Follow(), time.time()
+    done = STACK.make("resize", f"WORKERS={workers}", *extra, timeout=900)
+    took = time.time() - start
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    old = before.lines()
+    saved = [int(m[1]) for m in map(SAVED.search, old) if m]
+    last = max(int(m[2]) for m in map(STEP_LINE.match, old) if m)
+    resumed = _resumed(timeout=600)
+    first = STACK.wait_for_step(resumed + 1, timeout=300)
+    first_line = next(stamp(ln) for ln in STACK.logs() if (m := STEP_LINE.match(ln)) and int(m[2]) > resumed)
+    return {"out": done.stderr, "saved": saved, "last": last, "resumed": resumed, "rate": rate,
+            "make_s": took, "first_step_s": min(first, first_line) - start}  # fmt: skip
+
+
+def test_resize_1_2_0_goes_on_from_the_saved_step_to_the_end(job):
+    refused = STACK.make("resize", "WORKERS=1")
+    assert refused.returncode == 2 and "already trains with WORKERS=1: nothing to resize" in refused.stderr
+    grow = _resize(2)
+    assert "2 -> 3 replicas, global batch 48 -> 48 (3 x 16)" in grow["out"], grow["out"]
+    for task in ("worker-0", "worker-1"):  # no copy of their own (tmpfs): the chief's batch, not the flag's
+        assert any("global batch 48 = 3 x 16" in ln for ln in STACK.logs(task)), STACK.logs(task)[-20:]
+    # The end: past where the job will be once this resize is done, sized from the first one's time.
+    steps = STACK.chief_steps()[-1][1] + int(grow["rate"] * 3 * grow["first_step_s"]) + 1000
+    shrink = _resize(0, f"STEPS={steps}")
+    assert "3 -> 1 replicas, global batch 48 -> 48 (1 x 48)" in shrink["out"], shrink["out"]
+    for r in (grow, shrink):
+        print({k: v for k, v in r.items() if k != "out"})
+        assert r["saved"] == [r["resumed"]] and r["last"] <= r["resumed"], r  # 0 steps lost
+    assert STACK.wait_code(timeout=600) == 0
+    assert STACK.checkpoint_step() == steps and STACK.chief_steps()[-1][1] == steps
+    status = STACK.make("status").stdout.splitlines()
+    assert [ln.split()[0] for ln in status if ln.startswith(("chief", "worker"))] == ["chief"], status
