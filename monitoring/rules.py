@@ -119,7 +119,7 @@ def steps_per_second(window: str = WINDOW, sel: str = JOB_SELECTOR) -> str:
     restarted = f"sum by ({BY_TASK}) (resets({c.STEPS.name}{sel}[{window}])) > 0"
     steady = f"({steps} - {_first(c.STEPS, window, sel)}) / ({since} > 0) unless on ({BY_TASK}) ({restarted})"
     across = f"{rate(c.STEPS.name, window, sel)} and on ({BY_TASK}) ({restarted})"
-    return f"(({steady}) or ({across})) unless on ({BY_TASK}) ({over})"
+    return f"((({steady}) or ({across})) unless on ({BY_TASK}) ({over}))"
 
 
 def steps_per_second_run(lookback: str = RUN_LOOKBACK, sel: str = JOB_SELECTOR) -> str:
