@@ -117,3 +117,15 @@ def test_run_settings_of_the_loop_and_of_a_script():
         ]
     }
     assert run_settings.of_script("fit.py", tuned) == {"task": "fit.py", "allocator": "tuned"}
+
+
+def test_a_task_waiting_for_input_is_the_cause_though_its_peers_all_reduce_grew_more():
+    """Synchronous training: a task's input wait holds its peers in the all-reduce. Seen under load: a
+    33 ms INPUT_DELAY_MS read as `all-reduce +21.9 ms per step`, the cause unnamed."""
+    old = _side(_run("A"), Spread(48, 46, 50, 6), 20.8, 1)
+    new = _side(_run("B", input_delay_ms="33"), Spread(30, 29, 31, 6), 22, 1)
+    new.figures["cluster"]["all-reduce ms"] = Spread(30, 29, 31, 6)
+    old.figures["worker-1"] = {"input wait ms": Spread(1, 0.5, 1.5, 6)}
+    new.figures["worker-1"] = {"input wait ms": Spread(9, 8, 10, 6)}
+    v = compare.verdict(old, new)
+    assert v["direction"] == -1 and v["part"] == "input wait" and "input wait +8.0 ms" in v["text"], v
