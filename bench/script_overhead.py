@@ -21,7 +21,7 @@ give every setting the same machine. Each resume refills caches; whatever that c
 pays it alike (the rates are not comparable with an unsliced run's). Plain against plain
 (`plain-again`, run by default) measures the method's own spread beside every figure.
 
-    python -m bench.script_overhead [--rounds 5] [--workers 1] [--epochs 12] [--steps-per-epoch 100]
+    python -m bench.script_overhead [--rounds 5] [--workers 1] [--epochs 8] [--steps-per-epoch 100]
                                     [--steps-per-execution 1,10] [--slice 0.5] [--no-scrape]
                                     [--variants observed,no-marks,no-server,plain-again]
 
@@ -54,7 +54,7 @@ SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
 EPOCH = re.compile(r"^\[chief\] epoch (\d+) done, loss [\d.]+, ([\d.]+) s, ([\d.]+) s CPU$")
 PID = re.compile(r"^\[launch\] \S+: pid (\d+), ([\d.]+):(\d+), (?:metrics http://([\d.]+:\d+)/metrics)?")
 TARGET = 0.97
-EPOCHS = 12
+EPOCHS = 8
 """Epochs per cluster by default: the first traces, the others are counted."""
 VARIANTS = {
     "observed": {},
