@@ -15,7 +15,7 @@ train-local: $(VENV)/.stamp ## Train a chief + WORKERS local processes (no Docke
 	$(PY) -m bench.launch --workers $(WORKERS) $(TRAIN_ARGS)
 
 .PHONY: bench
-bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: ratios (a) timing overhead, (b) vs model.fit, (c) marks vs profiler, (d) overlap vs serial, (e) bfloat16 all-reduce, (f) a user's fit script observed (SCRIPT=) vs plain
+bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: ratios (a) timing overhead, (b) vs model.fit, (c) marks vs profiler, (d) overlap vs serial, (e) bfloat16 all-reduce, (f) a user's fit script observed (SCRIPT=, scraped by a Prometheus) vs plain, at steps_per_execution 1 and 10
 	$(PY) -m bench.launch --workers $(WORKERS) --metrics-port 0 --module bench.overhead $(BENCH_ARGS)
 	$(PY) -m bench.script_overhead $(SCRIPT_BENCH_ARGS)
 

@@ -50,7 +50,7 @@ def plan_ports(workers: int, metrics_port: int | None, host: str) -> tuple[list[
     return [p for p in drawn if p not in mports][:tasks], mports
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
@@ -89,7 +89,7 @@ def start(
             text=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )  # noqa: PLW1509 (only prctl)
         threading.Thread(target=_pump, args=(task.name, proc.stdout, sys.stdout), daemon=True).start()
         where = f"metrics http://{host}:{mport}/metrics" if mport else "metrics off"

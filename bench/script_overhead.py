@@ -1,8 +1,14 @@
 """What observing a user's script costs (`make bench`): a user's `model.fit` script's steps/s under
 the SCRIPT= wrapper (trainer.script.wrapper: hooks, every step's split marked in its graph, metrics
-served, as a team gets it by default) / the same script run plainly, each a local chief + worker
-cluster. Steps/s comes from the script's own epoch timing lines (tests/scripts/fit_cnn.py prints
-each epoch's seconds and CPU seconds); the first epoch (tracing) is left out.
+served and scraped, as a team gets it by default) / the same script run plainly, each a local chief +
+worker cluster. Steps/s comes from the script's own epoch timing lines (tests/scripts/fit_cnn.py
+prints each epoch's seconds and CPU seconds); the first epoch (tracing) is left out.
+
+At two steps_per_execution, each in rounds of its own: 1 (Keras' default, what most scripts run:
+the hooks' per-call work is paid every step) and 10 (spread over ten). A Prometheus (bench/scrape.py)
+scrapes the observed tasks' metrics servers at the stack's interval (a cluster running one turn in
+three is scraped three times as often per second of its own running as in a stack: the scrape
+weighs more here, not less).
 
 Time-sliced: every round starts one cluster per setting, lets them trace together, then runs them in
 turns (SIGSTOP/SIGCONT of their tasks, `--slice` seconds each, one cluster at a time) until one
@@ -12,11 +18,12 @@ on an idle machine: 107-208 ms a lap; with both vCPUs busy a steady ~210 ms: the
 core with each other or a neighbour), so runs one after another (as this bench did, mirrored ABBA)
 measured the machine (round ratios 0.83-1.16, a plain run 37.8-60.7 steps/s); turns of half a second
 give every setting the same machine. Each resume refills caches; whatever that costs, every setting
-pays it alike (the rates are not comparable with an unsliced run's). Plain against plain (--variants plain-again) measures the
-method's own spread: 0.995-1.024 over 3 rounds at load 6-8 (docs/script.md#what-it-costs).
+pays it alike (the rates are not comparable with an unsliced run's). Plain against plain
+(`plain-again`, run by default) measures the method's own spread beside every figure.
 
-    python -m bench.script_overhead [--rounds 5] [--workers 1] [--epochs 20] [--steps-per-epoch 100]
-                                    [--slice 0.5] [--variants observed,no-marks,no-server,plain-again]
+    python -m bench.script_overhead [--rounds 5] [--workers 1] [--epochs 8] [--steps-per-epoch 100]
+                                    [--steps-per-execution 1,10] [--slice 0.5] [--no-scrape]
+                                    [--variants observed,no-marks,no-server,plain-again]
 
 Variants besides `observed` (as a team gets it) take parts away, to show what each costs: no-marks
 (TRAINER_SPLIT_MARKS=0: the hooks and the metrics server, no split), no-server (no marks and no
@@ -39,13 +46,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import scrape
 from trainer.host import observe_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
 EPOCH = re.compile(r"^\[chief\] epoch (\d+) done, loss [\d.]+, ([\d.]+) s, ([\d.]+) s CPU$")
-PID = re.compile(r"^\[launch\] \S+: pid (\d+), ([\d.]+):(\d+),")
+PID = re.compile(r"^\[launch\] \S+: pid (\d+), ([\d.]+):(\d+), (?:metrics http://([\d.]+:\d+)/metrics)?")
 TARGET = 0.97
+EPOCHS = 8
+"""Epochs per cluster by default: the first traces, the others are counted."""
 VARIANTS = {
     "observed": {},
     "no-marks": {"TRAINER_SPLIT_MARKS": "0"},
@@ -54,6 +64,8 @@ VARIANTS = {
 }
 """The observed runs' extra environment, by name (`observed`: the wrapper's defaults; `plain-again`:
 a second plain cluster, the method's null)."""
+SERVED = ("observed", "no-marks")
+"""The variants whose tasks serve metrics: what the Prometheus scrapes."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,8 @@ class Cluster:
         self.variant, self.tasks = variant, args.workers + 1
         self.pids: list[int] = []
         self.ports: list[tuple[str, int]] = []
+        self.metrics: list[str] = []
+        """host:port of each task's metrics server (scraped when the variant serves them)."""
         self.epochs: list[tuple[float, float]] = []
         """(arrival time, CPU seconds) of every epoch line after the first (tracing) one."""
         self.log: list[str] = []
@@ -118,6 +132,7 @@ class Cluster:
             if m := PID.match(line):
                 self.pids.append(int(m.group(1)))
                 self.ports.append((m.group(2), int(m.group(3))))
+                self.metrics += [m.group(4)] if m.group(4) else []
             elif (m := EPOCH.match(line.rstrip("\n"))) and int(m.group(1)) > 0:
                 self.epochs.append((now, float(m.group(3))))
 
@@ -181,8 +196,11 @@ def sliced_run(
     return Run(steps / active, 1e3 * sum(cpu for _, cpu in inside[1:]) / steps)
 
 
-def one_round(order: list[str], r: int, args: argparse.Namespace) -> dict[str, Run]:
-    """Round r: one cluster per setting, traced together, then run in turns, the order rotated by r."""
+def one_round(
+    order: list[str], r: int, args: argparse.Namespace, prometheus: scrape.NoScrape
+) -> dict[str, Run]:
+    """Round r: one cluster per setting, traced together, then run in turns, the order rotated by r;
+    the Prometheus scrapes the clusters whose tasks serve metrics while they run."""
     order = order[r % len(order) :] + order[: r % len(order)]
     clusters = start_one_after_another(order, args)
     turns: dict[str, list[tuple[float, float]]] = {v: [] for v in order}
@@ -191,6 +209,7 @@ def one_round(order: list[str], r: int, args: argparse.Namespace) -> dict[str, R
             for c in clusters:
                 c.check(running=True)  # one that ended before its tracing epoch would never be ready
             time.sleep(0.05)
+        prometheus.targets([a for c in clusters if c.variant in SERVED for a in c.metrics])
         for c in clusters:
             c.signal(signal.SIGSTOP)
         turn = 0
@@ -204,6 +223,7 @@ def one_round(order: list[str], r: int, args: argparse.Namespace) -> dict[str, R
             turns[c.variant].append((start, time.monotonic()))
         end = time.monotonic()
     finally:
+        prometheus.targets([])
         for c in clusters:
             c.signal(signal.SIGCONT)
     for c in clusters:
@@ -220,13 +240,58 @@ def spread(values: list[float]) -> str:
     return f"min {min(values):.3f} / median {statistics.median(values):.3f} / max {max(values):.3f}"
 
 
+def summary(k: int, runs: dict[str, list[Run]], variants: list[str], said: str) -> list[str]:
+    """The result lines of one steps_per_execution: each variant / plain, with the load now."""
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    plain, rounds, lines = runs["plain"], len(runs["plain"]), []
+    for v in variants:
+        rate = [x.rate / p.rate for x, p in zip(runs[v], plain)]
+        cpu = [x.cpu_ms / p.cpu_ms for x, p in zip(runs[v], plain)]
+        name = "user fit script observed" if v == "observed" else f"variant {v}"
+        lines.append(
+            f"(f) steps_per_execution {k}: {name} / plain steps/s over {rounds} time-sliced rounds: {spread(rate)}"
+            + (f" (target median >= {TARGET})" if v == "observed" else "")
+            + f"; the chief's CPU per step / plain's: {spread(cpu)}"
+            + f"; plain {spread([p.rate for p in plain])} steps/s; {said}; load {load}"
+        )
+    return lines
+
+
+def measure(k: int, variants: list[str], args: argparse.Namespace, prometheus: scrape.NoScrape) -> list[str]:
+    """Every round at steps_per_execution k; the result lines."""
+    args = argparse.Namespace(**{**vars(args), "steps_per_execution": k})
+    runs: dict[str, list[Run]] = {"plain": [], **{v: [] for v in variants}}
+    for r in range(args.rounds):
+        for v, run in one_round(["plain", *variants], r, args, prometheus).items():
+            runs[v].append(run)
+        plain = runs["plain"][-1]
+        print(
+            f"script-overhead steps_per_execution {k} round {r + 1}/{args.rounds} (in turns of {args.slice} s): "
+            f"plain {plain.rate:.1f} steps/s {plain.cpu_ms:.1f} ms CPU/step, "
+            + ", ".join(
+                f"{v} {x.rate:.1f} steps/s (ratio {x.rate / plain.rate:.3f}) {x.cpu_ms:.1f} ms CPU/step"
+                for v in variants
+                for x in [runs[v][-1]]
+            )
+            + f"; {prometheus.scrapes()} scrapes so far",
+            flush=True,
+        )
+    return summary(k, runs, variants, prometheus.said)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.script_overhead", description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--epochs", type=int, default=20, help="per cluster; the turns end when one finishes")
+    p.add_argument("--epochs", type=int, default=EPOCHS, help="per cluster; the turns end when one finishes")
     p.add_argument("--steps-per-epoch", type=int, default=100)
-    p.add_argument("--steps-per-execution", type=int, default=10)
+    p.add_argument(
+        "--steps-per-execution",
+        default="1,10",
+        help="the script's steps_per_execution, comma-separated, each measured in its own rounds "
+        "(default %(default)s: Keras' default, and ten steps per call)",
+    )
     p.add_argument(
         "--slice", type=float, default=0.5, help="seconds of each cluster's turn (default %(default)s)"
     )
@@ -238,44 +303,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--variants",
-        default="observed",
-        help=f"observed runs per round, comma-separated, from {', '.join(VARIANTS)}",
+        default="observed,plain-again",
+        help=f"runs beside plain in every round, comma-separated, from {', '.join(VARIANTS)} "
+        "(default %(default)s: plain-again is the method's null)",
+    )
+    p.add_argument(
+        "--no-scrape", action="store_true", help="no Prometheus (default: one scrapes the observed tasks)"
     )
     args = p.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
+    try:
+        per_call = [int(k) for k in args.steps_per_execution.split(",") if k]
+    except ValueError:
+        per_call = []
     if args.rounds < 1 or args.epochs < 4 or args.slice <= 0:
         p.error("--rounds must be 1 or more, --epochs 4 or more (the first is tracing) and --slice above 0")
     if not variants or set(variants) - set(VARIANTS):
         p.error(f"--variants {args.variants!r}: choose from {', '.join(VARIANTS)}")
-    runs: dict[str, list[Run]] = {"plain": [], **{v: [] for v in variants}}
-    for r in range(args.rounds):
-        for v, run in one_round(["plain", *variants], r, args).items():
-            runs[v].append(run)
-        plain = runs["plain"][-1]
-        print(
-            f"script-overhead round {r + 1}/{args.rounds} (in turns of {args.slice} s): plain {plain.rate:.1f} steps/s "
-            f"{plain.cpu_ms:.1f} ms CPU/step, "
-            + ", ".join(
-                f"{v} {x.rate:.1f} steps/s (ratio {x.rate / plain.rate:.3f}) {x.cpu_ms:.1f} ms CPU/step"
-                for v in variants
-                for x in [runs[v][-1]]
-            ),
-            flush=True,
+    if not per_call or min(per_call) < 1:
+        p.error(
+            f"--steps-per-execution {args.steps_per_execution!r}: whole numbers of 1 or more, comma-separated"
         )
-    with open("/proc/loadavg") as f:
-        load = " ".join(f.read().split()[:3])
-    plain = runs["plain"]
-    for v in variants:
-        rate = [x.rate / p.rate for x, p in zip(runs[v], plain)]
-        cpu = [x.cpu_ms / p.cpu_ms for x, p in zip(runs[v], plain)]
-        name = "(f) user fit script observed" if v == "observed" else f"(f) variant {v}"
-        print(
-            f"{name} / plain steps/s over {args.rounds} time-sliced rounds: {spread(rate)}"
-            + (f" (target median >= {TARGET})" if v == "observed" else "")
-            + f"; the chief's CPU per step / plain's: {spread(cpu)}"
-            + f"; plain {spread([p.rate for p in plain])} steps/s; load {load}",
-            flush=True,
-        )
+    # SIGTERM runs the finally blocks (the clusters resumed, the Prometheus stopped and its folder removed)
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    prometheus = scrape.NoScrape("unscraped (--no-scrape)") if args.no_scrape else scrape.start()
+    try:
+        lines = [line for k in per_call for line in measure(k, variants, args, prometheus)]
+    finally:
+        prometheus.close()
+        signal.signal(signal.SIGTERM, previous)
+    print("\n".join(lines), flush=True)
     return 0
 
 

@@ -40,7 +40,7 @@ def _run_sweep(
     """Every task's result, and the most TCP connections seen between the first two tasks;
     `extra_env` is set in every task's process (an allocator setting of the A/B)."""
     extra_env = extra_env or {}
-    from bench.launch import _die_with_parent, free_ports, stop
+    from bench.launch import die_with_parent, free_ports, stop
     from trainer.host import ClusterSpec
 
     ports = free_ports(len(endpoints)) if not endpoints[0].exec_prefix else [BENCH_PORT] * len(endpoints)
@@ -68,9 +68,7 @@ def _run_sweep(
         procs.append(
             (
                 e.task,
-                subprocess.Popen(
-                    cmd, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent
-                ),
+                subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent),
             )
         )
     results = []

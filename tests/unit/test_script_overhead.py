@@ -39,6 +39,9 @@ def test_the_epoch_line_and_the_launchers_pid_line_are_read():
     assert not so.EPOCH.match("[worker-0] epoch 3 done, loss 0.5000, 2.000 s, 3.000 s CPU")
     pid = so.PID.match("[launch] worker-0: pid 4242, 127.0.0.1:1234, metrics off")
     assert pid and pid.group(1) == "4242" and pid.group(2, 3) == ("127.0.0.1", "1234")
+    assert pid.group(4) is None
+    served = so.PID.match("[launch] chief: pid 4243, 127.0.0.1:1235, metrics http://127.0.0.1:5678/metrics")
+    assert served and served.group(4) == "127.0.0.1:5678"  # what the Prometheus scrapes
 
 
 def test_a_cluster_is_listening_once_every_tasks_port_accepts():
@@ -76,3 +79,19 @@ def test_a_cluster_that_ended_before_its_turns_is_an_error_not_a_wait_forever():
     cluster.check()  # exit 0 after the turns: fine
     with pytest.raises(RuntimeError, match="exited 0 \\(before its turns: True\\)"):
         cluster.check(running=True)
+
+
+def test_every_steps_per_execution_is_measured_and_the_null_runs_by_default(monkeypatch):
+    """Keras' default (1 step per call, where the hooks' per-call work weighs most) and 10, each in
+    rounds of its own, with the second plain cluster beside them: the method's null."""
+    seen = []
+
+    def measure(k, variants, args, prometheus):
+        seen.append((k, variants, args.steps_per_execution))
+        return [f"(f) steps_per_execution {k}"]
+
+    monkeypatch.setattr(so, "measure", measure)
+    assert so.main(["--no-scrape"]) == 0
+    assert seen == [(1, ["observed", "plain-again"], "1,10"), (10, ["observed", "plain-again"], "1,10")]
+    with pytest.raises(SystemExit):
+        so.main(["--no-scrape", "--steps-per-execution", "0"])

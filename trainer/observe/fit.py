@@ -1,9 +1,16 @@
 """`model.fit`, observed: a callback added to every fit call, the user's callbacks kept.
 
-tf-keras calls on_train_batch_begin/end around each call of its train_function, which runs
-steps_per_execution steps; the callback times that call on the host, counts its steps from the
-batch indices Keras passes, and takes the loss from the logs Keras computes anyway. The callback
+tf-keras calls its CallbackList's on_train_batch_begin/end around each call of its train_function,
+which runs steps_per_execution steps; the callback times that call on the host, counts its steps from
+the batch indices Keras passes, and takes the loss from the logs Keras computes anyway. The callback
 declares it reads tensor logs, so it adds no conversion of its own beyond the one scalar it reads.
+
+The callback has no batch hooks of its own: the CallbackList's two methods are wrapped to call it
+(after the other callbacks, as the last in the list), because a callback with batch hooks makes
+Keras call every callback's batch hooks, each call, where a plain fit calls none. Seen at fit's
+default steps_per_execution of 1 with verbose=2: Keras' ProgbarLogger then walked the model's
+layers for its metrics on every batch, ~200 us of CPU per call beside the callback's own ~150 us
+(`make bench` (f), docs/script.md#what-it-costs).
 """
 
 from __future__ import annotations
@@ -74,11 +81,11 @@ def make_callback(recorder: Recorder, examples: int | None):
             if examples is None:
                 recorder.say_once("examples", "observe: fit's batch size is not static: no examples counted")
 
-        def on_train_batch_begin(self, batch, logs=None) -> None:
+        def begin_call(self, batch, logs=None) -> None:
             recorder.begin_call()
             self._begin = (time.perf_counter(), batch, _tracings(self.model))
 
-        def on_train_batch_end(self, batch, logs=None) -> None:
+        def end_call(self, batch, logs=None) -> None:
             t0, first, tracings = self._begin
             steps = batch - first + 1
             self._step += steps
@@ -123,11 +130,33 @@ def install(recorder: Recorder) -> None:
         if in_fit():  # a subclass's fit calling super().fit: observed once
             return original(self, *args, **kwargs)
         examples = local_examples(self, global_batch(self, args, kwargs))
-        args, kwargs = _with_callback(args, kwargs, make_callback(recorder, examples))
-        _state.depth = 1
+        observer = make_callback(recorder, examples)
+        args, kwargs = _with_callback(args, kwargs, observer)
+        _state.depth, _state.observer = 1, observer
         try:
             return original(self, *args, **kwargs)
         finally:
-            _state.depth = 0
+            _state.depth, _state.observer = 0, None
 
     tf_keras.Model.fit = fit
+    _wrap_batch_hooks(tf_keras.callbacks.CallbackList)
+
+
+def _wrap_batch_hooks(callbacks) -> None:
+    """The running fit's callback is called by its CallbackList's batch methods, after the others."""
+    begin, end = callbacks.on_train_batch_begin, callbacks.on_train_batch_end
+
+    @functools.wraps(begin)
+    def on_train_batch_begin(self, batch, logs=None):
+        begin(self, batch, logs)
+        if (observer := getattr(_state, "observer", None)) is not None and observer in self.callbacks:
+            observer.begin_call(batch, logs)
+
+    @functools.wraps(end)
+    def on_train_batch_end(self, batch, logs=None):
+        end(self, batch, logs)
+        if (observer := getattr(_state, "observer", None)) is not None and observer in self.callbacks:
+            observer.end_call(batch, logs)
+
+    callbacks.on_train_batch_begin = on_train_batch_begin
+    callbacks.on_train_batch_end = on_train_batch_end

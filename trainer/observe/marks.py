@@ -110,11 +110,20 @@ class _Sums:
             self.sums.assign_add(tf.stack(row), read_value=False)
 
     def read(self) -> dict[str, tuple[float, float]]:
-        """On the host, between calls or from another thread: each kind's (seconds, count) so far."""
+        """On the host, between calls or from another thread: each kind's (seconds, count) so far.
+        Eagerly (the hooks between calls, the scrape's thread) the variable's read op is run on its
+        handle: ~9 us against ~60 us for `numpy()` under `init_scope` (measured here), which the hooks
+        pay twice per call of the step function, i.e. per step at fit's default steps_per_execution."""
         import tensorflow as tf
+        from tensorflow.python.ops import gen_resource_variable_ops
 
-        with tf.init_scope():
-            values = [float(v) for v in self.sums.numpy()]
+        if tf.executing_eagerly():
+            values = (
+                gen_resource_variable_ops.read_variable_op(self.sums.handle, tf.float64)._numpy().tolist()
+            )
+        else:
+            with tf.init_scope():
+                values = self.sums.numpy().tolist()
         return {kind: (values[i], values[i + 1]) for kind, i in _SLOT.items()}
 
 
