@@ -168,17 +168,15 @@ PANELS = (
         title="Step breakdown: $task",
         description="Mean seconds per step on this task, stacked: compute (forward and "
         "backward), all-reduce (gradient exchange, including waiting for the slowest task), input "
-        "wait, other (dispatch overhead the parts do not cover), and outside steps (wall-clock time "
-        "between steps: saves, host work between calls), so the stack is the clock's time per step. "
-        "The largest band is the bottleneck; 'other' above a few ms means the step is too small to be "
-        "worth distributing.",
+        "wait, and other (dispatch overhead the parts do not cover); the time between steps (saves, "
+        "host work) is `make status`'s outside-steps share. The largest band is the bottleneck; "
+        "'other' above a few ms means the step is too small to be worth distributing.",
         unit="s",
         exprs=(
             (r.MEAN[c.COMPUTE] + TASK_SEL, TASK_LEGEND + " compute"),
             (r.MEAN[c.ALLREDUCE] + TASK_SEL, TASK_LEGEND + " all-reduce"),
             (r.MEAN[c.INPUT_WAIT] + TASK_SEL, TASK_LEGEND + " input wait"),
             (r.OTHER + TASK_SEL, TASK_LEGEND + " other"),
-            (r.OUTSIDE + TASK_SEL, TASK_LEGEND + " outside steps"),
         ),
         w=24,
         stacked=True,
