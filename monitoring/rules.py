@@ -166,7 +166,8 @@ def _per_task_rules() -> list[tuple[str, str]]:
     rules.append((OTHER, " - ".join(MEAN[m] for m in PARTS)))
     rules += [(SHARE[m], f"{SUM_RATE[m]} / {SUM_RATE[c.STEP]}") for m in c.STEP_PARTS]
     rules += [
-        (STEPS_PER_SECOND, steps_per_second()),
+        # After the run (done, or gone) the whole run's: examples/s and the time outside steps stay readable.
+        (STEPS_PER_SECOND, steps_per_second_now()),
         (STEPS_PER_SECOND_RUN, steps_per_second_run()),
         # The clock's seconds per step minus the mean step: what 'other' (inside the step) does not hold.
         (OUTSIDE, f"1 / ({STEPS_PER_SECOND} > 0) - ({MEAN[c.STEP]} >= 0)"),
