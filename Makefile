@@ -57,10 +57,19 @@ include bench/bench.mk
 
 ##@ Tests
 
-# The unit tests measure no time: they run on every core (pytest-xdist). The local clusters and the
-# end-to-end suite size their waits from the step time they measure, so they run one at a time.
+# The unit tests measure no time: they run on every core (pytest-xdist). Of the local clusters and the
+# end-to-end modules, those that judge what they time (marked `measures`: step times, shares of a step,
+# speed-ups) run alone; the others size their waits from what they measure, and spend most of their
+# time waiting on a condition (an alert's for:, a stall bound, a restart), so they run side by side:
+# E2E_JOBS modules at a time, each module on one worker (tests/conftest.py), each stack in its own
+# project and address (tests/e2e/places.py).
 UNIT_JOBS ?= auto
 UNIT = $(PY) -m pytest -n $(UNIT_JOBS) tests/unit
+E2E_JOBS ?= 2
+MEASURED = $(PY) -m pytest --durations=15 -m measures tests/cluster tests/e2e
+SIDE_BY_SIDE = $(PY) -m pytest --durations=30 -n $(E2E_JOBS) --dist loadscope -m "not measures" tests/cluster tests/e2e
+# pytest's exit 5 (nothing selected, e.g. PYTEST_ARGS=-k of one stage's test) fails only if both stages had none.
+BOTH_PASSED = { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; } && { [ $$2 -eq 0 ] || [ $$2 -eq 5 ]; } && [ $$1$$2 != 55 ]
 
 # While the unit tests run (they measure no time), the images' wheelhouses download and, when an engine
 # answers, every image the later stages use is built (the CPU stack's and the GPU trainer's: ~6 min
@@ -72,12 +81,13 @@ PREBUILD = $(FETCH); if compose/engine.sh check >/dev/null 2>&1; then \
   else echo "test: no Docker engine: the end-to-end tests build the images themselves"; fi
 
 .PHONY: test
-test: $(VENV)/.stamp ## Run every test: unit (on every core, the images downloading and building meanwhile), local clusters, promtool, and the Docker end-to-end suite
+test: $(VENV)/.stamp ## Run every test: unit (on every core, the images downloading and building meanwhile), then the local clusters and the Docker end-to-end suite (those that judge what they time alone, the rest E2E_JOBS side by side)
 	@mkdir -p build/logs; ($(PREBUILD)) >build/logs/test-images.log 2>&1 & images=$$!; \
 	  $(UNIT) $(PYTEST_ARGS); unit=$$?; \
 	  wait $$images || echo "test: the images' download or build failed (build/logs/test-images.log): the tests that need them do it again"; \
 	  exit $$unit
-	$(PY) -m pytest --durations=30 tests/cluster tests/e2e $(PYTEST_ARGS)
+	@$(MEASURED) $(PYTEST_ARGS); measured=$$?; $(SIDE_BY_SIDE) $(PYTEST_ARGS); rest=$$?; \
+	  set -- $$measured $$rest; $(BOTH_PASSED)
 
 FAULTS ?= 20
 SEED ?=

@@ -78,8 +78,10 @@ clean: ## Like down, and also remove the volumes (checkpoints, Prometheus histor
 	@if [ -z "$(FORCE)" ] && $(STACK_UP) && ! $(CHIEF_RUN) check --checkpoint-dir /checkpoints; then exit 2; fi
 	@if $(STACK_UP); then $(DC) down --volumes --remove-orphans; \
 	 else docker compose -p $(PROJECT) down --volumes --remove-orphans; fi
-	@# Everything in RUN_DIR but the folders of other projects' live stacks (.run/PROJECT) and the models.
-	@test ! -d $(RUN_DIR) || find $(RUN_DIR) -mindepth 1 -maxdepth 1 ! -name output ! -exec test -f {}/stack.env \; -exec rm -rf {} +
+	@# Everything in RUN_DIR but the models and the folders of other projects (.run/PROJECT): one with a
+	@# stack, or one whose make up is starting (it holds .up.lock before it writes stack.env).
+	@test ! -d $(RUN_DIR) || find $(RUN_DIR) -mindepth 1 -maxdepth 1 ! -name output ! -exec test -f {}/stack.env \; \
+	  ! -exec test -f {}/.up.lock \; -exec rm -rf {} +
 
 .PHONY: output
 output: ## Copy the final model and summary out of the checkpoint volume into OUTPUT (each job's end does it)

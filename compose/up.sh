@@ -128,9 +128,14 @@ build_chief() { COMPOSE_BAKE=false dc --progress plain build chief; }
 
 # 6. Build once, on the chief. Then free what rebuilds leave behind (our superseded images, the
 #    ~340 MB copy of the build context): layers stay cached, so warm builds are still instant.
+# One build at a time on this engine: two make ups side by side (two projects, or make test's
+# side-by-side stage) would prune the build context the other is still reading. Released below.
+exec 8>"${TMPDIR:-/tmp}/mwms-build.lock"
+flock 8
 quietly "$RUN_DIR/logs/build.log" "up: building ${IMAGE_REPO:-mwms/trainer} ($variant) on the chief service (cold: ~1 min; warm: cached)" build_chief
 docker image prune -f --filter label=org.mwms.image=trainer >/dev/null
 docker builder prune -f --filter type=source.local >/dev/null 2>&1
+flock -u 8; exec 8>&-
 [ "${1:-}" = --build-only ] && exit 0
 # 7. Before any task starts: does the checkpoint volume fit this job (its settings, a step below STEPS)?
 #    Skipped checkpoints are named; a refusal is its reason and the ways on, exit 2 (trainer/state/manifest.py).

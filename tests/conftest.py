@@ -100,3 +100,51 @@ def promtool() -> str:
 def amtool() -> str:
     need("amtool")
     return shutil.which("amtool") or "amtool"
+
+
+# --- make test's side-by-side stage (pytest-xdist -n N --dist loadscope) ---
+# A module's tests share its stacks and module fixtures, so a module is one unit of work for one xdist
+# worker, and the modules on the session stack (tests/e2e/conftest.py) are one unit together. xdist's
+# own xdist_group marks do not reach its scheduler under pytest 9 (the nodeid suffix they rely on is
+# no longer written), so the scheduler here groups by file. Docker-in-Docker and the other end-to-end
+# modules go out first and the local clusters last: the long ones start early, the short ones fill in.
+SESSION_STACK_GROUP = "session-stack"
+SESSION_STACK_MODULES = frozenset(
+    {"tests/e2e/test_stack_e2e.py", "tests/e2e/test_dashboards_live.py", "tests/e2e/test_report_live.py"}
+)
+
+
+def _uses_the_session_stack(item: pytest.Item) -> bool:
+    defs = getattr(item, "_fixtureinfo", None) and item._fixtureinfo.name2fixturedefs.get("stack", ())
+    return bool(defs) and defs[-1].scope == "session"
+
+
+def _start_order(item: pytest.Item) -> int:
+    if item.get_closest_marker("dind"):
+        return 0
+    return 1 if item.get_closest_marker("docker") else 2
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    stray = sorted(
+        {i.nodeid.split("::")[0] for i in items if _uses_the_session_stack(i)} - SESSION_STACK_MODULES
+    )
+    if stray:  # it would start a second session stack beside the first, on the same ports
+        raise pytest.UsageError(
+            f"{', '.join(stray)} use the session stack: add them to SESSION_STACK_MODULES"
+        )
+    if hasattr(config, "workerinput"):  # an xdist worker; in one process the files' own order
+        items.sort(key=_start_order)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SESSION_STACK_GROUP if path in SESSION_STACK_MODULES else path
+
+    return ModuleScheduling(config, log)

@@ -19,7 +19,7 @@ import pytest
 
 from tests.cluster.local import ROOT
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.measures]
 SCRIPTS = ROOT / "tests" / "scripts"
 CHECK = re.compile(r"^\[(\S+)\] observe-check: (\{.*\})$", re.M)
 SUMMARY = re.compile(

@@ -11,7 +11,7 @@ import pytest
 
 from tests.cluster.local import launch
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.measures]
 TOLERANCE = 0.10  # what the benchmark targets; the parts are ~25 ms and ~3 ms per step
 TRACE_STEPS = 20
 MIN_HELD = TRACE_STEPS // 2

@@ -10,7 +10,7 @@ pending, and Alertmanager deliver it within its `group_wait` plus one evaluation
 traffic flows again the resolution must arrive too. On the same stack: Prometheus' lifecycle API is
 off, retention is by time and size, and container logs are rotated (docs/security.md).
 
-Its own project (PROJECT alerts-e2e, ALERTS_BIND_ADDR, default 127.0.0.6), so other stacks are never
+Its own project (ALERTS_PROJECT and ALERTS_BIND_ADDR, defaults in tests/e2e/places.py), so other stacks are never
 touched. IMAGE_REPO is honoured (a checkout's own trainer image).
 """
 
@@ -29,17 +29,18 @@ import pytest
 import yaml
 
 from compose import services
+from tests.e2e import places
 from tests.e2e.alerting import EVALUATION, GROUP_WAIT, Inbox, rfc3339, rule_for, wait, with_receiver
 from tests.e2e.conftest import ROOT, engine_ready
 from tests.e2e.faultstack import FaultStack
 
 pytestmark = pytest.mark.docker
 
-PROJECT = os.environ.get("ALERTS_PROJECT", "alerts-e2e")
+PROJECT = os.environ.get("ALERTS_PROJECT", places.ALERTS.project)
 STACK = FaultStack(
     PROJECT,
     f".run/{PROJECT}",
-    os.environ.get("ALERTS_BIND_ADDR", "127.0.0.6"),
+    os.environ.get("ALERTS_BIND_ADDR", places.ALERTS.bind),
     {
         "WORKERS": "1",
         "STEPS": "100000000",

@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, replace
 import pytest
 
 from compose.deployment import STOP_GRACE_SECONDS
+from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.dind import EngineNode
 from tests.e2e.faultstack import SUPERVISOR_RESTART, FaultStack, stamp
@@ -346,16 +347,16 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
         f"chaos: seed {seed}, {count} faults, {steps} steps, MAX_RESTARTS={max_restarts(faults)}, engine {engine}: "
         f"{[f.kind + '@' + f.target for f in faults]}"
     )
-    project = os.environ.get("CHAOS_PROJECT", "mwms-chaos")
+    project = os.environ.get("CHAOS_PROJECT", places.CHAOS.project)
     node = (
-        EngineNode(f"{project}-engine", os.environ.get("CHAOS_ENGINE_SUBNET", "10.225.0"))
+        EngineNode(f"{project}-engine", os.environ.get("CHAOS_ENGINE_SUBNET", places.CHAOS_NODE.subnet))
         if engine == "dind"
         else None
     )
     stack = FaultStack(
         project,
         os.environ.get("CHAOS_RUN_DIR", ".run/chaos"),
-        node.ip if node else os.environ.get("CHAOS_BIND_ADDR", "127.0.0.3"),
+        node.ip if node else os.environ.get("CHAOS_BIND_ADDR", places.CHAOS.bind),
         {
             "WORKERS": str(WORKERS),
             "STEPS": str(steps),

@@ -3,7 +3,7 @@ stack measured: run A plain; run B with an input delay of three of A's steps (th
 it) -> compare says slower beyond the spread and names input wait; `make tune` on B with the delay's
 removal as the candidate -> named beyond the null, written to tuned.env, which the next `make up` says
 it used. Bad input (an unknown run, no running job) is one line and exit 2. Own project and address
-(TUNE_BIND, default 127.0.0.41); IMAGE_REPO is honoured."""
+(TUNE_BIND, default in tests/e2e/places.py); IMAGE_REPO is honoured."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ import pytest
 
 from monitoring import runlist
 from monitoring.prom_client import Prometheus, PrometheusError
+from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.faultstack import FaultStack
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.measures]
 
 SKIP_S, WINDOWS = 10, 3
 """COMPARE_SKIP and the steady windows (monitoring.compare.WINDOW_S each) every run waits for."""
@@ -29,7 +30,12 @@ SETTINGS = {
     "COMPARE_SKIP": str(SKIP_S),
     "IMAGE_REPO": os.environ.get("IMAGE_REPO", "mwms/trainer"),
 }
-STACK = FaultStack("tune-e2e", ".run/tune-e2e", os.environ.get("TUNE_BIND", "127.0.0.41"), SETTINGS)
+STACK = FaultStack(
+    places.TUNE.project,
+    f".run/{places.TUNE.project}",
+    os.environ.get("TUNE_BIND", places.TUNE.bind),
+    SETTINGS,
+)
 
 
 def make(*args: str, timeout: float = 600, **settings: str) -> subprocess.CompletedProcess:

@@ -29,8 +29,11 @@ STEP = 5
 RATE_INTERVAL = f"{max(STEP + SCRAPE, 4 * SCRAPE)}s"
 # Panels that are empty on a healthy run by design; their queries must still be valid PromQL.
 MAY_BE_EMPTY = {("trainer-overview", "Firing alerts", True)}
-# The most derived recording rule: once it has a value for every task, every panel can have data.
-READY = rules.BUSBW
+# The most derived recording rules of each kind: once they have a value for every task, every panel can
+# have data. The rates from counters have one with the first scrape that saw a step; the clock's steps/s
+# (and what derives from it) needs a second rule evaluation after that one (its first step is read by a
+# subquery at the evaluation interval): readiness on busbw alone once queried a task's examples/s too soon.
+READY = ((rules.BUSBW, "task"), (rules.EXAMPLES_PER_SECOND, "task"), (rules.CLUSTER_STEPS, "job"))
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +41,8 @@ def trained(stack):
     """(prometheus, run window, {instance: labels}) once every task has trained long enough for
     every recording rule to have a value."""
     prom = Prometheus(url=stack.prometheus_url)
-    wait_for_data(prom, READY, tasks=stack.workers + 1, timeout=240)
+    for expr, per in READY:
+        wait_for_data(prom, expr, tasks=stack.workers + 1 if per == "task" else 1, timeout=240)
     window = find_window(prom, lookback=3600, now=time.time())  # the run so far (or all of it)
     sizes = prom.query_range(
         f"{contract.WORLD_SIZE.name}{rules.JOB_SELECTOR}", window.start, window.end, STEP

@@ -28,13 +28,14 @@ import pytest
 
 import contract
 from contract import ALLREDUCE_BYTES, COMPUTE, LAST_STEP_TIME, STEP, STEPS
+from tests.e2e import places
 from tests.e2e.conftest import ROOT, engine_ready
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.measures]
 
-PROJECT = "mwms-diagnose"
+PROJECT = places.DIAGNOSE.project
 RUN_DIR = ROOT / ".run" / "diagnose"
-BIND = "127.0.0.3"
+BIND = places.DIAGNOSE.bind
 PROM = f"http://{BIND}:{contract.PROMETHEUS_PORT}"
 STACK = [f"PROJECT={PROJECT}", f"RUN_DIR={RUN_DIR}", f"BIND_ADDR={BIND}", "OFFLINE=1", "GPUS=0"]
 

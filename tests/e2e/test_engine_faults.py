@@ -27,14 +27,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.dind import EngineNode, wait_until
 from tests.e2e.faultstack import FaultStack, Watch, stamp
 from tests.e2e.test_chaos import Chaos, Fault
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.dind]
 
-NODE = EngineNode("mwms-engine-e2e", os.environ.get("ENGINE_E2E_SUBNET", "10.224.0"))
+NODE = EngineNode(places.ENGINE_NODE.name, os.environ.get("ENGINE_E2E_SUBNET", places.ENGINE_NODE.subnet))
 STEPS = 600
 SAVE_EVERY = 50
 CLUSTER_TIMEOUT_S = 60

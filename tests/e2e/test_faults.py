@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import places
 from tests.e2e.conftest import ROOT, engine_ready
 from tests.e2e.faultstack import FaultStack, Outcome, Watch, stamp
 
@@ -37,11 +38,11 @@ HEARTBEAT_S = 5
 CLUSTER_TIMEOUT_S = 20
 # ~20 steps/s: a fault can land mid-run; --log-every 1: the chief logs every call's last step.
 TRAINER_ARGS = f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}"
-PROJECT = os.environ.get("FAULTS_PROJECT", "mwms-faults")
+PROJECT = os.environ.get("FAULTS_PROJECT", places.FAULTS.project)
 STACK = FaultStack(
     PROJECT,
     f".run/{PROJECT}",
-    os.environ.get("FAULTS_BIND", "127.0.0.2"),
+    os.environ.get("FAULTS_BIND", places.FAULTS.bind),
     {
         "WORKERS": "2",
         "STEPS": str(STEPS),

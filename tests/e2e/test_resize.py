@@ -13,14 +13,15 @@ import time
 
 import pytest
 
+from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.faultstack import STEP_LINE, FaultStack, stamp
 
 pytestmark = pytest.mark.docker
 STACK = FaultStack(
-    "resize-e2e",
-    ".run/resize-e2e",
-    os.environ.get("RESIZE_BIND", "127.0.0.9"),
+    places.RESIZE.project,
+    f".run/{places.RESIZE.project}",
+    os.environ.get("RESIZE_BIND", places.RESIZE.bind),
     {"PER_REPLICA_BATCH": "24", "RESIZE_KEEP": "global-batch", "SAVE_EVERY": "1000"},
 )
 SAVED = re.compile(r"every task saved step (\d+)")

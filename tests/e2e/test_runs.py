@@ -3,8 +3,8 @@ project, then `make diagnose`; and two stacks on one engine, each seeing only it
 
 The first run trains another task (its build info differs, as a SCRIPT= run's did); its series are
 still in Prometheus' lookback when the second run is judged, which said `cluster: MISMATCH` before
-every series carried the run. Own projects and addresses (RUNS_BIND_A / RUNS_BIND_B, default
-127.0.0.7 and .8); IMAGE_REPO is honoured.
+every series carried the run. Own projects and addresses (RUNS_BIND_A / RUNS_BIND_B, defaults
+in tests/e2e/places.py); IMAGE_REPO is honoured.
 """
 
 from __future__ import annotations
@@ -16,14 +16,25 @@ import time
 
 import pytest
 
+from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.faultstack import FaultStack
 
 pytestmark = pytest.mark.docker
 
 SETTINGS = {"WORKERS": "2", "SAVE_EVERY": "0", "IMAGE_REPO": os.environ.get("IMAGE_REPO", "mwms/trainer")}
-A = FaultStack("alerts-runs-a", ".run/alerts-runs-a", os.environ.get("RUNS_BIND_A", "127.0.0.7"), SETTINGS)
-B = FaultStack("alerts-runs-b", ".run/alerts-runs-b", os.environ.get("RUNS_BIND_B", "127.0.0.8"), SETTINGS)
+A = FaultStack(
+    places.RUNS_A.project,
+    f".run/{places.RUNS_A.project}",
+    os.environ.get("RUNS_BIND_A", places.RUNS_A.bind),
+    SETTINGS,
+)
+B = FaultStack(
+    places.RUNS_B.project,
+    f".run/{places.RUNS_B.project}",
+    os.environ.get("RUNS_BIND_B", places.RUNS_B.bind),
+    SETTINGS,
+)
 TASKS = ["chief", "worker-0", "worker-1"]
 
 

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 import pytest
 
 from contract import ALLREDUCE_BYTES, COMPUTE, RUN_LABEL, STEP, STEPS
+from tests.e2e import places
 from tests.e2e.conftest import ROOT, engine_ready
 from tests.e2e.faultstack import FaultStack
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.measures]
 
 SCRIPTS = ROOT / "tests" / "e2e" / "scripts"
 RULE_WINDOW_S = 60
@@ -50,9 +51,9 @@ STARVE_FACTOR = 3
 threshold (a quarter, 0.07 of 0.29 cores under load, was followed by chief and worker-0 starting over)."""
 TASKS = ("chief", "worker-0", "worker-1")
 STACK = FaultStack(
-    os.environ.get("VERDICTS_PROJECT", "verdicts"),
-    f".run/{os.environ.get('VERDICTS_PROJECT', 'verdicts')}",
-    os.environ.get("VERDICTS_BIND", "127.0.0.23"),
+    os.environ.get("VERDICTS_PROJECT", places.VERDICTS.project),
+    f".run/{os.environ.get('VERDICTS_PROJECT', places.VERDICTS.project)}",
+    os.environ.get("VERDICTS_BIND", places.VERDICTS.bind),
     {
         "WORKERS": "2",
         "IMAGE_REPO": os.environ.get("IMAGE_REPO", "mwms/trainer"),

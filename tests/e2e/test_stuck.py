@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.faultstack import FaultStack, stamp
 from trainer.supervise.supervisor import StallBound
@@ -36,8 +37,8 @@ FAULT_STEP = 170
 STALL = "20,10,60"
 """20 x the p99 step, at least 10 s (a save or a loaded machine must not look stuck), at most 60 s."""
 BOUND = StallBound.parse(STALL)
-PROJECT = os.environ.get("STUCK_PROJECT", "mwms-stuck")
-BIND = os.environ.get("STUCK_BIND", "127.0.0.3")
+PROJECT = os.environ.get("STUCK_PROJECT", places.STUCK.project)
+BIND = os.environ.get("STUCK_BIND", places.STUCK.bind)
 TASKS = ("chief", "worker-0", "worker-1")
 STUCK_LINE = re.compile(r"^(\S+) supervise: stuck: step stuck at (\d+) for (\d+)s \(bound (\d+)s")
 

@@ -32,14 +32,14 @@ import yaml
 
 import contract
 from compose.targets import swarm as stack
-from tests.e2e import alerting
+from tests.e2e import alerting, places
 from tests.e2e.alerting import Inbox
 from tests.e2e.conftest import ROOT, engine_ready, trainer_targets
 from tests.e2e.dind import wait_until
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.dind]
 
-SWARM = os.environ.get("SWARM_E2E_NAME", "mwms-swarm-e2e")
+SWARM = os.environ.get("SWARM_E2E_NAME", places.SWARM.project)
 STACK = "mwms"
 LOSS_STACK = "mwmsloss"
 LOSS_STEPS = 600
@@ -47,8 +47,8 @@ LOSS_STEPS = 600
 only what proves the job finishes (CI's time: this test ran 6 min at 1500 steps, load 20)."""
 """The node-loss run's stack: its own volumes (the first run's checkpoints are at the last step)."""
 # The registry's host side (a loopback address no other e2e test publishes on) and the node subnet.
-BIND = os.environ.get("SWARM_E2E_BIND", "127.0.0.5")
-SUBNET = os.environ.get("SWARM_E2E_SUBNET", "10.212.0")
+BIND = os.environ.get("SWARM_E2E_BIND", places.SWARM.bind)
+SUBNET = os.environ.get("SWARM_E2E_SUBNET", places.SWARM_NODES.subnet)
 PROM = f"http://{SUBNET}.11:{contract.PROMETHEUS_PORT}"  # node-1's own address: Prometheus is published in host mode there
 # ~14-25 steps/s (the input delay caps it at 25): the kill lands well before the end wherever the first
 # checkpoint is seen. The alert test before it trains on meanwhile: 1442 steps in its 100 s at load 15,

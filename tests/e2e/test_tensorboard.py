@@ -27,10 +27,11 @@ import requests
 
 import contract
 from tests.conftest import ROOT, need
+from tests.e2e import places
 from tests.e2e.browser import Browser
 
-PROJECT = os.environ.get("PROJECT", "mwms-tensorboard")
-BIND = os.environ.get("BIND_ADDR", "127.0.0.6")
+PROJECT = os.environ.get("PROJECT", places.TENSORBOARD.project)
+BIND = os.environ.get("BIND_ADDR", places.TENSORBOARD.bind)
 WORKERS = 1
 TASKS = ["chief"] + [f"worker-{i}" for i in range(WORKERS)]
 STACK = [f"PROJECT={PROJECT}", f"BIND_ADDR={BIND}", "OFFLINE=1", "GPUS=0"] + (

@@ -1,0 +1,30 @@
+"""`make test` runs the end-to-end modules side by side: no two stacks may share a compose project, a
+published address or a Docker-in-Docker subnet (tests/e2e/places.py), and no module may publish on an
+address written anywhere else."""
+
+import re
+from pathlib import Path
+
+from tests.e2e import places
+
+E2E = Path(__file__).resolve().parents[1] / "e2e"
+RENDER_ONLY = {"test_security.py"}  # renders compose files with addresses; starts nothing on them
+LITERAL = re.compile(r"""["'](127\.0\.0\.\d+|10\.\d+\.\d+)["']""")
+
+
+def test_every_place_is_its_own():
+    for field in ("project", "bind"):
+        values = [getattr(p, field) for p in places.PLACES]
+        assert len(set(values)) == len(values), f"two e2e stacks share a {field}: {sorted(values)}"
+    subnets = [n.subnet for n in places.NETS]
+    assert len(set(subnets)) == len(subnets), subnets
+    assert len(places.PLACES) >= 13 and len(places.NETS) == 3
+
+
+def test_no_module_writes_an_address_of_its_own():
+    found = {
+        f.name: LITERAL.findall(f.read_text())
+        for f in sorted(E2E.glob("test_*.py"))
+        if f.name not in RENDER_ONLY
+    }
+    assert not {k: v for k, v in found.items() if v}, "use tests/e2e/places.py"
