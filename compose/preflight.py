@@ -144,10 +144,23 @@ def port_problem(
     )
 
 
+def own_mib(project: str, runner: gpus.Runner = gpus.run) -> int:
+    """What this project's running containers hold, at the measured figures: the memory that `make up`
+    again, or `make resize`, frees before its new tasks start."""
+    out = runner(["docker", "ps", "--filter", f"label=com.docker.compose.project={project}", "--format",
+                  '{{.Label "com.docker.compose.service"}}'])  # fmt: skip
+    names = set(out.split())
+    tasks = {n for n in names if n == "chief" or n.startswith("worker-")}
+    return len(tasks) * MEMORY_PER_TASK_MIB + (MONITORING_MIB if names - tasks else 0)
+
+
 def problems(ns: argparse.Namespace, runner: gpus.Runner = gpus.run) -> list[str]:
     found = [project_problem(ns.project), gpu_problem(ns.gpus, runner), workers_problem(ns.workers)]
     if ns.starting and not found[-1]:
-        found.append(memory_problem(int(ns.workers), available_mib()))
+        available = available_mib()
+        if available is not None:
+            available += own_mib(ns.project, runner)
+        found.append(memory_problem(int(ns.workers), available))
     if ns.starting:
         addr = "0.0.0.0" if ns.bind_addr in ("", "0.0.0.0") else ns.bind_addr
         found += [port_problem(addr, svc, port, ns.project, runner) for svc, port in published_ports()]

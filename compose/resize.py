@@ -7,18 +7,24 @@ preemption handler) and starts the job again with N workers from that checkpoint
 trainer/state/resize.py). It only makes sense for a job that is training now at another size:
 refused for a count that is not a whole number >= 0, the same size, and a job that is not running
 (never started, stopped, failed or finished: `make up WORKERS=N` continues one from its checkpoint).
-Standard library only.
+From the job's own Prometheus: refused while a task is starting or waiting for its peers (no step to
+save yet: its SIGTERM would end the start, not save), and a resize asked mid-save waits for the save
+to end, so the stop saves the step after it. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
+import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 
-from contract import CHIEF, WORKER
+from contract import CHIEF, PROJECT_LABEL, RUN_LABEL, STATE, WORKER, task_of
 
 WORKER_RE = re.compile(rf"^{WORKER}-(\d+)$")
 EXITED_RE = re.compile(r"^Exited \((\d+)\)")
@@ -54,13 +60,89 @@ def refusal(requested: str, project: str, tasks: Mapping[str, str]) -> str | Non
     return None
 
 
+STARTING = ("starting", "waiting_for_peers")
+SAVING = "checkpointing"
+SAVE_WAIT_S = 300.0
+"""How long a resize waits for a save in progress to end: a save that lasts longer is stuck, not slow."""
+
+Query = Callable[[str], list[dict]]
+
+
+def prometheus(url: str) -> Query:
+    """An instant query of the job's Prometheus: its result list."""
+
+    def query(expr: str) -> list[dict]:
+        with urllib.request.urlopen(
+            f"{url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=5
+        ) as r:
+            return json.load(r)["data"]["result"]
+
+    return query
+
+
+def phases(query: Query, project: str, run: str) -> dict[str, str]:
+    """Each task's lifecycle state in this run, as it last exposed it."""
+    sel = f'{STATE.name}{{{PROJECT_LABEL}="{project}", {RUN_LABEL}="{run}"}} == 1'
+    return {task_of(r["metric"]): r["metric"].get(STATE.client_name, "") for r in query(sel)}
+
+
+def phase_refusal(now: Mapping[str, str], project: str) -> str | None:
+    starting = sorted(t for t, state in now.items() if state in STARTING)
+    if starting:
+        return (
+            f"PROJECT={project}'s {', '.join(starting)} {'is' if len(starting) == 1 else 'are'} starting or "
+            "waiting for peers (no step to save yet): resize once `make status` shows every task training"
+        )
+    if any(state == "done" for state in now.values()):
+        return (
+            f"PROJECT={project}'s job has finished: make up WORKERS=N STEPS=<more> trains on at the new size"
+        )
+    return None
+
+
+def settle(
+    query: Query,
+    project: str,
+    run: str,
+    wait_s: float = SAVE_WAIT_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> str | None:
+    """Why not now (one line), or None once no task is starting and none is saving (waits out a save)."""  # fmt: skip
+    deadline, said = clock() + wait_s, False
+    while True:
+        now = phases(query, project, run)
+        if why := phase_refusal(now, project):
+            return why
+        saving = sorted(t for t, state in now.items() if state == SAVING)
+        if not saving:
+            return None
+        if clock() > deadline:
+            return f"PROJECT={project}'s {', '.join(saving)} has been saving for over {wait_s:.0f} s: make status, then try again"
+        if not said:
+            print(f"resize: {', '.join(saving)} saving a checkpoint: waiting for it to end", file=sys.stderr)
+            said = True
+        sleep(1.0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m compose.resize", description=__doc__.splitlines()[0])
     p.add_argument("--project", required=True)
     p.add_argument("--workers", required=True)
+    p.add_argument("--prometheus", help="the job's Prometheus: starting and saving tasks are read from it")
+    p.add_argument("--run", default="", help="the job's run id (stack.env's RUN)")
     ns = p.parse_args(argv)
     tasks = states(ns.project)
-    if why := refusal(ns.workers, ns.project, tasks):
+    why = refusal(ns.workers, ns.project, tasks)
+    if not why and ns.prometheus:
+        try:
+            why = settle(prometheus(ns.prometheus), ns.project, ns.run)
+        except OSError as err:
+            print(
+                f"resize: {ns.prometheus} did not answer ({err}): starting or saving tasks not checked",
+                file=sys.stderr,
+            )
+    if why:
         print(f"resize: {why}", file=sys.stderr)
         return 2
     now = sum(1 for svc in tasks if WORKER_RE.match(svc))

@@ -3,7 +3,8 @@
 # Stack settings arrive through the environment from compose/compose.mk's STACK_VARS (WORKERS, GPUS, ...);
 # trainer knobs (STEPS=, TASK=, any trainer flag upper-cased) pass through it untouched to
 # the Compose target (python -m compose.emit --target compose), which reads them (compose/knobs.py).
-# Run from the repository root. `up.sh --build-only` stops after building (make images).
+# Run from the repository root. `up.sh --build-only` stops after building (make images); `up.sh --check`
+# after step 0's refusals (make resize, before it stops a task).
 set -euo pipefail
 # Ports and defaults (DEFAULT_WORKERS, PROMETHEUS_PORT, ...), written once in contract/__init__.py.
 eval "$("${PYTHON:-python3}" -m contract --shell)"
@@ -52,6 +53,7 @@ fi
 [ $starting = 1 ] && use_tuned "$RUN_DIR/tuned.env"
 # The job's own settings (STEPS, TASK, SCRIPT, DATA, every knob) are checked here too, written in step 2.
 [ $starting = 1 ] && "${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}" --check
+[ "${1:-}" = --check ] && exit 0
 
 compose/engine.sh ensure
 

@@ -151,3 +151,22 @@ def test_up_refuses_a_second_start_of_the_same_project(stubs, tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_running_stack_of_the_project_counts_as_free_memory(monkeypatch):
+    """`make up` again, or `make resize`, replaces this project's containers: what they hold is freed
+    before the new tasks start, so a resize from 2 to 3 workers on a host with one task's memory to
+    spare is not refused. Another project's containers are not counted."""
+    running = "chief\nworker-0\nworker-1\nprometheus\nalertmanager\n"
+
+    def docker(cmd):
+        return running if "label=com.docker.compose.project=mine" in cmd else ""
+
+    assert preflight.own_mib("mine", docker) == 3 * preflight.MEMORY_PER_TASK_MIB + preflight.MONITORING_MIB
+    assert preflight.own_mib("other", docker) == 0
+    spare = preflight.MEMORY_PER_TASK_MIB + 10  # what the host has free beside the running job
+    ns = preflight.argparse.Namespace(project="mine", gpus="0", workers="3", starting=True, bind_addr="127.0.0.250")
+    monkeypatch.setattr(preflight, "available_mib", lambda: spare)
+    assert not [p for p in preflight.problems(ns, docker) if "GiB" in p]
+    ns.project = "other"
+    assert [p for p in preflight.problems(ns, docker) if "WORKERS=3: 4 tasks need" in p]

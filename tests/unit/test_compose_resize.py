@@ -37,3 +37,51 @@ def test_a_running_job_at_another_size_goes_on():
 def test_states_keeps_the_tasks_only():
     out = "chief\tUp 1 minute\nworker-0\tUp 1 minute\nprometheus\tUp 1 minute\n"
     assert resize.states("p", run=lambda cmd: out) == {"chief": "Up 1 minute", "worker-0": "Up 1 minute"}
+
+
+def result(states: dict[str, str]) -> list[dict]:
+    """What Prometheus answers to phases()'s query: each task's current state series."""
+    labels = {"chief": ("chief", "0"), "worker-0": ("worker", "0"), "worker-1": ("worker", "1")}
+    return [
+        {
+            "metric": {"task_type": labels[t][0], "task_index": labels[t][1], "trainer_state": s},
+            "value": [0, "1"],
+        }
+        for t, s in states.items()
+    ]
+
+
+@pytest.mark.parametrize("state", ["starting", "waiting_for_peers"])
+def test_a_task_that_is_starting_is_refused(state):
+    seen = []
+    query = lambda expr: seen.append(expr) or result({"chief": "training", "worker-1": state})  # noqa: E731
+    why = resize.settle(query, "p", "R1", sleep=lambda s: None)
+    assert why.startswith("PROJECT=p's worker-1 is starting or waiting for peers") and "\n" not in why
+    assert 'project="p"' in seen[0] and 'run="R1"' in seen[0]
+
+
+def test_a_finished_job_is_refused():
+    why = resize.settle(
+        lambda e: result({"chief": "done", "worker-0": "done"}), "p", "R", sleep=lambda s: None
+    )
+    assert "has finished" in why
+
+
+def test_a_save_in_progress_is_waited_out():
+    answers = iter([{"chief": "checkpointing", "worker-0": "checkpointing"}] * 3 + [{"chief": "training"}])
+    slept = []
+    assert resize.settle(lambda e: result(next(answers)), "p", "R", sleep=slept.append) is None
+    assert len(slept) == 3
+
+
+def test_a_save_that_never_ends_is_refused():
+    clock = iter(range(0, 10_000, 100))
+    why = resize.settle(
+        lambda e: result({"chief": "checkpointing"}), "p", "R", wait_s=250, sleep=lambda s: None,
+        clock=lambda: next(clock),
+    )  # fmt: skip
+    assert why == "PROJECT=p's chief has been saving for over 250 s: make status, then try again"
+
+
+def test_training_goes_on():
+    assert resize.settle(lambda e: result({"chief": "training", "worker-0": "training"}), "p", "R") is None
