@@ -165,7 +165,9 @@ def test_a_running_stack_of_the_project_counts_as_free_memory(monkeypatch):
     assert preflight.own_mib("mine", docker) == 3 * preflight.MEMORY_PER_TASK_MIB + preflight.MONITORING_MIB
     assert preflight.own_mib("other", docker) == 0
     spare = preflight.MEMORY_PER_TASK_MIB + 10  # what the host has free beside the running job
-    ns = preflight.argparse.Namespace(project="mine", gpus="0", workers="3", starting=True, bind_addr="127.0.0.250")
+    ns = preflight.argparse.Namespace(
+        project="mine", gpus="0", workers="3", starting=True, bind_addr="127.0.0.250"
+    )
     monkeypatch.setattr(preflight, "available_mib", lambda: spare)
     assert not [p for p in preflight.problems(ns, docker) if "GiB" in p]
     ns.project = "other"
