@@ -66,17 +66,21 @@ MONITORING_MIB = 400
 """Prometheus, Alertmanager and TensorBoard together, measured the same way (90 + 38 + 255 MiB)."""
 
 
-def available_mib(meminfo: str = "/proc/meminfo") -> int | None:
+def available_mib(meminfo: str = "/proc/meminfo", field: str = "MemAvailable") -> int | None:
     try:
         with open(meminfo) as f:
             fields = dict(line.split(":", 1) for line in f if ":" in line)
-        return int(fields["MemAvailable"].split()[0]) // 1024
+        return int(fields[field].split()[0]) // 1024
     except (OSError, KeyError, ValueError):
         return None
 
 
+def need_mib(workers: int) -> int:
+    return (workers + 1) * MEMORY_PER_TASK_MIB + MONITORING_MIB
+
+
 def memory_problem(workers: int, available: int | None) -> str | None:
-    need = (workers + 1) * MEMORY_PER_TASK_MIB + MONITORING_MIB
+    need = need_mib(workers)
     if available is None or need <= available:
         return None
     most = max((available - MONITORING_MIB) // MEMORY_PER_TASK_MIB - 1, 0)
@@ -154,13 +158,20 @@ def own_mib(project: str, runner: gpus.Runner = gpus.run) -> int:
     return len(tasks) * MEMORY_PER_TASK_MIB + (MONITORING_MIB if names - tasks else 0)
 
 
+def freed_mib(project: str, workers: int, runner: gpus.Runner = gpus.run) -> int | None:
+    """The memory available once this project's running containers are replaced. Docker is asked only
+    when the answer matters: a job that fits in what is free, or that no emptied host could hold, is
+    decided without it (a refusal comes before the engine is touched)."""
+    available, total = available_mib(), available_mib(field="MemTotal")
+    if available is None or need_mib(workers) <= available or total is None or need_mib(workers) > total:
+        return available
+    return available + own_mib(project, runner)
+
+
 def problems(ns: argparse.Namespace, runner: gpus.Runner = gpus.run) -> list[str]:
     found = [project_problem(ns.project), gpu_problem(ns.gpus, runner), workers_problem(ns.workers)]
     if ns.starting and not found[-1]:
-        available = available_mib()
-        if available is not None:
-            available += own_mib(ns.project, runner)
-        found.append(memory_problem(int(ns.workers), available))
+        found.append(memory_problem(int(ns.workers), freed_mib(ns.project, int(ns.workers), runner)))
     if ns.starting:
         addr = "0.0.0.0" if ns.bind_addr in ("", "0.0.0.0") else ns.bind_addr
         found += [port_problem(addr, svc, port, ns.project, runner) for svc, port in published_ports()]

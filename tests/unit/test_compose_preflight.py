@@ -168,7 +168,30 @@ def test_a_running_stack_of_the_project_counts_as_free_memory(monkeypatch):
     ns = preflight.argparse.Namespace(
         project="mine", gpus="0", workers="3", starting=True, bind_addr="127.0.0.250"
     )
-    monkeypatch.setattr(preflight, "available_mib", lambda: spare)
+    monkeypatch.setattr(
+        preflight, "available_mib", lambda field="MemAvailable": spare if field == "MemAvailable" else 1 << 15
+    )
     assert not [p for p in preflight.problems(ns, docker) if "GiB" in p]
     ns.project = "other"
     assert [p for p in preflight.problems(ns, docker) if "WORKERS=3: 4 tasks need" in p]
+
+
+def test_docker_is_asked_about_the_running_job_only_when_its_memory_decides(monkeypatch):
+    """A job that fits in what is free, or that even an emptied host could not hold, is decided before
+    the engine is touched: make up's refusals come before docker (CI stop 34: WORKERS=67 and STEPS=0
+    reached a docker stub through this count)."""
+    asked = []
+
+    def docker(cmd):
+        asked.append(cmd)
+        return "chief\nworker-0\n"
+
+    free, total = 2000, 8000
+    monkeypatch.setattr(
+        preflight, "available_mib", lambda field="MemAvailable": free if field == "MemAvailable" else total
+    )
+    fits = (free - preflight.MONITORING_MIB) // preflight.MEMORY_PER_TASK_MIB - 1
+    never = total // preflight.MEMORY_PER_TASK_MIB
+    assert preflight.freed_mib("mine", fits, docker) == free and not asked
+    assert preflight.freed_mib("mine", never, docker) == free and not asked
+    assert preflight.freed_mib("mine", fits + 2, docker) == free + 2 * preflight.MEMORY_PER_TASK_MIB and asked
