@@ -9,7 +9,9 @@ refused for a count that is not a whole number >= 0, the same size, and a job th
 (never started, stopped, failed or finished: `make up WORKERS=N` continues one from its checkpoint).
 From the job's own Prometheus: refused while a task is starting or waiting for its peers (no step to
 save yet: its SIGTERM would end the start, not save), and a resize asked mid-save waits for the save
-to end, so the stop saves the step after it. Standard library only.
+to end, so the stop saves the step after it. A task is judged on a sample scraped after the ask: the
+scrape before it may predate the task's first step by a scrape interval (a resize asked seconds after
+training began was refused on it). Standard library only.
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ STARTING = ("starting", "waiting_for_peers")
 SAVING = "checkpointing"
 SAVE_WAIT_S = 300.0
 """How long a resize waits for a save in progress to end: a save that lasts longer is stuck, not slow."""
+FRESH_WAIT_S = 60.0
+"""How long a resize waits for a starting task's first sample after the ask: Prometheus scrapes every
+task every few seconds (monitoring/config/prometheus/prometheus.yml), so one not scraped in a minute
+is not being scraped, and its last sample is all there is."""
 
 Query = Callable[[str], list[dict]]
 
@@ -80,10 +86,15 @@ def prometheus(url: str) -> Query:
     return query
 
 
-def phases(query: Query, project: str, run: str) -> dict[str, str]:
-    """Each task's lifecycle state in this run, as it last exposed it."""
-    sel = f'{STATE.name}{{{PROJECT_LABEL}="{project}", {RUN_LABEL}="{run}"}} == 1'
-    return {task_of(r["metric"]): r["metric"].get(STATE.client_name, "") for r in query(sel)}
+def phases(query: Query, project: str, run: str) -> dict[str, tuple[str, float]]:
+    """Each task's lifecycle state in this run as it last exposed it, and when that was scraped."""
+    sel = f'{STATE.name}{{{PROJECT_LABEL}="{project}", {RUN_LABEL}="{run}"}}'
+    # timestamp() of a plain selector is the sample's own time (of `sel == 1`, the query's): `and`
+    # keeps it for the state that is 1.
+    found = query(f"timestamp({sel}) and {sel} == 1")
+    return {
+        task_of(r["metric"]): (r["metric"].get(STATE.client_name, ""), float(r["value"][1])) for r in found
+    }
 
 
 def phase_refusal(now: Mapping[str, str], project: str) -> str | None:
@@ -106,12 +117,18 @@ def settle(
     run: str,
     wait_s: float = SAVE_WAIT_S,
     sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] = time.time,
 ) -> str | None:
     """Why not now (one line), or None once no task is starting and none is saving (waits out a save)."""  # fmt: skip
-    deadline, said = clock() + wait_s, False
+    asked = clock()
+    deadline, said = asked + wait_s, False
     while True:
-        now = phases(query, project, run)
+        seen = phases(query, project, run)
+        stale = [t for t, (state, at) in seen.items() if state in STARTING and at < asked]
+        if stale and clock() < asked + FRESH_WAIT_S:
+            sleep(1.0)  # its next scrape says whether it still starts
+            continue
+        now = {t: state for t, (state, _) in seen.items()}
         if why := phase_refusal(now, project):
             return why
         saving = sorted(t for t, state in now.items() if state == SAVING)

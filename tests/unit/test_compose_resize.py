@@ -39,13 +39,13 @@ def test_states_keeps_the_tasks_only():
     assert resize.states("p", run=lambda cmd: out) == {"chief": "Up 1 minute", "worker-0": "Up 1 minute"}
 
 
-def result(states: dict[str, str]) -> list[dict]:
-    """What Prometheus answers to phases()'s query: each task's current state series."""
+def result(states: dict[str, str], at: float = float("inf")) -> list[dict]:
+    """What Prometheus answers to phases()'s query: each task's current state series, sampled at `at`."""
     labels = {"chief": ("chief", "0"), "worker-0": ("worker", "0"), "worker-1": ("worker", "1")}
     return [
         {
             "metric": {"task_type": labels[t][0], "task_index": labels[t][1], "trainer_state": s},
-            "value": [0, "1"],
+            "value": [0, str(at)],
         }
         for t, s in states.items()
     ]
@@ -58,6 +58,25 @@ def test_a_task_that_is_starting_is_refused(state):
     why = resize.settle(query, "p", "R1", sleep=lambda s: None)
     assert why.startswith("PROJECT=p's worker-1 is starting or waiting for peers") and "\n" not in why
     assert 'project="p"' in seen[0] and 'run="R1"' in seen[0]
+
+
+def test_a_task_scraped_starting_before_the_ask_is_judged_on_its_next_scrape():
+    """Seconds after training began, the last scrape may still say waiting_for_peers (CI stop 35)."""
+    clock = iter(range(100, 10_000))
+    answers = iter([result({"chief": "training", "worker-0": "waiting_for_peers"}, at=95)] * 4
+                   + [result({"chief": "training", "worker-0": "training"}, at=104)])  # fmt: skip
+    slept = []
+    why = resize.settle(lambda e: next(answers), "p", "R", sleep=slept.append, clock=lambda: next(clock))
+    assert why is None and len(slept) == 4
+
+
+def test_a_task_that_is_not_scraped_again_is_judged_on_its_last_scrape():
+    clock = iter(range(100, 10_000, 7))
+    why = resize.settle(
+        lambda e: result({"chief": "training", "worker-0": "starting"}, at=95), "p", "R",
+        sleep=lambda s: None, clock=lambda: next(clock),
+    )  # fmt: skip
+    assert why.startswith("PROJECT=p's worker-0 is starting")
 
 
 def test_a_finished_job_is_refused():
