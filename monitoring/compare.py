@@ -136,6 +136,12 @@ def basis(old: Side, new: Side) -> str:
 
 
 INPUT = "input wait"
+DRIFT = (
+    "; no recorded setting differs: what differs is the machine between the two runs (two runs of the same"
+    " settings minutes apart measured 1.27x on a busy 2-core host) or the code or data; make tune compares"
+    " settings turn by turn in one job"
+)
+"""A window's spread is within a run: it does not cover what changes between runs (docs/tune.md)."""
 
 
 def _input_moves(old: Side, new: Side, direction: int) -> list[float]:
@@ -179,6 +185,7 @@ def verdict(old: Side, new: Side) -> dict:
         if figure == "examples/s"
         else ""
     )
+    same = DRIFT if direction and not differing(old.run.settings, new.run.settings) else ""
     if direction > 0:
         text = f"faster by {pct:.0f}% beyond the spread{per}"
     elif direction < 0:
@@ -191,7 +198,8 @@ def verdict(old: Side, new: Side) -> dict:
         "ratio": asdict(r),
         "part": part if direction else None,
         "part_change_ms": moves[part] if direction else None,
-        "text": f"{new.run.id} vs {old.run.id}: {text}{where}",
+        "same_settings": not differing(old.run.settings, new.run.settings),
+        "text": f"{new.run.id} vs {old.run.id}: {text}{where}{same}",
     }
 
 

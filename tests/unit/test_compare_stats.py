@@ -67,6 +67,16 @@ def test_verdict_without_a_difference_names_none():
     assert v["direction"] == 0 and v["part"] is None and "no difference beyond the spread" in v["text"]
 
 
+def test_runs_of_the_same_settings_that_differ_say_the_difference_is_not_a_setting():
+    """Two plain runs minutes apart compared 1.27x beyond their windows' spread (tests/e2e/test_compare_tune.py)."""
+    old = _side(_run("A"), Spread(48, 46, 50, 6), 20.8, 1)
+    new = _side(_run("B"), Spread(61, 59, 63, 6), 16.4, 1)
+    v = compare.verdict(old, new)
+    assert v["direction"] == 1 and v["same_settings"] and "no recorded setting differs" in v["text"]
+    changed = compare.verdict(old, _side(_run("B", bytes_per_pack="1048576"), Spread(61, 59, 63, 6), 16.4, 1))
+    assert not changed["same_settings"] and "no recorded setting differs" not in changed["text"]
+
+
 def test_runs_of_other_world_sizes_compare_per_example():
     old = _side(_run("A"), Spread(48, 46, 50, 6), 20.8, 1)
     new = _side(_run("B", world_size="4"), Spread(40, 39, 41, 6), 25, 1)
