@@ -144,13 +144,20 @@ DRIFT = (
 """A window's spread is within a run: it does not cover what changes between runs (docs/tune.md)."""
 
 
+CAUSE_SHARE = 0.25
+"""A task's input wait is the cause only if it moved by at least this share of the step's change: a
+0.0 ms move beyond a near-zero spread was named the cause of a 6 % drift between two plain runs."""
+
+
 def _input_moves(old: Side, new: Side, direction: int) -> list[float]:
     """Per task, the input wait's change (ms per step) where it moved beyond its spread the way the
-    run did (grew in a slower run, shrank in a faster one)."""
-    key = f"{INPUT} ms"
+    run did (grew in a slower run, shrank in a faster one), by a material share of the step's change."""
+    key, step = f"{INPUT} ms", "step ms"
+    floor = CAUSE_SHARE * abs(new.figures["cluster"][step].median - old.figures["cluster"][step].median)
     tasks = [t for t in new.figures if t != "cluster" and t in old.figures and key in new.figures[t]]
     moved = [t for t in tasks if steady.compare(new.figures[t][key], old.figures[t][key]) == -direction]
-    return [new.figures[t][key].median - old.figures[t][key].median for t in moved]
+    changes = (new.figures[t][key].median - old.figures[t][key].median for t in moved)
+    return [d for d in changes if abs(d) >= floor]
 
 
 def _input_move(old: Side, new: Side, direction: int) -> float:

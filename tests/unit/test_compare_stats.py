@@ -139,3 +139,13 @@ def test_a_task_waiting_for_input_is_the_cause_though_its_peers_all_reduce_grew_
     new.figures["worker-1"] = {"input wait ms": Spread(9, 8, 10, 6)}
     v = compare.verdict(old, new)
     assert v["direction"] == -1 and v["part"] == "input wait" and "input wait +8.0 ms" in v["text"], v
+
+
+def test_an_input_wait_that_barely_moved_is_not_the_cause():
+    """Two plain runs, 6 % apart: worker-1's input wait moved 0.01 ms beyond its near-zero spread."""
+    old = _side(_run("A"), Spread(48, 46, 50, 6), 20.8, 1)
+    new = _side(_run("B"), Spread(42, 41, 43, 6), 23.8, 1)
+    old.figures["worker-1"] = {"input wait ms": Spread(0.40, 0.40, 0.40, 6)}
+    new.figures["worker-1"] = {"input wait ms": Spread(0.41, 0.41, 0.41, 6)}
+    v = compare.verdict(old, new)
+    assert v["direction"] == -1 and v["part"] != "input wait", v
