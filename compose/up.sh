@@ -83,7 +83,7 @@ fi
 variant=cpu; [ -f "$RUN_DIR/compose.gpu.yaml" ] && variant=gpu
 
 # 3. Wheels on the host (containers cannot reach PyPI), checked against the hash lock.
-images/images.sh wheelhouse "images/requirements-$variant.lock" "build/wheelhouse-$variant"
+images/images.sh fetch "images/requirements-$variant.lock" "build/wheelhouse-$variant"
 
 # 4. Each optional service (Grafana) only when its image is here or pullable (its Compose profile);
 #    Grafana with a random admin password (never admin/admin).
@@ -131,9 +131,10 @@ build_chief() { COMPOSE_BAKE=false dc --progress plain build chief; }
 # 6. Build once, on the chief. Then free what rebuilds leave behind (our superseded images, the
 #    ~340 MB copy of the build context): layers stay cached, so warm builds are still instant.
 # One build at a time on this engine: two make ups side by side (two projects, or make test's
-# side-by-side stage) would prune the build context the other is still reading. Released below.
+# side-by-side stage) would restage or prune the build context the other is still reading. Released below.
 exec 8>"${TMPDIR:-/tmp}/mwms-build.lock"
 flock 8
+images/images.sh stage "build/wheelhouse-$variant"  # the context this build reads, no other's
 quietly "$RUN_DIR/logs/build.log" "up: building ${IMAGE_REPO:-mwms/trainer} ($variant) on the chief service (cold: ~1 min; warm: cached)" build_chief
 docker image prune -f --filter label=org.mwms.image=trainer >/dev/null
 docker builder prune -f --filter type=source.local >/dev/null 2>&1

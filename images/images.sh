@@ -5,10 +5,11 @@
 #   images.sh base TAG                Debian bookworm + Python 3.11 rootfs (mmdebstrap) -> docker import
 #   images.sh prometheus TAG          Debian's prometheus package (2.42) the same way
 #   images.sh alertmanager TAG        Debian's prometheus-alertmanager package (0.25) the same way
-#   images.sh wheelhouse LOCK DIR     the hash-locked wheels for cp311 manylinux, downloaded on the host
-#                                     into DIR, then staged (hard links) in build/wheelhouse for the build
-#   images.sh fetch LOCK DIR          the download alone, nothing staged: safe beside a running build
-#                                     (make test fetches while the unit tests run)
+#   images.sh fetch LOCK DIR          the hash-locked wheels for cp311 manylinux, downloaded on the host
+#                                     into DIR (once per lock; one download at a time per DIR): safe
+#                                     beside a running build (make test fetches while the unit tests run)
+#   images.sh stage DIR               DIR's wheels staged (hard links) in build/wheelhouse, the build's
+#                                     context: only under up.sh's build lock, with the build that reads it
 #   images.sh pullable IMAGE          exit 0 when the image (Grafana's, any optional service's) is present or can be pulled
 # Containers here cannot reach PyPI and no registry answers, so nothing in a build downloads.
 set -euo pipefail
@@ -96,15 +97,21 @@ fetch() {
   local lock=$1 dir=$2
   # The stamp holds the lock's hash: a changed lock means a fresh wheelhouse, nothing stale left.
   local want; want=$(sha256sum "$lock" | cut -d' ' -f1)
+  # One download per DIR at a time: two make ups side by side would each empty it under the other.
+  mkdir -p "$(dirname "$dir")"
+  exec 7>"$dir.fetch-lock"
+  flock 7
   [ "$(cat "$dir/.lock-sha256" 2>/dev/null)" = "$want" ] || download "$lock" "$dir" "$want"
+  flock -u 7; exec 7>&-
 }
 
-wheelhouse() {
-  local lock=$1 dir=$2
-  fetch "$lock" "$dir"
+stage() {
   # The build context gets this variant's wheels only, as hard links in build/wheelhouse: with both
-  # wheelhouses in it, every CPU build would also send the GPU's 3.3 GB to the builder.
-  local staged; staged="$(dirname "$dir")/wheelhouse"
+  # wheelhouses in it, every CPU build would also send the GPU's 3.3 GB to the builder. Restaged while
+  # another build read it (a CPU make up beside the GPU image's build, make test's side-by-side stage),
+  # that build met missing and empty wheels ("Got e3b0c442...", the empty file's hash): up.sh stages
+  # under its build lock, just before its own build.
+  local dir=$1 staged; staged="$(dirname "$dir")/wheelhouse"
   rm -rf "$staged" && cp -al "$dir" "$staged"
 }
 
@@ -128,8 +135,8 @@ case "${1:-}" in
   base) build_base "$2" ;;
   prometheus) build_prometheus "$2" ;;
   alertmanager) build_alertmanager "$2" ;;
-  wheelhouse) wheelhouse "$2" "$3" ;;
   fetch) fetch "$2" "$3" ;;
+  stage) stage "$2" ;;
   pullable | grafana) pullable "$2" ;;
-  *) echo "usage: $0 select|base|prometheus|alertmanager|wheelhouse|fetch|pullable ..." >&2; exit 2 ;;
+  *) echo "usage: $0 select|base|prometheus|alertmanager|fetch|stage|pullable ..." >&2; exit 2 ;;
 esac
