@@ -22,7 +22,10 @@ from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.faultstack import FaultStack
 
-pytestmark = [pytest.mark.docker, pytest.mark.measures]
+# Not `measures`: runs side by side with other stacks. What it judges is built for a shared machine:
+# tune's turns meet the same noise (its winner is 2.6-3.9x against a null within +-5 %), the slowdown
+# is three of the run's own measured steps (compare: 0.3x), two plain runs may differ (said so).
+pytestmark = pytest.mark.docker
 
 SKIP_S, WINDOWS = 10, 3
 """COMPARE_SKIP and the steady windows (monitoring.compare.WINDOW_S each) every run waits for."""
