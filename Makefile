@@ -65,7 +65,7 @@ include bench/bench.mk
 # project and address (tests/e2e/places.py).
 UNIT_JOBS ?= auto
 UNIT = $(PY) -m pytest -n $(UNIT_JOBS) tests/unit
-E2E_JOBS ?= 3
+E2E_JOBS ?= 2
 MEASURED = $(PY) -m pytest --durations=15 -m measures tests/cluster tests/e2e
 SIDE_BY_SIDE = $(PY) -m pytest --durations=30 -n $(E2E_JOBS) --dist loadscope -m "not measures" tests/cluster tests/e2e
 # pytest's exit 5 (nothing selected, e.g. PYTEST_ARGS=-k of one stage's test) fails only if both stages had none.

@@ -126,7 +126,13 @@ dc() { docker compose --project-directory . --env-file "$RUN_DIR/stack.env" $(ca
 # needs the buildx plugin, which these hosts do not have (engine.sh pins the Compose version that still
 # has the builder; COMPOSE_BAKE=false selects it). The builder's output goes to a log: one line here.
 . images/quiet.sh
-build_chief() { COMPOSE_BAKE=false dc --progress plain build chief; }
+# Under one project name whatever the stack's: Compose writes the project into the image's labels, so
+# two projects' builds of the same code were two image ids under one tag. Each build moved the tag and
+# pruned the other's image, and make stack-up's push could not untag what a running container used
+# ("unable to remove repository reference ... must force"). A `docker run` of the image inherited a
+# stack's project label too.
+BUILD_PROJECT=mwms-image
+build_chief() { COMPOSE_BAKE=false dc -p "$BUILD_PROJECT" --progress plain build chief; }
 
 # 6. Build once, on the chief. Then free what rebuilds leave behind (our superseded images, the
 #    ~340 MB copy of the build context): layers stay cached, so warm builds are still instant.

@@ -1,6 +1,8 @@
-"""The wheelhouse beside other make ups: one download per folder at a time, and the build context
-staged only under the build lock. make test's side-by-side stage met a CPU build reading wheels that
-the GPU image's staging had just emptied ("Got e3b0c442...", the empty file's hash)."""
+"""Builds beside other make ups (make test's side-by-side stage, two projects from one checkout): one
+wheelhouse download per folder at a time; the build context staged only under the build lock (a CPU
+build read wheels the GPU image's staging had just emptied: "Got e3b0c442...", the empty file's hash);
+one image id for the same code whatever the project (Compose labels the image with the project that
+built it: two ids under one tag, and make stack-up's push could not untag the one a container used)."""
 
 from __future__ import annotations
 
@@ -42,3 +44,10 @@ def test_up_stages_the_build_context_under_the_build_lock_only():
     built = next(i for i, ln in enumerate(code) if "build_chief" in ln and "quietly" in ln)
     assert len(staged) == 1 and locked < staged[0] < built < released, (staged, locked, built, released)
     assert not any(re.search(r"images\.sh\"? wheelhouse\b", ln) for ln in code), "stages outside the lock"
+
+
+def test_the_image_is_built_under_one_project_whatever_the_stacks():
+    code = [ln.split("#", 1)[0] for ln in (ROOT / "compose/up.sh").read_text().splitlines()]
+    build = next(ln for ln in code if re.match(r"\s*build_chief\(\)", ln))
+    fixed = next(ln for ln in code if ln.startswith("BUILD_PROJECT="))
+    assert '-p "$BUILD_PROJECT"' in build and "$" not in fixed.split("=", 1)[1], (build, fixed)
