@@ -74,12 +74,19 @@ def make_callback(recorder: Recorder, examples: int | None):
                 gradient_bytes=variable_bytes(self.model.trainable_variables),
             )
             self._step = int(self.model.optimizer.iterations.numpy())
-            epochs, steps = self.params.get("epochs"), self.params.get("steps")
-            if epochs and steps:
-                initial = getattr(self.model, "_initial_epoch", 0) or 0
-                recorder.target(self._step + (epochs - initial) * steps)
+            self._targeted = False
             if examples is None:
                 recorder.say_once("examples", "observe: fit's batch size is not static: no examples counted")
+
+        def on_epoch_begin(self, epoch, logs=None) -> None:
+            # The epoch fit starts at is known only here: BackupAndRestore's resume is decided after
+            # on_train_begin (a 12-epoch script resumed at epoch 2 showed `step 2400 of 2600` done).
+            if self._targeted:
+                return
+            self._targeted = True
+            epochs, steps = self.params.get("epochs"), self.params.get("steps")
+            if epochs and steps:
+                recorder.target(self._step + (epochs - epoch) * steps)
 
         def begin_call(self, batch, logs=None) -> None:
             recorder.begin_call()
