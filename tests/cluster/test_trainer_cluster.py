@@ -267,10 +267,13 @@ def test_killed_cluster_resumes_from_checkpoint(tmp_path, launch):
     )
     assert again.wait() == 0, again.output()[-5000:]
     summaries = _summaries(out)
-    assert {s["start_step"] for s in summaries.values()} == {resumed_at}
+    # The chief's index may name a save the SIGKILL cut on another task (CI, loaded: index 40, job
+    # resumed at 20): the job resumes at the newest step every task holds, that one or the save before.
+    started = {s["start_step"] for s in summaries.values()}
+    assert len(started) == 1 and started <= {resumed_at, resumed_at - 20}, (started, resumed_at)
     assert {s["final_step"] for s in summaries.values()} == {resumed_at + 20}
     assert len({s["weights_sha256"] for s in summaries.values()}) == 1
-    assert f"resumed at step {resumed_at}" in again.output()
+    assert f"resumed at step {started.pop()}" in again.output()
 
 
 def _wait_gone(pid: int, timeout: float = 10) -> None:
