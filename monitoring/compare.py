@@ -137,9 +137,8 @@ def basis(old: Side, new: Side) -> str:
 
 INPUT = "input wait"
 DRIFT = (
-    "; no recorded setting differs: what differs is the machine between the two runs (two runs of the same"
-    " settings minutes apart measured 1.27x on a busy 2-core host) or the code or data; make tune compares"
-    " settings turn by turn in one job"
+    "; no recorded setting differs: what differs is the machine between the two runs (docs/tune.md) or the"
+    " code or data; make tune compares settings turn by turn in one job"
 )
 """A window's spread is within a run: it does not cover what changes between runs (docs/tune.md)."""
 
@@ -192,7 +191,8 @@ def verdict(old: Side, new: Side) -> dict:
         if figure == "examples/s"
         else ""
     )
-    same = DRIFT if direction and not differing(old.run.settings, new.run.settings) else ""
+    same_settings = not differing(old.run.settings, new.run.settings)
+    same = DRIFT if direction and same_settings else ""
     if direction > 0:
         text = f"faster by {pct:.0f}% beyond the spread{per}"
     elif direction < 0:
@@ -205,7 +205,7 @@ def verdict(old: Side, new: Side) -> dict:
         "ratio": asdict(r),
         "part": part if direction else None,
         "part_change_ms": moves[part] if direction else None,
-        "same_settings": not differing(old.run.settings, new.run.settings),
+        "same_settings": same_settings,
         "text": f"{new.run.id} vs {old.run.id}: {text}{where}{same}",
     }
 
