@@ -71,17 +71,17 @@ SIDE_BY_SIDE = $(PY) -m pytest --durations=30 -n $(E2E_JOBS) --dist loadscope -m
 # pytest's exit 5 (nothing selected, e.g. PYTEST_ARGS=-k of one stage's test) fails only if both stages had none.
 BOTH_PASSED = { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; } && { [ $$2 -eq 0 ] || [ $$2 -eq 5 ]; } && [ $$1$$2 != 55 ]
 
-# While the unit tests run (they measure no time), the images' wheelhouses download (the GPU one, 3.3 GB,
-# beside the rest: the network, not the cores) and, when an engine answers, the CPU stack's images are
-# built (~3.5 min cold, once), so the clusters and the end-to-end tests, which size their waits from what
-# they measure, run on idle cores. The GPU trainer image is built by its own test in the side-by-side
+# While the unit tests run (they measure no time), the images' wheelhouses download beside the base
+# images' builds (the network, not the cores; `make images` waits on the CPU one's lock) and, when an
+# engine answers, the CPU stack's images are built (~3.5 min cold, once), so the clusters and the
+# end-to-end tests, which size their waits from what they measure, run on idle cores. The GPU trainer image is built by its own test in the side-by-side
 # stage (tests/e2e/test_gpu_image.py, ~2 min): built here, it held the unit stage ~2 min past its tests.
 # What fails here is done again by the test that needs it.
 FETCH = PYTHON=$(PY) images/images.sh fetch images/requirements-$(1).lock build/wheelhouse-$(1)
-PREBUILD = ($(call FETCH,gpu)) & gpu=$$!; $(call FETCH,cpu) && if compose/engine.sh check >/dev/null 2>&1; then \
-  $(MAKE) --no-print-directory images VARIANT=cpu OFFLINE=1; \
-  else echo "test: no Docker engine: the end-to-end tests build the images themselves"; fi; cpu=$$?; \
-  wait $$gpu && exit $$cpu
+PREBUILD = ($(call FETCH,gpu)) & gpu=$$!; ($(call FETCH,cpu)) & cpu=$$!; \
+  if compose/engine.sh check >/dev/null 2>&1; then $(MAKE) --no-print-directory images VARIANT=cpu OFFLINE=1; \
+  else echo "test: no Docker engine: the end-to-end tests build the images themselves"; fi; built=$$?; \
+  wait $$cpu && wait $$gpu && exit $$built
 
 .PHONY: test
 test: $(VENV)/.stamp ## Run every test: unit (on every core, the images downloading and building meanwhile), then the local clusters and the Docker end-to-end suite (those that judge what they time alone, the rest E2E_JOBS side by side)
