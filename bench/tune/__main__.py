@@ -176,6 +176,7 @@ def tune(args) -> int:
     chosen = pick(args, code, largest, recorded, job.script)
     if not chosen:
         raise ValueError("no candidate setting applies to this job (docs/tune.md)")
+    cand.check(chosen, job.env, bool(job.script))
     print(
         f"tune: run {run}, verdict {verdict.NAMES.get(code, code)}, largest part {largest}; trying "
         + ", ".join(k.name for k in chosen)
@@ -197,7 +198,9 @@ def tune(args) -> int:
     elapsed = time.monotonic() - started
     print(table.render(rows, current, null, best))
     winner.record(args.run_dir, run, rows, null, best, elapsed)
-    applied = best is not None and keep(best, chosen, run, args.run_dir) and args.apply
+    if best is not None:
+        keep(best, chosen, run, args.run_dir)
+    applied = best is not None and args.apply
     print(
         f"tune: took {elapsed:.0f} s; the job "
         + ("restarts with the winner" if applied else "continues as it was"),
@@ -206,18 +209,12 @@ def tune(args) -> int:
     return apply(job, args) if applied else 0
 
 
-def keep(best: table.Row, chosen: list[cand.Candidate], run: str, run_dir: Path) -> bool:
-    """Write the winner where `make up` reads it; False for a process setting, which make up cannot set."""
+def keep(best: table.Row, chosen: list[cand.Candidate], run: str, run_dir: Path) -> None:
+    """Write the winner where `make up` reads it (a trainer flag, or a process setting every task gets)."""
     k = next(k for k in chosen if k.name == best.name)
-    if not cand.applies(k):
-        print(
-            f"tune: {best.name} is a process setting: measured here, make up does not set it (docs/tune.md)"
-        )
-        return False
     why = f"make tune {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on run {run}: {best.name} {best.median:.2f}x steps/s"
     path = winner.write(run_dir, k.settings, why, k.changes_optimisation)
     print(f"tune: wrote {path}; the next make up uses it (undo: rm {path})")
-    return True
 
 
 if __name__ == "__main__":

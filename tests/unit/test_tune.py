@@ -108,12 +108,25 @@ def test_the_winner_file_round_trips_and_says_how_to_undo(tmp_path):
     assert winner.read(tmp_path / "none") == {}
 
 
-def test_a_script_is_tried_on_what_its_wrapper_controls_and_those_are_not_applied():
+def test_a_script_is_tried_on_what_its_wrapper_controls_and_make_up_gives_the_winner_to_every_task():
+    from compose import deployment
+
     ks = candidates.script_candidates({"allocator": "tuned"}, cores=2)
     assert [k.name for k in ks] == ["allocator=stock", "TF_NUM_INTRAOP_THREADS=1"]
     assert ks[0].settings == (("GLIBC_TUNABLES", ""),)
-    assert not any(candidates.applies(k) for k in ks)
-    assert candidates.applies(candidates.parse("BYTES_PER_PACK=1")[0])
+    # tuned.env -> compose/tuned.sh exports TRAINER_<NAME> -> every task's process environment
+    environ = {"TRAINER_" + k: v for k, v in ks[0].settings + ks[1].settings}
+    d = deployment.Deployment(workers=1, script="train.py", process=deployment.process_settings(environ))
+    env = deployment.trainer_env(d)
+    assert (env["GLIBC_TUNABLES"], env["TF_NUM_INTRAOP_THREADS"], env["TF_NUM_INTEROP_THREADS"]) == (
+        "",
+        "1",
+        "1",
+    )
+    assert "TRAINER_GLIBC_TUNABLES" not in env
+    assert deployment.trainer_env(deployment.Deployment(workers=1))["GLIBC_TUNABLES"].startswith(
+        "glibc.malloc"
+    )
 
 
 def test_a_script_jobs_host_path_comes_from_its_mounts():
@@ -236,3 +249,16 @@ def test_a_candidate_that_fails_to_start_is_left_out_a_failing_current_ends_the_
     current = _exiting(tmp_path, table.CURRENT, 1, "[chief] MemoryError")
     with pytest.raises(trial.TrialError, match=r"^current: its cluster exited 1 \(\[chief\] MemoryError\)"):
         trial.start_all([current], timeout=60, keep=(table.CURRENT,))
+
+
+def test_a_candidate_the_trainer_refuses_is_one_line_before_any_trial():
+    job_env = {"TRAINER_TASK": "cnn", "TRAINER_LEARNING_RATE": "0.003"}
+    (bad,) = candidates.parse("ALLREDUCE_MODE=sideways")
+    with pytest.raises(ValueError, match=r"^TUNE_CANDIDATES ALLREDUCE_MODE=sideways: .*allreduce.mode"):
+        candidates.check([bad], job_env, script=False)
+    candidates.check(candidates.parse("ALLREDUCE_MODE=overlap TF_NUM_INTRAOP_THREADS=1"), job_env, False)
+    with pytest.raises(ValueError, match="a SCRIPT= job's script reads no trainer flag"):
+        candidates.check(candidates.parse("BYTES_PER_PACK=4096"), {}, script=True)
+    candidates.check(candidates.script_candidates({}, cores=2), {}, script=True)
+    with pytest.raises(ValueError, match="TF_CPP_MIN_LOG_LEVEL is not a process setting make up can give"):
+        candidates.check(candidates.parse("TF_CPP_MIN_LOG_LEVEL=0"), {}, script=True)
