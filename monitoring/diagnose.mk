@@ -17,5 +17,5 @@ runs: ## List the project's runs Prometheus holds, which make compare can compar
 	@$(PYTHON) -m monitoring.runlist --prometheus $(PROMETHEUS_URL) --project $(PROJECT) $(if $(JSON),--json)
 
 .PHONY: compare
-compare: ## The last run (RUN=<id>) against the one before (WITH=<id>): steps/s, examples/s, step parts, median and spread over the steady part, settings that differ, verdict; COMPARE_SKIP=s, JSON=1
+compare: ## The last run (RUN=<id>) against the one before (WITH=<id>): steps/s, examples/s, step parts, median and spread over the steady part, settings that differ, verdict (kept in RUN_DIR/compare.json for make diagnose); COMPARE_SKIP=s, JSON=1
 	@$(PYTHON) -m monitoring.compare --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --with "$$WITH" $(if $(COMPARE_SKIP),--skip $(COMPARE_SKIP)) $(if $(JSON),--json) --out $(RUN_DIR)/compare.json

@@ -58,6 +58,15 @@ def current_verdict(prom: Prometheus, project: str, run: str) -> tuple[int, str,
     return d.cluster.code, max(shares, key=shares.get), recorded
 
 
+def refuse_finished(code: int, project: str) -> None:
+    """A finished job whose containers still serve their last metrics (METRICS_LINGER) is not tuned:
+    its trials would train past its end, and nothing would take the winner."""
+    if code == verdict.FINISHED:
+        raise job_lib.JobError(
+            f"project {project}'s job has finished: nothing to tune (make up STEPS=<more> trains on; then make tune)"
+        )
+
+
 def pick(args, code: int, largest: str, recorded: dict[str, str], script: str) -> list[cand.Candidate]:
     if args.candidates:
         return cand.parse(args.candidates)
@@ -173,6 +182,7 @@ def tune(args) -> int:
     if not run:
         raise job_lib.JobError(f"project {args.project} has no run in Prometheus at {args.prometheus}")
     code, largest, recorded = current_verdict(prom, args.project, run)
+    refuse_finished(code, args.project)
     chosen = pick(args, code, largest, recorded, job.script)
     if not chosen:
         raise ValueError("no candidate setting applies to this job (docs/tune.md)")

@@ -262,3 +262,12 @@ def test_a_candidate_the_trainer_refuses_is_one_line_before_any_trial():
     candidates.check(candidates.script_candidates({}, cores=2), {}, script=True)
     with pytest.raises(ValueError, match="TF_CPP_MIN_LOG_LEVEL is not a process setting make up can give"):
         candidates.check(candidates.parse("TF_CPP_MIN_LOG_LEVEL=0"), {}, script=True)
+
+
+def test_a_finished_job_is_not_tuned():
+    from bench.tune import job
+    from bench.tune.__main__ import refuse_finished
+
+    with pytest.raises(job.JobError, match="job has finished: nothing to tune"):
+        refuse_finished(verdict.FINISHED, "p")
+    refuse_finished(verdict.COMMUNICATION, "p")
