@@ -128,6 +128,8 @@ def apply(job: job_lib.Job, args) -> int:
         "WORKERS": str(job.workers),
         "PYTHON": sys.executable,
     }
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # the job is unpaused: no unwinding to do, stop with it
+        signal.signal(sig, signal.SIG_DFL)
     return subprocess.run(["bash", str(APPLY_SCRIPT)], env=env, cwd=ROOT).returncode
 
 

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+import contract as c
 from monitoring import runlist
 from monitoring.prom_client import Prometheus, PrometheusError
 from tests.e2e import places
@@ -145,7 +146,7 @@ def test_tune_names_the_better_value_beyond_the_null_and_apply_restarts_the_job_
     if os.path.exists(tuned):
         os.remove(tuned)
     slow = _run_id()
-    saved = query(f"min(trainer_last_checkpoint_step{rules.selector(STACK.project, slow)})")
+    saved = query(f"min({c.LAST_CHECKPOINT.name}{rules.selector(STACK.project, slow)})")
     started = time.monotonic()
     r = make(
         "tune",
@@ -166,7 +167,7 @@ def test_tune_names_the_better_value_beyond_the_null_and_apply_restarts_the_job_
     assert applied != slow, "the job restarted as a new run"
     steady(seconds=1)
     resumed = query(
-        f"min(min_over_time((trainer_global_step{rules.selector(STACK.project, applied)} > 0)[10m:5s]))"
+        f"min(min_over_time(({c.GLOBAL_STEP.name}{rules.selector(STACK.project, applied)} > 0)[10m:5s]))"
     )
     print(f"saved before the tune: step {saved:.0f}; resumed with the winner at step {resumed:.0f}")
     assert resumed >= saved, "a step lost beyond the last save"
