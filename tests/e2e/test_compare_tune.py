@@ -184,6 +184,12 @@ def test_the_winner_matches_the_plain_run_and_a_job_at_its_best_finds_nothing(tw
     # between runs of the same settings is said to be not a setting's.
     assert got["verdict"]["same_settings"] and not got["settings_differ"], got
     assert got["verdict"]["direction"] == 0 or "no recorded setting differs" in got["verdict"]["text"], got
+    # make diagnose's advice, if the verdict has any, quotes what the tune and this compare measured.
+    advice = json.loads(make("diagnose", "JSON=1", timeout=120).stdout)["cluster"]["advice"]
+    print("diagnose advice:", *advice, sep="\n  ")
+    assert not advice or (
+        any(a.startswith("`make compare` ") for a in advice) and any("`make tune` " in a for a in advice)
+    ), advice
     tuned = os.path.join(STACK.run_dir, "tuned.env")
     before = open(tuned).read()
     r = make("tune", timeout=900, TUNE_CANDIDATES=f"INPUT_DELAY_MS={two_runs['delay']}", TUNE_SECONDS="15")
