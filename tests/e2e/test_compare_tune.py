@@ -169,7 +169,7 @@ def test_tune_names_the_better_value_beyond_the_null_and_apply_restarts_the_job_
     resumed = query(
         f"min(min_over_time(({c.GLOBAL_STEP.name}{rules.selector(STACK.project, applied)} > 0)[10m:5s]))"
     )
-    print(f"saved before the tune: step {saved:.0f}; resumed with the winner at step {resumed:.0f}")
+    print(f"saved before the tune: step {saved:.0f}; first step scraped with the winner: {resumed:.0f}")
     assert resumed >= saved, "a step lost beyond the last save"
 
 
