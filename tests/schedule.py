@@ -20,8 +20,8 @@ test's E2E_JOBS=3) take only the modules that wait."""
 
 SECONDS = {
     # Each module's span in the side-by-side stage, 2 lanes, clean clone, warm images (2026-12-05).
+    "tests/e2e/test_compare_tune.py": 720,  # 461 before its APPLY=1 and SCRIPT= tunes (~+4-5 min)
     "tests/e2e/test_swarm.py": 612,
-    "tests/e2e/test_compare_tune.py": 461,
     "tests/e2e/test_faults.py": 333,
     "tests/e2e/test_alerts.py": 257,
     "tests/e2e/test_stuck.py": 233,
