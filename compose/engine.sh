@@ -101,19 +101,21 @@ install_docker_cli() {
   # The suite's archive is the one this host's apt already uses for its own release (no address of
   # our own), read with a private state directory: the host's sources and package lists stay as they are.
   local codename repo tmp deb
-  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-  repo=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 'Identifier: Packages' 2>/dev/null |
-    awk -v rel="$codename" '$2 == rel && $1 ~ /\/debian\/?$/ {print $1; exit}')
-  local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-  if [ -z "$repo" ] || [ ! -r "$keyring" ]; then
-    say "no Debian archive in this host's apt sources (or no $keyring): cannot fetch docker-cli $DOCKER_CLI_VERSION from $DOCKER_CLI_SUITE; put a docker CLI $DOCKER_CLI_VERSION at $DOCKER_CLI"
-    return 1
-  fi
-  say "installing docker CLI $DOCKER_CLI_VERSION (Debian $DOCKER_CLI_SUITE's docker-cli, for \`docker stack config\`) into $DOCKER_CLI_DIR"
   tmp=$(mktemp -d)
   mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial"
   # apt downloads as its own user where there is one: let it write here (else a warning per file).
   ! id _apt >/dev/null 2>&1 || { chown -R _apt "$tmp" && chmod 0755 "$tmp"; }
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  # --print-uris reads the sources only: it needs no package lists (a fresh host may have none yet).
+  repo=$(apt-get -o "Dir::State::Lists=$tmp/lists" update --print-uris 2>/dev/null |
+    sed -n "s|^'\\(.*/debian\\)/dists/$codename/InRelease'.*|\\1|p" | head -n 1)
+  local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  if [ -z "$repo" ] || [ ! -r "$keyring" ]; then
+    rm -rf "$tmp"
+    say "no Debian archive in this host's apt sources (or no $keyring): cannot fetch docker-cli $DOCKER_CLI_VERSION from $DOCKER_CLI_SUITE; put a docker CLI $DOCKER_CLI_VERSION at $DOCKER_CLI"
+    return 1
+  fi
+  say "installing docker CLI $DOCKER_CLI_VERSION (Debian $DOCKER_CLI_SUITE's docker-cli, for \`docker stack config\`) into $DOCKER_CLI_DIR"
   echo "deb [signed-by=$keyring] $repo $DOCKER_CLI_SUITE main" >"$tmp/sources.list"
   local apt=(-qq -o "Dir::Etc::SourceList=$tmp/sources.list" -o Dir::Etc::SourceParts=/dev/null
     -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o Dir::State::status=/dev/null
