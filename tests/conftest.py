@@ -32,23 +32,19 @@ def _namespaces() -> bool:
     )
 
 
-DOCKER_CLI = "/usr/local/bin/docker"
-"""Docker CLI 28: `docker stack config` checks a stack file without a swarm (Debian's 20.10 cannot)."""
-
-
-def _stack_config() -> bool:
-    return (
-        bool(shutil.which(DOCKER_CLI))
-        and subprocess.run([DOCKER_CLI, "stack", "config", "--help"], capture_output=True).returncode == 0
-    )
+def docker_cli() -> subprocess.CompletedProcess:
+    """`compose/engine.sh docker-cli`: the path of the docker CLI with `docker stack config` (Debian
+    bookworm's 20.10 has none), named, pinned and checked in that one place; `make engine` installs it.
+    Exit 1 with what is wrong when it is not there."""
+    return subprocess.run([str(ROOT / "compose" / "engine.sh"), "docker-cli"], capture_output=True, text=True)
 
 
 SERVICES = {
     "docker engine": (_engine, "no Docker engine with Compose v2: run `make engine`"),
     "compose": (_compose, "no Docker Compose v2 CLI: run `make engine`"),
     "docker stack config": (
-        _stack_config,
-        f"{DOCKER_CLI} has no `docker stack config` (docker CLI 24 or later)",
+        lambda: docker_cli().returncode == 0,
+        "no docker CLI with `docker stack config`: run `make engine` (`compose/engine.sh docker-cli` says why)",
     ),
     "promtool": (
         lambda: bool(shutil.which("promtool")),
@@ -88,6 +84,13 @@ def docker_engine() -> None:
 @pytest.fixture(scope="session")
 def compose_cli() -> None:
     need("compose")
+
+
+@pytest.fixture(scope="session")
+def stack_cli() -> str:
+    """The docker CLI that has `docker stack config`."""
+    need("docker stack config")
+    return docker_cli().stdout.strip()
 
 
 @pytest.fixture(scope="session")
