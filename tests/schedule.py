@@ -19,25 +19,26 @@ HEAVY_AT_ONCE = 2
 test's E2E_JOBS=3) take only the modules that wait."""
 
 SECONDS = {
-    # Each module's span in the side-by-side stage, 2 lanes, clean clone, warm images (2026-12-05).
-    "tests/e2e/test_compare_tune.py": 720,  # 461 before its APPLY=1 and SCRIPT= tunes (~+4-5 min)
-    "tests/e2e/test_swarm.py": 612,
-    "tests/e2e/test_faults.py": 333,
-    "tests/e2e/test_alerts.py": 257,
-    "tests/e2e/test_stuck.py": 233,
-    "tests/e2e/test_engine_faults.py": 191,
-    "tests/e2e/test_gpu_image.py": 190,  # 61 with its image built; make test builds it here (~130 s)
-    "tests/e2e/test_chaos.py": 187,
-    "tests/cluster/test_resume_cluster.py": 139,
-    "tests/e2e/test_tensorboard.py": 129,
-    "tests/e2e/test_runs.py": 115,
+    # Each module's span in the side-by-side stage, 3 lanes, clean clone, cold images (2026-12-06);
+    # compare/tune's from 2026-12-05 (2 lanes).
+    "tests/e2e/test_swarm.py": 690,
+    "tests/e2e/test_compare_tune.py": 461,
+    "tests/e2e/test_stuck.py": 412,
+    "tests/e2e/test_faults.py": 380,
+    "tests/e2e/test_alerts.py": 347,
+    "tests/e2e/test_engine_faults.py": 213,
+    "tests/e2e/test_chaos.py": 210,
+    "tests/e2e/test_runs.py": 206,
+    "tests/e2e/test_gpu_image.py": 165,  # with its image's build (~130 s of it)
+    "tests/e2e/test_tensorboard.py": 144,
+    "tests/cluster/test_trainer_cluster.py": 116,
+    "tests/cluster/test_resume_cluster.py": 112,
     "tests/e2e/test_resize.py": 91,
-    "tests/cluster/test_trainer_cluster.py": 86,
+    "tests/cluster/test_resize_cluster.py": 86,
     "tests/cluster/test_compression.py": 82,
-    "tests/cluster/test_resize_cluster.py": 76,
-    "session-stack": 59,
-    "tests/cluster/test_k8s_names.py": 51,
+    "session-stack": 74,
     "tests/cluster/test_resume_after_a_cut_save.py": 32,
+    "tests/cluster/test_k8s_names.py": 26,
     "tests/cluster/test_final_export.py": 22,
 }
 """Units not listed are taken as short (DEFAULT_SECONDS): add a new long module here."""

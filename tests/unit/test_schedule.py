@@ -25,7 +25,7 @@ def test_a_core_lane_takes_the_longest_cpu_bound_unit_then_the_waiting_ones():
 
 
 def test_a_waiting_lane_takes_only_waiting_units_and_ends_when_none_is_left():
-    queue = ["tests/e2e/test_swarm.py", "tests/e2e/test_alerts.py", "tests/e2e/test_stuck.py"]
+    queue = ["tests/e2e/test_swarm.py", "tests/e2e/test_alerts.py", "tests/e2e/test_runs.py"]
     assert schedule.pick(queue, waiting_lane=True) == "tests/e2e/test_alerts.py"
     assert schedule.pick(["tests/e2e/test_swarm.py"], waiting_lane=True) is None
     assert schedule.pick([], waiting_lane=False) is None
