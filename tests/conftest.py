@@ -158,4 +158,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             collection = self.registered_collections[node]
             node.send_runtest_some([collection.index(n) for n, done in work_unit.items() if not done])
 
+        def _reschedule(self, node) -> None:
+            # xdist claims a lane's next unit while it has 2 tests left: a 2-test module claimed its
+            # successor at its start and held it for its whole span (Chaos waited 7 min behind Stuck
+            # on the waiting lane while a core lane idled). A worker runs its last test only once it
+            # knows the next or is told to stop, so a lane claims when its last test is what it holds.
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+            elif self._pending_of(self.assigned_work.get(node, {})) <= 1:
+                self._assign_work_unit(node)
+
     return ModuleScheduling(config, log)
