@@ -74,8 +74,9 @@ BOTH_PASSED = { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; } && { [ $$2 -eq 0 ] || [ $$2 -e
 # While the unit tests run (they measure no time), the images' wheelhouses download beside the base
 # images' builds (the network, not the cores; `make images` waits on the CPU one's lock) and, when an
 # engine answers, the CPU stack's images are built (~3.5 min cold, once), so the clusters and the
-# end-to-end tests, which size their waits from what they measure, run on idle cores. The GPU trainer image is built by its own test in the side-by-side
-# stage (tests/e2e/test_gpu_image.py, ~2 min): built here, it held the unit stage ~2 min past its tests.
+# end-to-end tests, which size their waits from what they measure, run on idle cores. The GPU trainer
+# image is built by its own test in the side-by-side stage (tests/e2e/test_gpu_image.py, ~2 min): built
+# here, it held the unit stage ~2 min past its tests.
 # What fails here is done again by the test that needs it.
 FETCH = PYTHON=$(PY) images/images.sh fetch images/requirements-$(1).lock build/wheelhouse-$(1)
 PREBUILD = ($(call FETCH,gpu)) & gpu=$$!; ($(call FETCH,cpu)) & cpu=$$!; \
