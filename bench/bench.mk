@@ -35,8 +35,9 @@ scaling: $(VENV)/.stamp ## Same short job at WORKERS=0..N (N=WORKERS): throughpu
 
 TUNE_SECONDS ?=
 TUNE_CANDIDATES ?=
-$(call pass_env,tune,RUN TUNE_CANDIDATES)
+# STACK_VARS: APPLY=1 starts the job again as `make up` does (compose/up.sh reads them, OUTPUT's default too).
+$(call pass_env,tune,RUN TUNE_CANDIDATES $(STACK_VARS))
 
 .PHONY: tune
-tune: $(VENV)/.stamp ## During a running job: try the settings its verdict names (TUNE_CANDIDATES=...) from its checkpoint against the current ones in turns, with a null; table, winner to RUN_DIR/tuned.env (make up reads it); TUNE_SECONDS=, APPLY=1 restarts with it
+tune: $(VENV)/.stamp ## During a running job: try the settings its verdict names (TUNE_CANDIDATES=...) from its checkpoint against the current ones in turns, with a null; table, winner to RUN_DIR/tuned.env (make up reads it); TUNE_SECONDS=, APPLY=1: the job goes on with it at once, from its checkpoint
 	@$(PY) -m bench.tune --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --run-dir $(RUN_DIR) $(if $(TUNE_SECONDS),--seconds $(TUNE_SECONDS)) $(if $(TUNE_CANDIDATES),--candidates "$$TUNE_CANDIDATES") $(if $(APPLY),--apply)

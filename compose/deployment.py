@@ -88,6 +88,9 @@ class Deployment:
     observe: tuple[tuple[str, str], ...] = ()
     """The SCRIPT= wrapper's settings as (variable, value), passed to every task of a SCRIPT= run:
     TRAINER_SPLIT_PERIOD_S and TRAINER_SPLIT_WINDOW_S (trainer/observe/config.py, docs/script.md)."""
+    process: tuple[tuple[str, str], ...] = ()
+    """Process variables every task gets over server_config.ENVIRONMENT's (server_config.PROCESS_SETTINGS:
+    the allocator, TensorFlow's thread pools), from `make tune`'s winner (process_settings)."""
     data: str | None = None
     """Host path mounted read-only at /data (DATA=)."""
     output: str | None = None
@@ -173,6 +176,7 @@ def trainer_env(d: Deployment) -> dict[str, str]:
         "TRAINER_LOGDIR": LOG_DIR,
         "TRAINER_PROFILER_PORT": str(contract.PROFILER_PORT),
         **server_config.ENVIRONMENT,
+        **dict(d.process),
     }
     env.update({ENV_PREFIX + name.upper(): value for name, value in d.knobs})
     if d.data:
@@ -207,6 +211,16 @@ def observe_settings(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     given = {name: environ[name] for name in observe_config.ENV_NAMES if environ.get(name)}
     observe_config.from_env(given)
     return tuple(sorted(given.items()))
+
+
+def process_settings(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """(NAME, value) for each process setting given as TRAINER_<NAME> (compose/tuned.sh exports `make
+    tune`'s winner so): an empty value is one too (GLIBC_TUNABLES= is glibc's stock allocator)."""
+    return tuple(
+        (name, environ[ENV_PREFIX + name])
+        for name in server_config.PROCESS_SETTINGS
+        if ENV_PREFIX + name in environ
+    )
 
 
 def run_id(now: float | None = None) -> str:
@@ -279,6 +293,7 @@ def from_args(
         stall=(environ or {}).get(supervise.STALL_ENV, ""),
         script=ns.script,
         observe=observe_settings(environ or {}),
+        process=process_settings(environ or {}),
         data=ns.data,
         output=ns.output,
         extra_args=tuple(shlex.split(ns.args)),

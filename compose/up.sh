@@ -184,4 +184,5 @@ fi
 echo "Follow:     make status$p (per-task table) | make logs$p | make wait$p (blocks, returns the chief's exit code)"
 echo "Unattended: keep make wait$p running: it starts again a task killed from outside (docker kill), which Docker leaves down"
 echo "Stop:       make down$p (keeps checkpoints and history) | make clean$p (removes them)"
-[ -n "${OUTPUT:-}" ] && echo "Model:      $OUTPUT/model (SavedModel) and $OUTPUT/summary.json when the job is done"
+# An if, not `&&`: as the last command a false test was the script's exit status (1 after a good start).
+if [ -n "${OUTPUT:-}" ]; then echo "Model:      $OUTPUT/model (SavedModel) and $OUTPUT/summary.json when the job is done"; fi

@@ -3,11 +3,12 @@ against another (WITH=, default the project's run before it), per task and for t
 examples/s, the step and each part, each a median with its interquartile range over the run's steady
 part (monitoring/steady.py), the settings that differ, and one verdict line.
 
-    python -m monitoring.compare [--prometheus URL] [--project P] [--run ID] [--with ID] [--skip S] [--json]
+    python -m monitoring.compare [--prometheus URL] [--project P] [--run ID] [--with ID] [--skip S] [--json] [--out FILE]
 
 Figures are of step time (the step histogram), so checkpoints' pauses between steps are left out, and
 the first --skip seconds after a run's first step (tracing, warm-up). Runs of different tasks or world
-sizes compare examples/s, and say so. Exit 0 compared, 2 bad input (one line).
+sizes compare examples/s, and say so. --out keeps the verdict for `make diagnose` to quote
+(monitoring/measured.py). Exit 0 compared, 2 bad input (one line).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import math
 import os
 import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import contract as c
 from monitoring import rules, runlist, steady
@@ -282,6 +285,13 @@ def to_json(old: Side, new: Side, skip: float, result: dict) -> dict:
     }
 
 
+def record(path: Path, old: str, new: str, result: dict) -> None:
+    """The verdict for `make diagnose`, which quotes it while `new` is the run it diagnoses."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    path.write_text(json.dumps({"at": at, "run": new, "with": old, "text": result["text"]}, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m monitoring.compare", description=__doc__.splitlines()[0])
     p.add_argument("--prometheus", default=os.environ.get("PROMETHEUS_URL", DEFAULT_URL))
@@ -292,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--skip", type=float, default=steady.SKIP_S, help="seconds after the first step left out")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--out", type=Path, help="where the verdict goes for `make diagnose` to cite")
     args = p.parse_args(argv)
     prom = Prometheus(url=args.prometheus, timeout=20.0)
     try:
@@ -304,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compare: {err}", file=sys.stderr)
         return 2
     result = verdict(a, b)
+    if args.out:
+        record(args.out, old.id, new.id, result)
     print(
         json.dumps(to_json(a, b, args.skip, result), indent=2)
         if args.json

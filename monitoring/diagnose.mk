@@ -8,7 +8,7 @@ $(call pass_env,compare,WITH)
 
 .PHONY: diagnose
 diagnose: $(VENV)/.stamp ## Verdict per cluster and task of the last `make up`'s run (RUN=<id> for an earlier one): input-/communication-bound, straggler, ...; exit 0 healthy or a verdict in a terminal, else non-zero; JSON=1: the verdict and its exit_code
-	@$(PY) -m monitoring.diagnose --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --bench $(RUN_DIR)/bench-comm.json --tune $(RUN_DIR)/tune.json $(if $(JSON),--json) --terminal-exit-zero
+	@$(PY) -m monitoring.diagnose --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --bench $(RUN_DIR)/bench-comm.json --tune $(RUN_DIR)/tune.json --compare $(RUN_DIR)/compare.json $(if $(JSON),--json) --terminal-exit-zero
 
 COMPARE_SKIP ?=
 
@@ -17,5 +17,5 @@ runs: ## List the project's runs Prometheus holds, which make compare can compar
 	@$(PYTHON) -m monitoring.runlist --prometheus $(PROMETHEUS_URL) --project $(PROJECT) $(if $(JSON),--json)
 
 .PHONY: compare
-compare: ## The last run (RUN=<id>) against the one before (WITH=<id>): steps/s, examples/s, step parts, median and spread over the steady part, settings that differ, verdict; COMPARE_SKIP=s, JSON=1
-	@$(PYTHON) -m monitoring.compare --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --with "$$WITH" $(if $(COMPARE_SKIP),--skip $(COMPARE_SKIP)) $(if $(JSON),--json)
+compare: ## The last run (RUN=<id>) against the one before (WITH=<id>): steps/s, examples/s, step parts, median and spread over the steady part, settings that differ, verdict (kept in RUN_DIR/compare.json for make diagnose); COMPARE_SKIP=s, JSON=1
+	@$(PYTHON) -m monitoring.compare --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --with "$$WITH" $(if $(COMPARE_SKIP),--skip $(COMPARE_SKIP)) $(if $(JSON),--json) --out $(RUN_DIR)/compare.json

@@ -161,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         help="`make tune`'s result, whose figures on this job the advice cites",
     )
     p.add_argument(
+        "--compare",
+        type=Path,
+        default=Path(os.environ.get("RUN_DIR", ".run")) / "compare.json",
+        help="`make compare`'s last verdict, quoted while its run is the one diagnosed",
+    )
+    p.add_argument(
         "--json", action="store_true", help="print JSON (verdict, code, exit_code, cluster, tasks)"
     )
     p.add_argument(
@@ -172,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     prom = Prometheus(url=args.prometheus, timeout=5.0)
     try:
-        sel = rules.selector(args.project, runs.resolve(prom, args.project, args.run) or "")
+        run = runs.resolve(prom, args.project, args.run) or ""
+        sel = rules.selector(args.project, run)
         results = {name: prom.query(expr) for name, expr in queries(sel).items()}
     except PrometheusError as err:
         message = f"diagnose: cannot query Prometheus at {args.prometheus}: {err}"
@@ -183,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     gradient_bytes = max((_number(s["value"][1]) or 0 for s in results["allreduce_bytes"]), default=None)
     busbw, size = link_reference(args.bench, gradient_bytes)
     d = verdict.diagnose(samples(results), link_busbw=busbw, link_size=size)
-    d = measured.with_measured(d, measured.load(args.tune))
+    d = measured.with_measured(d, measured.load(args.tune), measured.load(args.compare), run)
     print(json.dumps(to_json(d), indent=2) if args.json else render(d))
     if (
         d.exit_code == verdict.EXIT_PROBLEM

@@ -1,6 +1,8 @@
 """What `make tune` measured on this job (RUN_DIR/tune.json, written by bench/tune/winner.py), cited
 in `make diagnose`'s advice: a setting the advice names gets its ratio on this job next to it, and where
-nothing is measured yet the advice says that `make tune` measures it. Pure apart from reading the file."""
+nothing is measured yet the advice says that `make tune` measures it. `make compare`'s last verdict
+(RUN_DIR/compare.json, monitoring/compare.py) is quoted while its run is the one diagnosed. Pure apart
+from reading the files."""
 
 from __future__ import annotations
 
@@ -56,5 +58,15 @@ def cite(advice: tuple[str, ...], result: dict | None) -> tuple[str, ...]:
     return tuple(out)
 
 
-def with_measured(d: verdict.Diagnosis, result: dict | None) -> verdict.Diagnosis:
-    return replace(d, cluster=replace(d.cluster, advice=cite(d.cluster.advice, result)))
+def compared(advice: tuple[str, ...], result: dict | None, run: str) -> tuple[str, ...]:
+    """The advice with `make compare`'s verdict on this run (against the run it names) after it."""
+    if not advice or not result or result.get("run") != run:
+        return advice
+    return (*advice, f"`make compare` {result.get('at', '')[11:16]}: {result.get('text', '')}")
+
+
+def with_measured(
+    d: verdict.Diagnosis, tune: dict | None, compare: dict | None = None, run: str = ""
+) -> verdict.Diagnosis:
+    advice = compared(cite(d.cluster.advice, tune), compare, run)
+    return replace(d, cluster=replace(d.cluster, advice=advice))

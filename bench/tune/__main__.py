@@ -15,6 +15,7 @@ import argparse
 import fcntl
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,8 @@ SECONDS = 90.0
 """Default TUNE_SECONDS: the turns' total; with the clusters' start (~1-2 min on 2 cores) the tune of the
 default job takes about three minutes."""
 MAX_CANDIDATES = 3
+ROOT = Path(__file__).resolve().parents[2]
+APPLY_SCRIPT = Path(__file__).with_name("apply.sh")
 
 
 def current_verdict(prom: Prometheus, project: str, run: str) -> tuple[int, str, dict[str, str]]:
@@ -55,6 +58,15 @@ def current_verdict(prom: Prometheus, project: str, run: str) -> tuple[int, str,
     return d.cluster.code, max(shares, key=shares.get), recorded
 
 
+def refuse_finished(code: int, project: str) -> None:
+    """A finished job whose containers still serve their last metrics (METRICS_LINGER) is not tuned:
+    its trials would train past its end, and nothing would take the winner."""
+    if code == verdict.FINISHED:
+        raise job_lib.JobError(
+            f"project {project}'s job has finished: nothing to tune (make up STEPS=<more> trains on; then make tune)"
+        )
+
+
 def pick(args, code: int, largest: str, recorded: dict[str, str], script: str) -> list[cand.Candidate]:
     if args.candidates:
         return cand.parse(args.candidates)
@@ -63,33 +75,37 @@ def pick(args, code: int, largest: str, recorded: dict[str, str], script: str) -
     return cand.loop_candidates(recorded, code, largest)[: args.max]
 
 
-def trial_all(job: job_lib.Job, chosen: list[cand.Candidate], work: Path, args) -> list[trial.Cluster]:
+def trial_all(
+    job: job_lib.Job, chosen: list[cand.Candidate], work: Path, args, clusters: list[trial.Cluster]
+) -> None:
+    """Trial every setting; `clusters` gets each cluster as it is made, so the caller stops every one
+    that started whatever fails."""
     ckpt = work / "checkpoint"
     job_lib.copy_checkpoint(job, ckpt)
     env = {**job.env, "TF_USE_LEGACY_KERAS": "1"}
     module, margs = (job_lib.WRAPPER, list(job.script)) if job.script else ("trainer", [])
     named = [(table.CURRENT, ()), (table.NULL, ()), *((k.name, k.settings) for k in chosen)]
-    clusters = [
-        trial.cluster(_dirname(n), env, dict(s), ckpt, work, job.workers, module, margs) for n, s in named
-    ]
-    for cl, (n, _) in zip(clusters, named, strict=True):
-        cl.name = n
-    trial.start_all(clusters, timeout=args.start_timeout)
-    turn = TURN_S if not job.script else min(TURN_S, HEARTBEAT_SAFE_S / (2 * (len(clusters) - 1)))
-    rounds = max(2, int(args.seconds // (turn * CYCLES * len(clusters))))
-    for name, why in trial.run_turns(
-        clusters, turn, rounds * CYCLES, keep=(table.CURRENT, table.NULL)
-    ).items():
+    for n, s in named:
+        clusters.append(trial.cluster(_dirname(n), env, dict(s), ckpt, work, job.workers, module, margs))
+        clusters[-1].name = n
+    keep = (table.CURRENT, table.NULL)
+    left = trial.start_all(clusters, args.start_timeout, keep)
+    running = [cl for cl in clusters if cl.name not in left]
+    turn = TURN_S if not job.script else min(TURN_S, HEARTBEAT_SAFE_S / (2 * (len(running) - 1)))
+    rounds = max(2, int(args.seconds // (turn * CYCLES * len(running))))
+    left |= trial.run_turns(running, turn, rounds * CYCLES, keep=keep)
+    for name, why in left.items():
         print(f"tune: {name} left out: {why.splitlines()[0]}", flush=True)
         args.failed.add(name)
-    return clusters
 
 
 def _dirname(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name)
 
 
-def tabulate(clusters: list[trial.Cluster], chosen: list[cand.Candidate]):
+def tabulate(clusters: list[trial.Cluster], chosen: list[cand.Candidate], failed: set[str]):
+    """The current settings', the null's and each candidate's rows; one that crashed or diverged has none:
+    it cannot win."""
     by = {cl.name: cl for cl in clusters}
     base = table.round_rates(by[table.CURRENT].turns, CYCLES)
     current = table.summary(table.CURRENT, by[table.CURRENT].turns, CYCLES, base)
@@ -97,21 +113,24 @@ def tabulate(clusters: list[trial.Cluster], chosen: list[cand.Candidate]):
     rows = [
         table.summary(k.name, by[k.name].turns, CYCLES, base, k.changes_optimisation)
         for k in chosen
-        if len(by[k.name].turns) >= CYCLES
+        if k.name not in failed and len(by[k.name].turns) >= CYCLES
     ]
     return current, null, rows
 
 
 def apply(job: job_lib.Job, args) -> int:
-    """Restart the job with the winner: `make down` then `make up` with the job's own settings (the
-    winner file on top), resuming from its checkpoint."""
-    env = {**os.environ, **job.env, "WORKERS": str(job.workers)}
-    make = ["make", "--no-print-directory", f"PROJECT={job.project}"]
-    for target in ("down", "up"):
-        r = subprocess.run([*make, target], env=env)
-        if r.returncode:
-            return r.returncode
-    return 0
+    """Restart the job with the winner at once (bench/tune/apply.sh): every task saves the same step and
+    stops, and `make up` starts it again with its own knobs but the winner's, resuming from that save."""
+    env = {
+        **os.environ,
+        "RUN_DIR": os.path.relpath(args.run_dir.resolve(), ROOT),
+        "PROJECT": job.project,
+        "WORKERS": str(job.workers),
+        "PYTHON": sys.executable,
+    }
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # the job is unpaused: no unwinding to do, stop with it
+        signal.signal(sig, signal.SIG_DFL)
+    return subprocess.run(["bash", str(APPLY_SCRIPT)], env=env, cwd=ROOT).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,13 +156,24 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupted)
     try:
         return tune(args)
+    except KeyboardInterrupt:
+        print("tune: interrupted: the trials stopped, the job continues as it was", file=sys.stderr)
+        return 130
     except (job_lib.JobError, trial.TrialError, PrometheusError, ValueError) as err:
         print(f"tune: {str(err).splitlines()[0]}", file=sys.stderr)
         if isinstance(err, trial.TrialError) and len(str(err).splitlines()) > 1:
             print("\n".join(str(err).splitlines()[1:]), file=sys.stderr)
         return 2
+
+
+def _interrupted(signum, frame) -> None:
+    """SIGTERM or SIGHUP (a closed terminal, a CI timeout) unwinds like Ctrl-C: the trial clusters are
+    stopped and the job unpaused (tune's finally), where dying at once would leave it paused."""
+    raise KeyboardInterrupt
 
 
 def tune(args) -> int:
@@ -154,9 +184,11 @@ def tune(args) -> int:
     if not run:
         raise job_lib.JobError(f"project {args.project} has no run in Prometheus at {args.prometheus}")
     code, largest, recorded = current_verdict(prom, args.project, run)
+    refuse_finished(code, args.project)
     chosen = pick(args, code, largest, recorded, job.script)
     if not chosen:
         raise ValueError("no candidate setting applies to this job (docs/tune.md)")
+    cand.check(chosen, job.env, bool(job.script))
     print(
         f"tune: run {run}, verdict {verdict.NAMES.get(code, code)}, largest part {largest}; trying "
         + ", ".join(k.name for k in chosen)
@@ -165,35 +197,36 @@ def tune(args) -> int:
     )
     work = Path(tempfile.mkdtemp(prefix="tune-", dir=args.run_dir))
     clusters: list[trial.Cluster] = []
-    job_lib.pause(job)
     try:
-        clusters = trial_all(job, chosen, work, args)
+        job_lib.pause(job)  # in the try: a pause that fails half way (a task just exited) is undone
+        trial_all(job, chosen, work, args, clusters)
     finally:
         for cl in clusters:
             cl.stop()
         shutil.rmtree(work, ignore_errors=True)
         job_lib.unpause(job)
-    current, null, rows = tabulate(clusters, chosen)
+    current, null, rows = tabulate(clusters, chosen, args.failed)
     best = table.winner(rows, null)
     elapsed = time.monotonic() - started
     print(table.render(rows, current, null, best))
     winner.record(args.run_dir, run, rows, null, best, elapsed)
     if best is not None:
-        k = next(k for k in chosen if k.name == best.name)
-        if not cand.applies(k):
-            print(
-                f"tune: {best.name} is a process setting: measured here, make up does not set it (docs/tune.md)"
-            )
-            return 0
-        why = f"make tune {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on run {run}: {best.name} {best.median:.2f}x steps/s"
-        path = winner.write(args.run_dir, k.settings, why, k.changes_optimisation)
-        print(f"tune: wrote {path}; the next make up uses it (undo: rm {path})")
+        keep(best, chosen, run, args.run_dir)
+    applied = best is not None and args.apply
     print(
         f"tune: took {elapsed:.0f} s; the job "
-        + ("restarts with the winner" if best and args.apply else "continues as it was"),
+        + ("restarts with the winner" if applied else "continues as it was"),
         flush=True,
     )
-    return apply(job, args) if best is not None and args.apply else 0
+    return apply(job, args) if applied else 0
+
+
+def keep(best: table.Row, chosen: list[cand.Candidate], run: str, run_dir: Path) -> None:
+    """Write the winner where `make up` reads it (a trainer flag, or a process setting every task gets)."""
+    k = next(k for k in chosen if k.name == best.name)
+    why = f"make tune {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on run {run}: {best.name} {best.median:.2f}x steps/s"
+    path = winner.write(run_dir, k.settings, why, k.changes_optimisation)
+    print(f"tune: wrote {path}; the next make up uses it (undo: rm {path})")
 
 
 if __name__ == "__main__":

@@ -11,11 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from monitoring import verdict
-from trainer.host import manifest, server_config
+from trainer.host import ENV_PREFIX, ConfigError, from_args, manifest, server_config
 
 ALLOCATOR = "GLIBC_TUNABLES"
 PROCESS_VARIABLES = ("TF_", "GLIBC_")
-"""Candidate settings the process reads (TensorFlow, glibc), not trainer flags."""
+"""Candidate settings the process reads (TensorFlow, glibc), not trainer flags; make up gives those of
+PROCESS_SETTINGS to every task."""
+PROCESS_SETTINGS = server_config.PROCESS_SETTINGS
 PACK_BYTES = 1048576
 """The pack size `make bench-comm` found best on CPU rings (docs/communication.md)."""
 
@@ -66,7 +68,8 @@ def _allocator(current: Mapping[str, str]) -> Candidate:
 
 def script_candidates(current: Mapping[str, str], cores: int) -> list[Candidate]:
     """A SCRIPT= run's: what its wrapper's processes take without editing the script (the allocator,
-    TensorFlow's thread pools). Its strategy's CommunicationOptions are the script's own code."""
+    TensorFlow's thread pools; make up gives a winner to every task). Its strategy, and so its
+    CommunicationOptions, are the script's own code: the wrapper does not build it."""
     threads = str(max(1, cores // 2))
     return [
         _allocator(current),
@@ -78,11 +81,6 @@ def script_candidates(current: Mapping[str, str], cores: int) -> list[Candidate]
     ]
 
 
-def applies(k: Candidate) -> bool:
-    """Whether `make up` can set it: trainer flags only (process variables are measured, not applied)."""
-    return all(not name.startswith(PROCESS_VARIABLES) for name, _ in k.settings)
-
-
 def parse(text: str) -> list[Candidate]:
     """TUNE_CANDIDATES: `NAME=value NAME=value+NAME=value` (space-separated candidates, `+` joins settings)."""
     out = []
@@ -92,3 +90,25 @@ def parse(text: str) -> list[Candidate]:
             raise ValueError(f"TUNE_CANDIDATES {item!r}: want NAME=value, joined with + for one candidate")
         out.append(Candidate(item, tuple((k, v) for k, _, v in pairs), "given"))
     return out
+
+
+def check(chosen: list[Candidate], job_env: Mapping[str, str], script: bool) -> None:
+    """Refuse, in one line, a candidate the trials would only see fail: a trainer flag the trainer
+    refuses on this job's settings, or one given to a SCRIPT= job, whose script reads none of them."""
+    for k in chosen:
+        unknown = [n for n, _ in k.settings if n.startswith(PROCESS_VARIABLES) and n not in PROCESS_SETTINGS]
+        if unknown:
+            raise ValueError(
+                f"TUNE_CANDIDATES {k.name}: {unknown[0]} is not a process setting make up can give every task "
+                f"({', '.join(PROCESS_SETTINGS)})"
+            )
+        flags = {ENV_PREFIX + n: v for n, v in k.settings if not n.startswith(PROCESS_VARIABLES)}
+        if flags and script:
+            raise ValueError(
+                f"TUNE_CANDIDATES {k.name}: a SCRIPT= job's script reads no trainer flag; "
+                "try process settings (TF_NUM_INTRAOP_THREADS=..., GLIBC_TUNABLES=...)"
+            )
+        try:
+            from_args([], {**job_env, **flags})
+        except ConfigError as err:
+            raise ValueError(f"TUNE_CANDIDATES {k.name}: {str(err).splitlines()[0]}") from None

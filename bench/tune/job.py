@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.host import ENV_PREFIX
+from trainer.host import ENV_PREFIX, server_config
 
 OWN = {
     "METRICS_PORT",
@@ -36,7 +36,8 @@ class Job:
     containers: dict[str, str]
     """Task name -> container id, the chief first."""
     env: dict[str, str]
-    """The chief's trainer settings (TRAINER_*), the stack-owned ones left out."""
+    """The chief's trainer settings (TRAINER_*), the stack-owned ones left out, and its process settings
+    (server_config.PROCESS_SETTINGS)."""
     image: str
     script: tuple[str, ...]
     """A SCRIPT= run's script (its host path) and arguments; empty for the built-in loop."""
@@ -76,6 +77,8 @@ def find(project: str) -> Job:
     settings = {
         k: v for k, v in env.items() if k.startswith(ENV_PREFIX) and k.removeprefix(ENV_PREFIX) not in OWN
     }
+    # The allocator and thread pools it runs with (a winner of an earlier tune): its trials' too.
+    settings |= {k: env[k] for k in server_config.PROCESS_SETTINGS if k in env}
     if settings.get(ENV_PREFIX + "DATA"):
         raise JobError(
             "make tune trials synthetic-data jobs only for now: this job reads DATA= (docs/tune.md)"

@@ -25,6 +25,8 @@ from bench.tune.candidates import PROCESS_VARIABLES
 
 LAUNCH = re.compile(r"^\[launch\] (\S+): pid (\d+), ([\d.]+):(\d+), metrics http://[\d.]+:(\d+)/metrics")
 ROOT = Path(__file__).resolve().parents[2]
+ERROR = re.compile(r"error|killed|out of memory|exited with", re.IGNORECASE)
+"""A line of a failed cluster's output that says why (its last such line is quoted)."""
 
 
 @dataclass
@@ -49,12 +51,14 @@ class Cluster:
     turns: list[Turn] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     proc: subprocess.Popen | None = None
+    reader: threading.Thread | None = None
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
             self.command, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -66,12 +70,21 @@ class Cluster:
                     self.chief_port = int(m.group(5))
 
     def failed(self) -> str:
-        """Empty while it runs; else why it ended, with its last lines."""
+        """Empty while it runs; else why it ended (its exit code and the last error it printed), then
+        its last lines."""
         code = self.proc.poll() if self.proc else None
         if code is None:
             return ""
-        tail = "".join(self.log[-15:])
-        return f"{self.name}: its cluster exited {code}\n{tail}"
+        self.reader.join(timeout=5)  # its last lines, which say why
+        said = [ln.strip() for ln in self.log if ERROR.search(ln)]
+        # A task's own error line, else the launcher's (a task killed: out of memory, a signal).
+        cause = next((ln for ln in reversed(said) if not ln.startswith("[launch]")), said[-1] if said else "")
+        return (
+            f"its cluster exited {code}"
+            + (f" ({cause[:200]})" if cause else "")
+            + "\n"
+            + "".join(self.log[-15:])
+        )
 
     def reading(self) -> scrape.Reading | None:
         if not self.chief_port:
@@ -140,36 +153,51 @@ def _accepts(addr: tuple[str, int]) -> bool:
     return False
 
 
-def start_all(clusters: list[Cluster], timeout: float) -> None:
+def start_all(clusters: list[Cluster], timeout: float, keep: tuple[str, ...]) -> dict[str, str]:
     """Start each once the one before has bound its ports (launchers draw free ports: two at once could
-    draw the same), then wait until every chief has stepped past its checkpoint; stop them all."""
-    deadline = time.monotonic() + timeout
+    draw the same), then wait until every chief has stepped past its checkpoint; stop them all. A
+    candidate that fails to start (refused, out of memory) is left out (name -> why, returned); one of
+    `keep` failing ends the trial."""
+    deadline, left, stepping = time.monotonic() + timeout, {}, set()
     for i, c in enumerate(clusters):
-        if i:
-            prev = clusters[i - 1]
-            while not (len(prev.ports) == prev.tasks and all(_accepts(a) for a in prev.ports)):
-                _check([prev], deadline)
-                time.sleep(0.1)
+        while i and not _bound(clusters[i - 1]) and not _failed(clusters[i - 1], keep, left):
+            _in_time(clusters, deadline)
+            time.sleep(0.1)
         c.start()
-    first: dict[str, float] = {}
-    while len(first) < len(clusters):
-        _check(clusters, deadline)
+    while len(stepping) + len(left) < len(clusters):
+        _in_time([c for c in clusters if c.name not in stepping and c.name not in left], deadline)
         for c in clusters:
+            if c.name in stepping or _failed(c, keep, left):
+                continue
             r = c.reading()
-            if r and r.ended > 0 and c.name not in first:
-                first[c.name] = r.step
+            if r and r.ended > 0:
+                stepping.add(c.name)
         time.sleep(0.2)
     for c in clusters:
         c.signal(signal.SIGSTOP)
+    return left
 
 
-def _check(clusters: list[Cluster], deadline: float) -> None:
-    for c in clusters:
-        if why := c.failed():
-            raise TrialError(why)
+def _bound(c: Cluster) -> bool:
+    return len(c.ports) == c.tasks and all(_accepts(a) for a in c.ports)
+
+
+def _failed(c: Cluster, keep: tuple[str, ...], left: dict[str, str]) -> bool:
+    """Whether `c` has ended (then in `left`); raises TrialError when it is one of `keep`."""
+    if c.name in left:
+        return True
+    why = c.failed()
+    if why and c.name in keep:
+        raise TrialError(f"{c.name}: {why}")
+    if why:
+        left[c.name] = why
+    return bool(why)
+
+
+def _in_time(waiting: list[Cluster], deadline: float) -> None:
     if time.monotonic() > deadline:
         raise TrialError(
-            "the trial clusters did not start stepping in time: " + ", ".join(c.name for c in clusters)
+            "the trial clusters did not start stepping in time: " + ", ".join(c.name for c in waiting)
         )
 
 
@@ -194,12 +222,12 @@ def run_turns(
             reading = c.reading()
             c.signal(signal.SIGSTOP)
             why = c.failed() or (
-                f"{c.name}: loss {reading.loss} (diverged)"
+                f"its loss is {reading.loss} (diverged)"
                 if reading and not math.isfinite(reading.loss)
                 else ""
             )
             if why and c.name in keep:
-                raise TrialError(why)
+                raise TrialError(f"{c.name}: {why}")
             if why:
                 out[c.name] = why
             elif reading is not None:

@@ -1,11 +1,13 @@
 """`make compare` and `make tune` on one real stack (issue 30), every threshold sized from what the same
 stack measured: run A plain; run B with an input delay of three of A's steps (the pipeline cannot hide
-it) -> compare says slower beyond the spread and names input wait; `make tune` on B with the delay's
-removal as the candidate -> named beyond the null, written to tuned.env, which the next `make up` says
-it used; that run against A -> the same settings, and a difference, if any, said to be not a
-setting's; `make tune` of it, at its best, against A's step-sized delay -> "no better setting found".
-Bad input (an unknown run, no running job) is one line and exit 2. Own project and address (TUNE_BIND,
-default in tests/e2e/places.py); IMAGE_REPO is honoured."""
+it) -> compare says slower beyond the spread and names input wait; `make tune APPLY=1` on B with the
+delay's removal and a diverging rate as candidates -> the removal named beyond the null, written to
+tuned.env, the diverging one left out, and the job restarted with the winner at once (make up says it
+used it), resuming at or past B's last save; that run against A -> the same settings, and a difference,
+if any, said to be not a setting's; `make tune` of it, at its best, against A's step-sized delay -> "no
+better setting found"; a SCRIPT= `fit` job tuned end to end, going on as it was. Bad input (an unknown
+run, no running job) is one line and exit 2. Own project and address (TUNE_PROJECT, TUNE_BIND, defaults
+in tests/e2e/places.py); IMAGE_REPO is honoured."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import time
 
 import pytest
 
+import contract as c
 from monitoring import runlist
 from monitoring.prom_client import Prometheus, PrometheusError
 from tests.e2e import places
@@ -35,11 +38,10 @@ SETTINGS = {
     "COMPARE_SKIP": str(SKIP_S),
     "IMAGE_REPO": os.environ.get("IMAGE_REPO", "mwms/trainer"),
 }
-UPS: list[subprocess.CompletedProcess] = []
-"""Every `make up` of steady_run, in order: what each said."""
+PROJECT = os.environ.get("TUNE_PROJECT", places.TUNE.project)
 STACK = FaultStack(
-    places.TUNE.project,
-    f".run/{places.TUNE.project}",
+    PROJECT,
+    f".run/{PROJECT}",
     os.environ.get("TUNE_BIND", places.TUNE.bind),
     SETTINGS,
 )
@@ -52,11 +54,17 @@ def make(*args: str, timeout: float = 600, **settings: str) -> subprocess.Comple
 
 def steady_run(**settings: str) -> runlist.Run:
     """`make up`, then wait until Prometheus holds WINDOWS steady windows of this run."""
-    from monitoring.compare import WINDOW_S
-
     up = make("up", timeout=1200, **settings)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
-    UPS.append(up)
+    return steady()
+
+
+def steady(seconds: float | None = None) -> runlist.Run:
+    """The stack's current run, once Prometheus holds `seconds` of its steps (default: WINDOWS steady
+    windows after COMPARE_SKIP)."""
+    from monitoring.compare import WINDOW_S
+
+    seconds = SKIP_S + (WINDOWS + 1) * WINDOW_S if seconds is None else seconds
     prom, deadline = Prometheus(url=STACK.prometheus), time.time() + 600
     while True:
         try:
@@ -64,7 +72,7 @@ def steady_run(**settings: str) -> runlist.Run:
         except PrometheusError:  # Prometheus of a stack just started: not answering yet
             latest = None
         fresh = latest and latest.id == _run_id()
-        if fresh and latest.last_step - latest.first_step >= SKIP_S + (WINDOWS + 1) * WINDOW_S:
+        if fresh and latest.last_step - latest.first_step >= seconds:
             return latest
         assert time.time() < deadline, "the run never reached its steady windows"
         time.sleep(5)  # Prometheus scrapes every 5 s: nothing new to see sooner
@@ -122,34 +130,66 @@ def test_bad_input_is_one_line_and_exit_2(two_runs):
     assert "no run '20000101T000000Z'" in r.stderr
 
 
-def test_tune_names_the_better_value_beyond_the_null_and_up_uses_it(two_runs):
+def query(expr: str) -> float:
+    """One number from the stack's Prometheus (nan when the answer is empty)."""
+    got = Prometheus(url=STACK.prometheus).query(expr)
+    return float(got[0]["value"][1]) if got else float("nan")
+
+
+def test_tune_names_the_better_value_beyond_the_null_and_apply_restarts_the_job_with_it(two_runs):
+    """APPLY=1: the job continues with the winner at once, from its checkpoint: it resumes at or past
+    the newest step every task had saved before the tune. A candidate whose loss is not finite (a
+    rate that diverges) leaves the rotation and cannot win."""
+    from monitoring import rules
+
     tuned = os.path.join(STACK.run_dir, "tuned.env")
     if os.path.exists(tuned):
         os.remove(tuned)
+    slow = _run_id()
+    saved = query(f"min({c.LAST_CHECKPOINT.name}{rules.selector(STACK.project, slow)})")
     started = time.monotonic()
-    r = make("tune", timeout=900, TUNE_CANDIDATES="INPUT_DELAY_MS=0", TUNE_SECONDS="15")
-    print(r.stdout[-3000:], f"tune took {time.monotonic() - started:.0f} s")
+    r = make(
+        "tune",
+        "APPLY=1",
+        timeout=1200,
+        TUNE_CANDIDATES="INPUT_DELAY_MS=0 LEARNING_RATE=1e30",
+        TUNE_SECONDS="15",
+    )
+    print(r.stdout[-3000:], r.stderr[-1500:], f"tune with APPLY=1 took {time.monotonic() - started:.0f} s")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert (
         "best: INPUT_DELAY_MS=0" in r.stdout and "null (the current settings against themselves)" in r.stdout
     )
+    assert "tune: LEARNING_RATE=1e30 left out: " in r.stdout, r.stdout[-3000:]
     assert open(tuned).read().splitlines()[-1] == "INPUT_DELAY_MS=0"
-    assert make("down").returncode == 0
+    assert "using make tune's winner" in r.stderr and "INPUT_DELAY_MS=0" in r.stderr, r.stderr[-2000:]
+    applied = _run_id()
+    assert applied != slow, "the job restarted as a new run"
+    steady(seconds=1)
+    resumed = query(
+        f"min(min_over_time(({c.GLOBAL_STEP.name}{rules.selector(STACK.project, applied)} > 0)[10m:5s]))"
+    )
+    print(f"saved before the tune: step {saved:.0f}; first step scraped with the winner: {resumed:.0f}")
+    assert resumed >= saved, "a step lost beyond the last save"
 
 
-def test_the_winner_is_used_and_matches_the_plain_run_and_a_job_at_its_best_finds_nothing(two_runs):
-    """After the tune: the next `make up` says it uses the winner (the plain settings again), `make
-    compare` of that run against the plain one finds the same settings (any difference said to be the
-    machine's), and `make tune` of this job at its best, against a worse value, invents no winner."""
-    same = steady_run()
-    up = UPS[-1]
-    assert "using make tune's winner" in up.stderr and "INPUT_DELAY_MS=0" in up.stderr, up.stderr[-2000:]
+def test_the_winner_matches_the_plain_run_and_a_job_at_its_best_finds_nothing(two_runs):
+    """After APPLY: the job's run with the winner (the plain settings again) against the plain run finds
+    the same settings (any difference said to be the machine's), and `make tune` of this job at its
+    best, against a worse value, invents no winner."""
+    same = steady()
     got = compare_json(WITH=two_runs["plain"].id)
     print(f"compare of two plain runs: {got['verdict']['text']}")
     # Minutes apart the machine differs (1.27x beyond the windows' spread, seen here): a difference
     # between runs of the same settings is said to be not a setting's.
     assert got["verdict"]["same_settings"] and not got["settings_differ"], got
     assert got["verdict"]["direction"] == 0 or "no recorded setting differs" in got["verdict"]["text"], got
+    # make diagnose's advice, if the verdict has any, quotes what the tune and this compare measured.
+    advice = json.loads(make("diagnose", "JSON=1", timeout=120).stdout)["cluster"]["advice"]
+    print("diagnose advice:", *advice, sep="\n  ")
+    assert not advice or (
+        any(a.startswith("`make compare` ") for a in advice) and any("`make tune` " in a for a in advice)
+    ), advice
     tuned = os.path.join(STACK.run_dir, "tuned.env")
     before = open(tuned).read()
     r = make("tune", timeout=900, TUNE_CANDIDATES=f"INPUT_DELAY_MS={two_runs['delay']}", TUNE_SECONDS="15")
@@ -160,3 +200,24 @@ def test_the_winner_is_used_and_matches_the_plain_run_and_a_job_at_its_best_find
     assert make("down").returncode == 0
     none = make("tune", timeout=120)
     assert none.returncode == 2 and f"no running job in project {STACK.project}" in none.stderr, none.stderr
+
+
+def test_a_script_fit_job_is_tuned_end_to_end(two_runs):
+    """`make up SCRIPT=` of a team's `fit` script, then `make tune` as a user types it: the candidates its
+    wrapper's processes take (the allocator, TensorFlow's thread pools) against a null, a table, the
+    figures in tune.json, and the job going on as it was (the same run, stepping after the tune)."""
+    script = os.path.join("tests", "e2e", "scripts", "fit_images.py")
+    up = make("up", timeout=1200, SCRIPT=script)
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+    run = steady(seconds=15)
+    started = time.monotonic()
+    r = make("tune", timeout=900, TUNE_SECONDS="15")
+    took = time.monotonic() - started
+    print(r.stdout[-3000:], f"tune of a SCRIPT fit job took {took:.0f} s")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "allocator=" in r.stdout and "TF_NUM_INTRAOP_THREADS=" in r.stdout
+    assert "null (the current settings against themselves)" in r.stdout
+    result = json.load(open(os.path.join(STACK.run_dir, "tune.json")))
+    assert result["run"] == run.id and result["null"]["ratios"], result
+    after = steady(seconds=run.last_step - run.first_step + took + 10)
+    assert after.id == run.id, "the job goes on as it was"

@@ -32,3 +32,15 @@ def test_an_unreadable_result_is_none(tmp_path):
     (tmp_path / "tune.json").write_text("{")
     assert measured.load(tmp_path / "tune.json") is None
     assert measured.load(tmp_path / "missing.json") is None
+
+
+def test_make_compares_verdict_is_quoted_while_its_run_is_the_one_diagnosed(tmp_path):
+    from monitoring import compare
+
+    text = "20261205T0100Z vs 20261205T0050Z: slower by 31 % beyond the spread, input wait +20.1 ms"
+    compare.record(tmp_path / "compare.json", "20261205T0050Z", "20261205T0100Z", {"text": text})
+    result = measured.load(tmp_path / "compare.json")
+    *_, quoted = measured.compared(ADVICE, result, "20261205T0100Z")
+    assert quoted.startswith("`make compare` ") and quoted.endswith(text)
+    assert measured.compared(ADVICE, result, "20261205T0200Z") == ADVICE  # another run's compare
+    assert measured.compared((), result, "20261205T0100Z") == ()

@@ -108,12 +108,25 @@ def test_the_winner_file_round_trips_and_says_how_to_undo(tmp_path):
     assert winner.read(tmp_path / "none") == {}
 
 
-def test_a_script_is_tried_on_what_its_wrapper_controls_and_those_are_not_applied():
+def test_a_script_is_tried_on_what_its_wrapper_controls_and_make_up_gives_the_winner_to_every_task():
+    from compose import deployment
+
     ks = candidates.script_candidates({"allocator": "tuned"}, cores=2)
     assert [k.name for k in ks] == ["allocator=stock", "TF_NUM_INTRAOP_THREADS=1"]
     assert ks[0].settings == (("GLIBC_TUNABLES", ""),)
-    assert not any(candidates.applies(k) for k in ks)
-    assert candidates.applies(candidates.parse("BYTES_PER_PACK=1")[0])
+    # tuned.env -> compose/tuned.sh exports TRAINER_<NAME> -> every task's process environment
+    environ = {"TRAINER_" + k: v for k, v in ks[0].settings + ks[1].settings}
+    d = deployment.Deployment(workers=1, script="train.py", process=deployment.process_settings(environ))
+    env = deployment.trainer_env(d)
+    assert (env["GLIBC_TUNABLES"], env["TF_NUM_INTRAOP_THREADS"], env["TF_NUM_INTEROP_THREADS"]) == (
+        "",
+        "1",
+        "1",
+    )
+    assert "TRAINER_GLIBC_TUNABLES" not in env
+    assert deployment.trainer_env(deployment.Deployment(workers=1))["GLIBC_TUNABLES"].startswith(
+        "glibc.malloc"
+    )
 
 
 def test_a_script_jobs_host_path_comes_from_its_mounts():
@@ -160,3 +173,101 @@ def test_make_up_uses_the_winner_and_says_how_to_undo(tmp_path):
 def test_a_setting_given_on_the_command_line_wins_over_the_winner(tmp_path):
     r = _use_tuned(tmp_path, "BYTES_PER_PACK=1048576\n", env={"BYTES_PER_PACK": "4096"})
     assert r.stdout == "" and r.stderr == ""
+
+
+def test_apply_puts_the_winner_over_the_knobs_the_job_started_with(tmp_path):
+    """`make tune APPLY=1` on a job started with `make up INPUT_DELAY_MS=28`: the restart takes the
+    winner (INPUT_DELAY_MS=0), not the job's own value, and keeps the job's other knobs. Before
+    bench/tune/apply.sh the restart was given the job's TRAINER_* environment, which won over tuned.env."""
+    import os
+    import subprocess
+
+    from compose import knobs
+
+    (tmp_path / "knobs.env").write_text(
+        "INPUT_DELAY_MS=28\nSTEPS=5000\nTRAINER_TASK=cnn\nTRAINER_INPUT_DELAY_MS=28\nUP_KNOBS=INPUT_DELAY_MS\\ STEPS\n"
+    )
+    winner.write(tmp_path, (("INPUT_DELAY_MS", "0"),), "make tune: 4.7x", changes_optimisation=False)
+    script = (
+        f". bench/tune/apply.sh; . compose/tuned.sh; WORKERS=3; "
+        f'winner_over_knobs "{tmp_path}/knobs.env" "{tmp_path}/tuned.env"; '
+        f'use_tuned "{tmp_path}/tuned.env"; env -0'
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_")}
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=clean)
+    assert r.returncode == 0, r.stderr
+    env = dict(kv.split("=", 1) for kv in r.stdout.split("\0") if "=" in kv)
+    got = dict(knobs.from_environ(env))
+    assert (got["input_delay_ms"], got["steps"], got["task"]) == ("0", "5000", "cnn")
+    assert env["WORKERS"] == "3"
+    assert "using make tune's winner" in r.stderr and "INPUT_DELAY_MS=0" in r.stderr
+
+
+def test_a_second_tune_of_the_project_is_one_line_and_exit_2(tmp_path, capsys):
+    import fcntl
+
+    from bench.tune.__main__ import main
+
+    with open(tmp_path / ".tune.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(["--project", "p", "--run-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "another make tune of project p is running" in err[0]
+
+
+def _exiting(tmp_path, name, code, *lines):
+    """A trial cluster whose launcher prints `lines` and exits `code` (a real process)."""
+    from bench.tune import trial
+
+    program = "".join(f"print({ln!r})\n" for ln in lines) + f"raise SystemExit({code})"
+    return trial.Cluster(name, {}, tmp_path / name, 3, [__import__("sys").executable, "-c", program])
+
+
+def test_a_failed_cluster_says_why_in_one_line(tmp_path):
+    cl = _exiting(
+        tmp_path,
+        "BYTES_PER_PACK=-1",
+        2,
+        "[chief] E configuration error: --bytes-per-pack must be 0 or more",
+        "[launch] chief exited with 2; stopping the others",
+    )
+    cl.start()
+    cl.proc.wait()
+    first = cl.failed().splitlines()[0]
+    assert first == "its cluster exited 2 ([chief] E configuration error: --bytes-per-pack must be 0 or more)"
+    killed = _exiting(tmp_path, "oom", 1, "[launch] worker-0 exited with -9; stopping the others")
+    killed.start()
+    killed.proc.wait()
+    assert "exited with -9" in killed.failed().splitlines()[0]
+
+
+def test_a_candidate_that_fails_to_start_is_left_out_a_failing_current_ends_the_trial(tmp_path):
+    from bench.tune import trial
+
+    candidate = _exiting(tmp_path, "LEARNING_RATE=x", 2, "[chief] ValueError: bad rate")
+    assert set(trial.start_all([candidate], timeout=60, keep=(table.CURRENT,))) == {"LEARNING_RATE=x"}
+    current = _exiting(tmp_path, table.CURRENT, 1, "[chief] MemoryError")
+    with pytest.raises(trial.TrialError, match=r"^current: its cluster exited 1 \(\[chief\] MemoryError\)"):
+        trial.start_all([current], timeout=60, keep=(table.CURRENT,))
+
+
+def test_a_candidate_the_trainer_refuses_is_one_line_before_any_trial():
+    job_env = {"TRAINER_TASK": "cnn", "TRAINER_LEARNING_RATE": "0.003"}
+    (bad,) = candidates.parse("ALLREDUCE_MODE=sideways")
+    with pytest.raises(ValueError, match=r"^TUNE_CANDIDATES ALLREDUCE_MODE=sideways: .*allreduce.mode"):
+        candidates.check([bad], job_env, script=False)
+    candidates.check(candidates.parse("ALLREDUCE_MODE=overlap TF_NUM_INTRAOP_THREADS=1"), job_env, False)
+    with pytest.raises(ValueError, match="a SCRIPT= job's script reads no trainer flag"):
+        candidates.check(candidates.parse("BYTES_PER_PACK=4096"), {}, script=True)
+    candidates.check(candidates.script_candidates({}, cores=2), {}, script=True)
+    with pytest.raises(ValueError, match="TF_CPP_MIN_LOG_LEVEL is not a process setting make up can give"):
+        candidates.check(candidates.parse("TF_CPP_MIN_LOG_LEVEL=0"), {}, script=True)
+
+
+def test_a_finished_job_is_not_tuned():
+    from bench.tune import job
+    from bench.tune.__main__ import refuse_finished
+
+    with pytest.raises(job.JobError, match="job has finished: nothing to tune"):
+        refuse_finished(verdict.FINISHED, "p")
+    refuse_finished(verdict.COMMUNICATION, "p")

@@ -45,6 +45,12 @@ slower. The cost: a task's resident memory stays at its peak.
 glibc reads it only at process start (hence not in `apply`); tests/e2e/test_image_layout.py checks
 the image's glibc takes every tunable."""
 
+PROCESS_SETTINGS = ("GLIBC_TUNABLES", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+"""Process variables a run may set for every task (`make tune`'s winner: RUN_DIR/tuned.env gives each as
+TRAINER_<NAME>, compose/deployment.process_settings reads it): the allocator over ENVIRONMENT's, and
+TensorFlow's thread pools, which it reads from the environment when it creates them. The only
+settings a SCRIPT= run's tasks take without editing the script."""
+
 CHECKED_TF = ("2.21.",)
 """TensorFlow versions whose MWMS was read to copy `context.context()._config` into its server."""
 
