@@ -204,7 +204,9 @@ def tune(args) -> int:
         for cl in clusters:
             cl.stop()
         shutil.rmtree(work, ignore_errors=True)
-        job_lib.unpause(job)
+        if still := job_lib.unpause(job):
+            ids = " ".join(job.containers[t] for t in still)
+            print(f"tune: the job's {', '.join(still)} still paused: docker unpause {ids}", file=sys.stderr)
     current, null, rows = tabulate(clusters, chosen, args.failed)
     best = table.winner(rows, null)
     elapsed = time.monotonic() - started

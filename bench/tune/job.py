@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import contract as c
 from trainer.host import ENV_PREFIX, server_config
 
 OWN = {
@@ -47,10 +51,28 @@ class Job:
         return len(self.containers) - 1
 
 
+PAUSE_WAITS = (1.0, 2.0, 4.0, 8.0, 16.0)
+"""Seconds between tries of pausing the job (31 s in all). `docker pause` asks runc to freeze each
+container's cgroup: every thread of every process must stop, and runc gives them ~0.2 s, then thaws the
+cgroup back and fails ("unable to freeze"). On a loaded 2-core machine TensorFlow's threads wait that
+long for a core: a clean-clone CI run (load 4-22) failed so. Tried again a little later, it froze."""
+
+Docker = Callable[[list[str]], subprocess.CompletedProcess]
+"""Runs `docker ARGS` and returns the finished process (its returncode, stdout, stderr): the seam tests fake."""
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
+
+
+def _last_line(r: subprocess.CompletedProcess) -> str:
+    return (r.stderr.strip().splitlines() or ["failed"])[-1]
+
+
 def _docker(*args: str, check: bool = True) -> str:
-    r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
+    r = _run(list(args))
     if check and r.returncode:
-        raise JobError(f"docker {' '.join(args[:2])}: {(r.stderr.strip().splitlines() or ['failed'])[-1]}")
+        raise JobError(f"docker {' '.join(args[:2])}: {_last_line(r)}")
     return r.stdout
 
 
@@ -69,9 +91,7 @@ def find(project: str) -> Job:
         if svc == "chief" or svc.startswith("worker-")
     }
     if "chief" not in tasks:
-        raise JobError(
-            f"no running job in project {project}: make up{'' if project == 'mwms' else ' PROJECT=' + project} first"
-        )
+        raise JobError(f"no running job in project {project}: make up{_p(project)} first")
     (info,) = json.loads(_docker("inspect", tasks["chief"]))
     env = dict(e.partition("=")[::2] for e in info["Config"]["Env"])
     settings = {
@@ -101,12 +121,78 @@ def _script(cmd: list[str], mounts: dict[str, str]) -> tuple[str, ...]:
     raise JobError(f"the job's script {path} is not in a mount of its container")
 
 
-def pause(job: Job) -> None:
-    _docker("pause", *job.containers.values())
+def _state(docker: Docker, cid: str) -> dict:
+    """The container's State (Status, Paused, ...); {} when it is gone."""
+    r = docker(["inspect", "--format", "{{json .State}}", cid])
+    return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else {}
 
 
-def unpause(job: Job) -> None:
-    _docker("unpause", *job.containers.values(), check=False)
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def pause(
+    job: Job,
+    docker: Docker = _run,
+    sleep: Callable[[float], None] = time.sleep,
+    say: Callable[[str], None] = _stderr,
+) -> None:
+    """Pause every task, all or none: a task that does not freeze has the ones paused before it unpaused
+    at once (a cluster half paused would miss its collectives and heartbeats), and the whole is tried
+    again after PAUSE_WAITS, said in a line. JobError (one line) when a task has stopped or never froze;
+    the job then runs as it was. A task already paused (a tune killed before it could unpause) counts as
+    paused."""
+    for wait in (*PAUSE_WAITS, None):
+        paused: list[str] = []
+        for task, cid in job.containers.items():
+            r = docker(["pause", cid])
+            state = _state(docker, cid) if r.returncode else {"Paused": True}
+            if state.get("Paused"):
+                paused.append(cid)
+                continue
+            _thaw(docker, paused)
+            if state.get("Status") != "running":
+                raise JobError(
+                    f"the job's task {task} is {state.get('Status', 'gone')}, not running: nothing to tune "
+                    f"(make status{_p(job.project)})"
+                )
+            if wait is None:
+                tries = len(PAUSE_WAITS) + 1
+                raise JobError(
+                    f"could not pause the job's task {task} in {tries} tries over {sum(PAUSE_WAITS):.0f} s "
+                    f"(docker: {_last_line(r)}): the machine is too busy to freeze it; the job goes on as it "
+                    "was: make tune again when the load is lower"
+                )
+            say(
+                f"tune: the job's task {task} did not freeze (docker: {_last_line(r)}); the job runs, trying again in {wait:.0f} s"
+            )
+            break
+        else:
+            return
+        sleep(wait)
+
+
+def unpause(job: Job, docker: Docker = _run, sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """Unpause every task, trying again after PAUSE_WAITS' first waits; the tasks still paused (for a
+    line that gives the command), normally none."""
+    left = list(job.containers.values())
+    for wait in (*PAUSE_WAITS[:3], None):
+        left = _thaw(docker, left)
+        if not left or wait is None:
+            break
+        sleep(wait)
+    return [t for t, cid in job.containers.items() if cid in left]
+
+
+def _thaw(docker: Docker, cids: list[str]) -> list[str]:
+    """Unpause each container; those that are still paused."""
+    for cid in cids:
+        docker(["unpause", cid])
+    return [cid for cid in cids if _state(docker, cid).get("Paused")]
+
+
+def _p(project: str) -> str:
+    return "" if project == c.DEFAULT_PROJECT else f" PROJECT={project}"
 
 
 def copy_checkpoint(job: Job, dest: Path) -> None:

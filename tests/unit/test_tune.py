@@ -271,3 +271,89 @@ def test_a_finished_job_is_not_tuned():
     with pytest.raises(job.JobError, match="job has finished: nothing to tune"):
         refuse_finished(verdict.FINISHED, "p")
     refuse_finished(verdict.COMMUNICATION, "p")
+
+
+class FakeDocker:
+    """`docker pause/unpause/inspect` of a job's containers: `freezes_after[cid]` pauses of that container
+    fail as runc's do on a loaded machine ("unable to freeze", the cgroup thawed back) before one works."""
+
+    FROZE = "OCI runtime pause failed: unable to freeze: unknown"
+
+    def __init__(self, cids, freezes_after=None, status=None):
+        self.state = {cid: {"Status": (status or {}).get(cid, "running"), "Paused": False} for cid in cids}
+        self.fails = dict(freezes_after or {})
+        self.calls = []
+
+    def __call__(self, args):
+        from subprocess import CompletedProcess
+
+        verb, cid = args[0], args[-1]
+        self.calls.append((verb, cid))
+        st = self.state[cid]
+        if verb == "inspect":
+            return CompletedProcess(args, 0, __import__("json").dumps(st), "")
+        if verb == "unpause":
+            st["Paused"] = False
+            return CompletedProcess(args, 0, cid, "")
+        if st["Status"] != "running" or st["Paused"]:
+            return CompletedProcess(
+                args, 1, "", f"Error response from daemon: Container {cid} is not running"
+            )
+        if self.fails.get(cid, 0) > 0:
+            self.fails[cid] -= 1
+            return CompletedProcess(
+                args, 1, "", f"Error response from daemon: Cannot pause container {cid}: {self.FROZE}"
+            )
+        st["Paused"] = True
+        return CompletedProcess(args, 0, cid, "")
+
+    def paused(self):
+        return {cid for cid, st in self.state.items() if st["Paused"]}
+
+
+def _job(*cids):
+    from bench.tune import job
+
+    names = ["chief", *(f"worker-{i}" for i in range(len(cids) - 1))]
+    return job.Job("p", dict(zip(names, cids, strict=True)), {}, "img", ())
+
+
+def test_a_task_that_does_not_freeze_at_once_is_paused_on_a_later_try_never_half_paused_meanwhile():
+    """CI, load 4-22: `docker pause` of a task failed ("unable to freeze") and make tune gave up at once."""
+    from bench.tune import job
+
+    docker, waits, said = FakeDocker(["c", "w0", "w1"], freezes_after={"w1": 2}), [], []
+    sleep = lambda s: waits.append((s, set(docker.paused())))  # noqa: E731
+    job.pause(_job("c", "w0", "w1"), docker, sleep, said.append)
+    assert docker.paused() == {"c", "w0", "w1"}
+    assert [s for s, _ in waits] == list(job.PAUSE_WAITS[:2])
+    assert all(not paused for _, paused in waits), "the job ran whole while tune waited to try again"
+    assert len(said) == 2 and said[0].startswith("tune: the job's task worker-1 did not freeze (docker: ")
+
+
+def test_a_task_that_never_freezes_is_one_line_and_the_job_runs_as_it_was():
+    from bench.tune import job
+
+    docker = FakeDocker(["c", "w0"], freezes_after={"w0": 99})
+    with pytest.raises(job.JobError) as err:
+        job.pause(_job("c", "w0"), docker, sleep=lambda s: None)
+    (line,) = str(err.value).splitlines()
+    assert line.startswith("could not pause the job's task worker-0 in 6 tries over 31 s (docker: ")
+    assert "unable to freeze" in line and "the job goes on as it was" in line
+    assert not docker.paused()
+
+
+def test_a_task_that_stopped_is_not_waited_for_and_an_already_paused_one_counts():
+    from bench.tune import job
+
+    docker = FakeDocker(["c", "w0"], status={"w0": "exited"})
+    with pytest.raises(
+        job.JobError, match=r"^the job's task worker-0 is exited, not running: nothing to tune"
+    ):
+        job.pause(_job("c", "w0"), docker, sleep=lambda s: pytest.fail("no wait for a stopped task"))
+    assert not docker.paused()
+    left = FakeDocker(["c", "w0"])
+    left.state["c"]["Paused"] = True  # a tune killed (SIGKILL) before its finally
+    job.pause(_job("c", "w0"), left, sleep=lambda s: None)
+    assert left.paused() == {"c", "w0"}
+    assert job.unpause(_job("c", "w0"), left, sleep=lambda s: None) == [] and not left.paused()
