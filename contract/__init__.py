@@ -246,6 +246,8 @@ RUN_SETTING_LABELS = (
     "measure_every",
     "input_delay_ms",
     "allocator",
+    "intraop_threads",
+    "interop_threads",
 )
 """The labels of RUN_SETTINGS: what a run's speed or optimisation depends on and `make tune` may change
 (a SCRIPT= run records the ones its wrapper controls, the others empty)."""

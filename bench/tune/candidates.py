@@ -71,14 +71,13 @@ def script_candidates(current: Mapping[str, str], cores: int) -> list[Candidate]
     TensorFlow's thread pools; make up gives a winner to every task). Its strategy, and so its
     CommunicationOptions, are the script's own code: the wrapper does not build it."""
     threads = str(max(1, cores // 2))
-    return [
-        _allocator(current),
-        Candidate(
-            f"TF_NUM_INTRAOP_THREADS={threads}",
-            (("TF_NUM_INTRAOP_THREADS", threads), ("TF_NUM_INTEROP_THREADS", "1")),
-            "smaller thread pools: every task of this host shares its cores",
-        ),
-    ]
+    pools = Candidate(
+        f"TF_NUM_INTRAOP_THREADS={threads}",
+        (("TF_NUM_INTRAOP_THREADS", threads), ("TF_NUM_INTEROP_THREADS", "1")),
+        "smaller thread pools: every task of this host shares its cores",
+    )
+    taken = (current.get("intraop_threads"), current.get("interop_threads")) == (threads, "1")
+    return [_allocator(current), *([] if taken else [pools])]
 
 
 def parse(text: str) -> list[Candidate]:

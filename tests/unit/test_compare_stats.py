@@ -126,7 +126,16 @@ def test_run_settings_of_the_loop_and_of_a_script():
             "GLIBC_TUNABLES"
         ]
     }
-    assert run_settings.of_script("fit.py", tuned) == {"task": "fit.py", "allocator": "tuned"}
+    assert run_settings.of_script("fit.py", tuned) == {
+        "task": "fit.py",
+        "allocator": "tuned",
+        "intraop_threads": "",
+        "interop_threads": "",
+    }
+    # make tune's SCRIPT= winner: compare names the thread pools a run was given
+    pools = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+    assert run_settings.of_script("fit.py", pools)["intraop_threads"] == "1"
+    assert run_settings.of_config(Config(), 3, pools)["interop_threads"] == "1"
 
 
 def test_a_task_waiting_for_input_is_the_cause_though_its_peers_all_reduce_grew_more():

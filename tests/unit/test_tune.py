@@ -114,6 +114,8 @@ def test_a_script_is_tried_on_what_its_wrapper_controls_and_make_up_gives_the_wi
     ks = candidates.script_candidates({"allocator": "tuned"}, cores=2)
     assert [k.name for k in ks] == ["allocator=stock", "TF_NUM_INTRAOP_THREADS=1"]
     assert ks[0].settings == (("GLIBC_TUNABLES", ""),)
+    taken = {"allocator": "tuned", "intraop_threads": "1", "interop_threads": "1"}  # recorded by its run
+    assert [k.name for k in candidates.script_candidates(taken, cores=2)] == ["allocator=stock"]
     # tuned.env -> compose/tuned.sh exports TRAINER_<NAME> -> every task's process environment
     environ = {"TRAINER_" + k: v for k, v in ks[0].settings + ks[1].settings}
     d = deployment.Deployment(workers=1, script="train.py", process=deployment.process_settings(environ))

@@ -9,6 +9,9 @@ from collections.abc import Mapping
 from trainer.cluster import server_config
 
 ALLOCATOR_ENV = "GLIBC_TUNABLES"
+THREAD_POOLS = {"intraop_threads": "TF_NUM_INTRAOP_THREADS", "interop_threads": "TF_NUM_INTEROP_THREADS"}
+"""RUN_SETTINGS label -> the variable TensorFlow sizes that thread pool from (`make tune`'s SCRIPT=
+candidates, server_config.PROCESS_SETTINGS)."""
 
 
 def allocator(env: Mapping[str, str]) -> str:
@@ -18,6 +21,12 @@ def allocator(env: Mapping[str, str]) -> str:
     if not value:
         return "stock"
     return "tuned" if value == server_config.ENVIRONMENT[ALLOCATOR_ENV] else "custom"
+
+
+def process(env: Mapping[str, str]) -> dict[str, str]:
+    """The process settings a run's speed depends on: the allocator, and each thread pool's size where
+    one is set (empty where TensorFlow sizes it itself, as a run from before these labels reads)."""
+    return {"allocator": allocator(env), **{label: env.get(name, "") for label, name in THREAD_POOLS.items()}}
 
 
 def of_config(config, replicas: int, env: Mapping[str, str]) -> dict[str, str]:
@@ -33,10 +42,10 @@ def of_config(config, replicas: int, env: Mapping[str, str]) -> dict[str, str]:
         "steps_per_call": str(config.steps_per_call),
         "measure_every": str(config.measure_every),
         "input_delay_ms": f"{config.input_delay_ms:g}",
-        "allocator": allocator(env),
+        **process(env),
     }
 
 
 def of_script(script: str, env: Mapping[str, str]) -> dict[str, str]:
     """A SCRIPT= run's: its name and what the wrapper controls (the rest is the script's own)."""
-    return {"task": script, "allocator": allocator(env)}
+    return {"task": script, **process(env)}
