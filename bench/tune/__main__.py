@@ -4,8 +4,9 @@ the winner only when it is beyond the null's spread, written where `make up` rea
 
     python -m bench.tune [--project P] [--run-dir D] [--seconds S] [--candidates "NAME=v ..."] [--apply]
 
-The job is paused while the trials run (they need the cores) and continues as it was; with --apply it
-restarts with the winner, resuming from its checkpoint. Exit 0 tuned (a winner or none), 2 refused or
+The job is paused while the trials run (they need the cores), then continues: its tasks restart from its
+last checkpoint (TensorFlow's heartbeats stopped while it was paused); with --apply it restarts with the
+winner, resuming from its checkpoint. Exit 0 tuned (a winner or none), 2 refused or
 failed (one line), the job left running as it was.
 """
 
@@ -40,6 +41,8 @@ SECONDS = 90.0
 """Default TUNE_SECONDS: the turns' total; with the clusters' start (~1-2 min on 2 cores) the tune of the
 default job takes about three minutes."""
 MAX_CANDIDATES = 3
+RESUMES = "its tasks restart: TensorFlow's heartbeats stopped while it was paused"
+"""Why a job paused longer than its heartbeat timeout (10 s) goes on from its checkpoint, not its step."""
 ROOT = Path(__file__).resolve().parents[2]
 APPLY_SCRIPT = Path(__file__).with_name("apply.sh")
 
@@ -215,9 +218,10 @@ def tune(args) -> int:
     if best is not None:
         keep(best, chosen, run, args.run_dir)
     applied = best is not None and args.apply
+    where = "its script's own checkpoint, or its start" if job.script else "its last checkpoint"
     print(
         f"tune: took {elapsed:.0f} s; the job "
-        + ("restarts with the winner" if applied else "continues as it was"),
+        + ("restarts with the winner" if applied else f"continues from {where} ({RESUMES})"),
         flush=True,
     )
     return apply(job, args) if applied else 0

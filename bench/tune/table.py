@@ -54,7 +54,9 @@ def summary(name: str, turns: list, cycles: int, current_rates: list[float], cha
     first, last = turns[0].reading, turns[-1].reading
     split = {p: 1e3 * scrape.median_between(first.buckets[p], last.buckets[p]) for p in scrape.PARTS}
     steps = last.step - first.step
-    per_step = (last.examples - first.examples) / steps if steps > 0 else math.nan
+    # No examples counted (a script whose batch size is not static): not known, rather than 0 examples/s.
+    counted = last.examples > first.examples
+    per_step = (last.examples - first.examples) / steps if steps > 0 and counted else math.nan
     rate = statistics.median(rates) if rates else math.nan
     return Row(name, ratios, rate, rate * per_step, split, last.loss, changes)
 
@@ -81,9 +83,8 @@ def render(rows: list[Row], current: Row, null: Row, best: Row | None) -> str:
         s = r.split_ms
         split = f"{s['step']:.1f} = {s['compute']:.1f} + {s['all-reduce']:.1f} + {s['input wait']:.1f}"
         loss = f"{r.loss:.3f}" if r.changes_optimisation or r.name == CURRENT else ""
-        return (
-            f"{r.name:<28} {ratio:>24} {r.steps_per_s:>8.1f} {r.examples_per_s:>10.0f}  {split:<48} {loss:>7}"
-        )
+        examples = f"{r.examples_per_s:.0f}" if math.isfinite(r.examples_per_s) else "-"
+        return f"{r.name:<28} {ratio:>24} {r.steps_per_s:>8.1f} {examples:>10}  {split:<48} {loss:>7}"
 
     lines.append(line(current, "1 (the reference)"))
     for r in [null, *rows]:

@@ -359,3 +359,26 @@ def test_a_task_that_stopped_is_not_waited_for_and_an_already_paused_one_counts(
     job.pause(_job("c", "w0"), left, sleep=lambda s: None)
     assert left.paused() == {"c", "w0"}
     assert job.unpause(_job("c", "w0"), left, sleep=lambda s: None) == [] and not left.paused()
+
+
+def test_a_script_whose_examples_are_not_counted_shows_none_not_zero_examples_per_s():
+    """A fit script whose batch size is not static counts no examples (the wrapper says so): its table
+    showed 0 examples/s, as if nothing trained."""
+    split = {p: {1.0: 0.0, math.inf: 0.0} for p in scrape.PARTS}
+
+    def turns(examples_per_step):
+        return [
+            Turn(
+                t.start,
+                t.stop,
+                Reading(t.reading.step, t.reading.ended, 0.5, split, t.reading.step * examples_per_step),
+            )
+            for t in _turns(40, 6)
+        ]
+
+    base = table.round_rates(turns(0), 3)
+    row = table.summary(table.CURRENT, turns(0), 3, base)
+    assert row.steps_per_s == pytest.approx(40) and math.isnan(row.examples_per_s)
+    line = table.render([], row, table.summary(table.NULL, turns(0), 3, base), None).splitlines()[1]
+    assert line.split()[4:6] == ["40.0", "-"], line
+    assert table.summary(table.CURRENT, turns(96), 3, base).examples_per_s == pytest.approx(40 * 96)
