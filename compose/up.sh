@@ -50,7 +50,7 @@ if [ -n "${OUTPUT:-}" ]; then
 fi
 # make tune's winner (RUN_DIR/tuned.env): each setting not given on the command line, and a line saying so.
 . compose/tuned.sh
-[ $starting = 1 ] && use_tuned "$RUN_DIR/tuned.env"
+[ $starting = 1 ] && use_tuned "$RUN_DIR/tuned.env" "$([ "${1:-}" = --check ] && echo 1 || echo 0)"
 # The job's own settings (STEPS, TASK, SCRIPT, DATA, every knob) are checked here too, written in step 2.
 [ $starting = 1 ] && "${PYTHON:-python3}" -m compose.emit --target compose "${args[@]}" --check
 [ "${1:-}" = --check ] && exit 0

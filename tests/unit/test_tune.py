@@ -152,13 +152,13 @@ def test_a_script_jobs_host_path_comes_from_its_mounts():
         job._script(cmd, {})
 
 
-def _use_tuned(tmp_path, text, env=None):
+def _use_tuned(tmp_path, text, env=None, quiet=0):
     import os
     import subprocess
 
     path = tmp_path / "tuned.env"
     path.write_text(text)
-    script = f'. compose/tuned.sh; use_tuned "{path}"; env | grep ^TRAINER_ | sort'
+    script = f'. compose/tuned.sh; use_tuned "{path}" {quiet}; env | grep ^TRAINER_ | sort'
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "BYTES_PER_PACK"}
     return subprocess.run(
         ["bash", "-c", script], capture_output=True, text=True, env={**clean, **(env or {})}
@@ -170,6 +170,9 @@ def test_make_up_uses_the_winner_and_says_how_to_undo(tmp_path):
     r = _use_tuned(tmp_path, text)
     assert r.stdout.split() == ["TRAINER_ALLREDUCE_DTYPE=bfloat16", "TRAINER_RESUME_NEW_SETTINGS=1"]
     assert "using make tune's winner" in r.stderr and "undo: rm" in r.stderr
+    # up.sh --check (APPLY=1 checks, then starts): the same settings, the line said once, by the start
+    checked = _use_tuned(tmp_path, text, quiet=1)
+    assert checked.stdout == r.stdout and checked.stderr == ""
 
 
 def test_a_setting_given_on_the_command_line_wins_over_the_winner(tmp_path):
