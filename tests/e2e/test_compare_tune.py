@@ -5,7 +5,7 @@ delay's removal and a diverging rate as candidates -> the removal named beyond t
 tuned.env, the diverging one left out, and the job restarted with the winner at once (make up says it
 used it), resuming at or past B's last save; that run against A -> the same settings, and a difference,
 if any, said to be not a setting's; `make tune` of it, at its best, against A's step-sized delay -> "no
-better setting found"; a SCRIPT= `fit` job tuned end to end, going on as it was. Bad input (an unknown
+better setting found", its second `docker pause` failing as runc's does under load (tried again); a SCRIPT= `fit` job tuned end to end, going on as it was. Bad input (an unknown
 run, no running job) is one line and exit 2. Own project and address (TUNE_PROJECT, TUNE_BIND, defaults
 in tests/e2e/places.py); IMAGE_REPO is honoured."""
 
