@@ -17,6 +17,7 @@ Standard library only.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -125,9 +126,9 @@ def measured_restart(m: Manager, stack: str) -> float | None:
     """Seconds from the chief's service being (re)deployed to the chief's start line, from Swarm and its
     logs; None when its logs do not say (not started yet, or gone with a lost node)."""
     try:
-        since = swarmstate.stamp(
-            m.docker("service", "inspect", "-f", "{{.UpdatedAt}}", f"{stack}_{CHIEF}").strip()
-        )
+        # JSON: a plain template prints Go's time format, not RFC 3339.
+        updated = m.docker("service", "inspect", "-f", "{{json .UpdatedAt}}", f"{stack}_{CHIEF}")
+        since = swarmstate.stamp(json.loads(updated))
         lines = m.docker(
             "service", "logs", "--raw", "-t", "--since", f"{since:.0f}", f"{stack}_{CHIEF}", timeout=30
         )

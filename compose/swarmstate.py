@@ -134,7 +134,7 @@ def tasks(m: Manager, stack: str) -> dict[str, Task]:
     """The newest task of each trainer service: what Swarm does with it now."""
     services = {sid: name for name, sid in trainers(m, stack).items()}
     ids = m.docker("stack", "ps", stack, "-q", "--no-trunc").split() if services else []
-    found = json.loads(m.docker("inspect", *ids)) if ids else []
+    found = json.loads(m.docker("inspect", "--type", "task", *ids)) if ids else []
     names = _node_names(m) if found else {}
     newest: dict[str, dict] = {}
     for t in found:

@@ -67,7 +67,7 @@ done
 "${PYTHON:-python3}" -m compose.emit --target swarm "${args[@]}"
 # How this bundle was made, for make stack-resize and make stack-elastic (remake.json in the bundle).
 PROMETHEUS_URL="http://$("$NODES_SH" ip 1):$PROMETHEUS_PORT" "${PYTHON:-python3}" -m compose.stackresize \
-  --dir "$SWARM_DIR" --record "${args[@]}"
+  --dir "$SWARM_DIR" --record --target swarm "${args[@]}"
 
 # The bundle is self-contained: copy it to the manager and deploy there (the host is no swarm member).
 manager=$SWARM_NAME-node-1

@@ -401,7 +401,7 @@ def _replaced_by_swarm(service: str, killed_box: str) -> None:
     ps = node(1, "service", "ps", "--no-trunc", service, "--format", "{{.ID}}\t{{.CurrentState}}\t{{.Error}}")
     rows = [line.split("\t") for line in ps.stdout.splitlines()]
     assert any("137" in r[-1] for r in rows), rows
-    boxes = json.loads(node(1, "inspect", *(r[0] for r in rows)).stdout)
+    boxes = json.loads(node(1, "inspect", "--type", "task", *(r[0] for r in rows)).stdout)
     newest = max(boxes, key=lambda t: t["CreatedAt"])
     assert not newest["Status"]["ContainerStatus"]["ContainerID"].startswith(killed_box), rows
     assert newest["Status"]["State"] in ("running", "complete"), rows
