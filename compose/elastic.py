@@ -129,13 +129,23 @@ def measured_restart(m: Manager, stack: str) -> float | None:
         # JSON: a plain template prints Go's time format, not RFC 3339.
         updated = m.docker("service", "inspect", "-f", "{{json .UpdatedAt}}", f"{stack}_{CHIEF}")
         since = swarmstate.stamp(json.loads(updated))
-        lines = m.docker(
-            "service", "logs", "--raw", "-t", "--since", f"{since:.0f}", f"{stack}_{CHIEF}", timeout=30
-        )
+        lines = swarmstate.logs(m, f"{stack}_{CHIEF}", f"{since:.0f}")
     except (RuntimeError, ValueError):
         return None
-    starts = [swarmstate.stamp(ln.split()[0]) for ln in lines.splitlines() if stackresize.STARTED.search(ln)]
+    starts = [swarmstate.stamp(ln.split()[0]) for ln in lines if stackresize.STARTED.search(ln)]
     return starts[0] - since if starts else None
+
+
+def _not_training(rec: dict, stack: str, tasks: Mapping[str, Task]) -> str | None:
+    """Why the job cannot stop for a grow now: growing stops a job that trains, so every task of this
+    run must have been scraped training (a task still starting has no step to save)."""
+    if not rec["prometheus"]:
+        return None
+    query = resize.prometheus(rec["prometheus"])
+    seen = resize.phases(query, stack, rec["run"])
+    if missing := [t for t in tasks if t not in seen]:
+        return f"{', '.join(missing)} of run {rec['run']} not scraped yet"
+    return resize.settle(query, stack, rec["run"])
 
 
 class Controller:
@@ -157,10 +167,12 @@ class Controller:
         stack = stackresize.flag(rec["argv"], "--project")
         seen = read(m, rec)
         d = decide(seen, self.min_workers, self.after(m, stack))
-        if d.action == "resize" and d.workers > seen.deployed and rec["prometheus"]:
-            # Growing stops a job that trains: not while a task starts (no step to save yet).
-            if why := resize.settle(resize.prometheus(rec["prometheus"]), stack, rec["run"]):
-                d = Decision("wait", seen.deployed, f"growing back waits: {why}")
+        if (
+            d.action == "resize"
+            and d.workers > seen.deployed
+            and (why := _not_training(rec, stack, seen.tasks))
+        ):
+            d = Decision("wait", seen.deployed, f"growing back to WORKERS={d.workers} waits: {why}")
         self.status(d.why)
         if d.action == "resize":
             nodes = stackresize.placement(rec, d.workers, seen.ready)

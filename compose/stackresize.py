@@ -168,18 +168,11 @@ def started(
     """The chief's resize line (or its start line) once it starts after `since`, and when it did."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
     while time.time() < since + START_WAIT_S:
-        try:
-            lines = m.docker(
-                "service", "logs", "--raw", "-t", "--since", stamp, f"{stack}_{CHIEF}", timeout=30
-            ).splitlines()
-        except RuntimeError:
-            lines = []
-        for line in lines:
-            if STARTED.search(line):
-                said = next(
-                    (m2.group(1) for ln in lines if (m2 := RESIZED.search(ln))), STARTED.search(line).group(0)
-                )
-                return said, swarmstate.stamp(line.split()[0])
+        lines = swarmstate.logs(m, f"{stack}_{CHIEF}", stamp)
+        if starts := [ln for ln in lines if STARTED.search(ln)]:
+            resized = [found.group(1) for ln in lines if (found := RESIZED.search(ln))]
+            said = resized[0] if resized else starts[0][starts[0].index("chief: ") + len("chief: ") :]
+            return said, swarmstate.stamp(starts[0].split()[0])
         sleep(2.0)
     raise RuntimeError(
         f"the chief did not start within {START_WAIT_S:.0f} s: make stack-status STACK={stack}"

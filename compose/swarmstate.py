@@ -29,7 +29,10 @@ Run = Callable[..., subprocess.CompletedProcess]
 
 
 def _run(cmd: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+    try:
+        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:  # an engine that stopped answering: one line, asked again later
+        raise RuntimeError(f"{' '.join(cmd[:6])} did not answer within {timeout:.0f} s") from None
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,14 @@ class Manager:
             self.node = 0  # the next question finds a manager again
             raise RuntimeError(f"docker {' '.join(args[:3])} on {self.container()}: {out.stderr.strip()}")
         return out.stdout
+
+
+def logs(m: Manager, service: str, since: str) -> list[str]:
+    """A service's log lines since a time (RFC 3339 or Unix seconds), each led by its timestamp. The
+    task's stderr is Docker's stderr here, and a Down node's tasks make the command fail while it still
+    prints every other task's lines: both streams are read, whatever the exit code."""
+    out = m.run(["docker", "exec", m.container(), "docker", "service", "logs", "--raw", "-t", "--since", since, service], timeout=60)  # fmt: skip
+    return [ln for ln in (out.stdout + out.stderr).splitlines() if ln[:1].isdigit()]
 
 
 def stamp(text: str) -> float:

@@ -403,7 +403,7 @@ def _replaced_by_swarm(service: str, killed_box: str) -> None:
     assert any("137" in r[-1] for r in rows), rows
     boxes = json.loads(node(1, "inspect", "--type", "task", *(r[0] for r in rows)).stdout)
     newest = max(boxes, key=lambda t: t["CreatedAt"])
-    assert not newest["Status"]["ContainerStatus"]["ContainerID"].startswith(killed_box), rows
+    assert not newest["Status"].get("ContainerStatus", {}).get("ContainerID", "").startswith(killed_box), rows
     assert newest["Status"]["State"] in ("running", "complete"), rows
 
 
@@ -541,7 +541,7 @@ def test_chief_node_removed_for_good_the_job_goes_on_smaller_and_grows_back(swar
 
 PINNED = ("node-2", "node-3", "node-1")
 """One task per node: the chief where the removal strikes, not node-1 (Prometheus, the module's reads)."""
-RESIZED = re.compile(r"^(\S+) .*chief: resized at step (\d+): (\d+) -> (\d+) replicas")
+SIZED_START = re.compile(r"^(\S+) .*chief: (?:resumed|starting) at step (\d+)[^,]*, (\d+) replicas in sync")
 SAVED = re.compile(r"^(\S+) .*every task saved step (\d+)")
 
 
@@ -581,6 +581,11 @@ def _loss_and_return(controller: Elastic) -> None:
     assert checkpointed
     where = placed(LOSS_STACK)
     assert [where[t] for t in ("chief", "worker-0", "worker-1")] == list(PINNED), where
+    # make stack-resize's refusals: one line, exit 2, nothing stopped (seconds: they read Swarm only).
+    same = make("stack-resize", stack=LOSS_STACK)  # WORKERS=2, as deployed
+    assert same.returncode == 2 and "STACK=mwmsloss already trains with WORKERS=2" in same.stderr, same.stderr
+    bad = make("stack-resize", stack=LOSS_STACK, extra=("WORKERS=two",))
+    assert bad.returncode == 2 and "WORKERS='two': a whole number" in bad.stderr, bad.stderr
     n = int(lost.rsplit("-", 1)[1])
     removed = controller.removed = time.time()
     subprocess.run(["docker", "rm", "-f", "-v", f"{SWARM}-node-{n}"], check=True, capture_output=True)
@@ -609,13 +614,13 @@ def _loss_and_return(controller: Elastic) -> None:
     back = time.time()
     nodes = make("nodes-up", timeout=600)
     assert nodes.returncode == 0, nodes.stderr[-2000:]
-    shrink = _next_size(removed, 3, 2, manager)
+    shrink = _next_size(removed, 2, manager)
     figure("chief's node removed -> first step with 1 worker, seconds", shrink["first"] - removed)
     figure("steps lost to the chief's node removed for good", at_kill - shrink["resumed"])
     assert 0 <= at_kill - shrink["resumed"] <= SAVE_EVERY, (at_kill, shrink)
     assert placed(LOSS_STACK, manager) == {"chief": PINNED[1], "worker-0": PINNED[2]}
     _every_task_resumed_at(LOSS_STACK, shrink["resumed"], removed, manager, workers=("worker-0",))
-    grow = _next_size(back, 2, 3, manager)
+    grow = _next_size(back, 3, manager)
     assert shrink["first"] < grow["at"], "no step trained with 1 worker"
     figure("node made again -> first step with 2 workers, seconds", grow["first"] - back)
     saved = [(t, s) for t, s in matches(SAVED, chief_log(LOSS_STACK, manager)) if t > back]
@@ -639,36 +644,29 @@ def _elastic_status() -> str:
     return path.read_text() if path.exists() else ""
 
 
-def _next_size(since: float, before: int, after: int, manager: int) -> dict:
-    """The chief's resize line from `before` to `after` replicas after `since`, its resume and first step."""
-    resized = wait_until(
-        f"the job resized to {after} replicas",
+def _next_size(since: float, replicas: int, manager: int) -> dict:
+    """The chief's first start with `replicas` replicas after `since` (a chief on a fresh node has no
+    copy of its own and prints no resize line: its start line names the step and the replicas), the
+    step it starts at and its first step after."""
+    start = wait_until(
+        f"the chief's start with {replicas} replicas",
         lambda: [
-            (t, s)
-            for t, s, a, b in _resizes(chief_log(LOSS_STACK, manager))
-            if t > since and (a, b) == (before, after)
-        ],  # fmt: skip
+            (t, s) for t, s, r in _sized_starts(chief_log(LOSS_STACK, manager)) if t > since and r == replicas
+        ],
         timeout=CLUSTER_TIMEOUT_S + 900,
         interval=2,
     )
-    at = resized[0][0]
-    resumed = wait_until(
-        "the chief's resume after the resize",
-        lambda: [(t, s) for t, s in matches(RESUMED, chief_log(LOSS_STACK, manager)) if t >= at],
-        timeout=120,
-    )
+    at, resumed = start[0]
     first = wait_until(
         "a step after the resize",
-        lambda: [
-            t for t, s in matches(STEP_LINE, chief_log(LOSS_STACK, manager)) if t > at and s > resumed[0][1]
-        ],
+        lambda: [t for t, s in matches(STEP_LINE, chief_log(LOSS_STACK, manager)) if t > at and s > resumed],
         timeout=300,
     )
-    return {"at": at, "resumed": resumed[0][1], "first": first[0]}
+    return {"at": at, "resumed": resumed, "first": first[0]}
 
 
-def _resizes(lines: list[str]) -> list[tuple[float, int, int, int]]:
-    return [(stamp(m[1]), int(m[2]), int(m[3]), int(m[4])) for m in map(RESIZED.match, lines) if m]
+def _sized_starts(lines: list[str]) -> list[tuple[float, int, int]]:
+    return [(stamp(m[1]), int(m[2]), int(m[3])) for m in map(SIZED_START.match, lines) if m]
 
 
 def _rate(steps: list[tuple[float, int]]) -> float:

@@ -5,6 +5,8 @@ decides from Swarm's state (compose/elastic.py). The Swarm itself: tests/e2e/tes
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -220,3 +222,32 @@ def test_a_bad_min_workers_is_one_line(capsys: pytest.CaptureFixture, tmp_path: 
     assert capsys.readouterr().err.strip() == "elastic: MIN_WORKERS and RESIZE_AFTER must be 0 or more"
     assert elastic.main(["--dir", str(tmp_path)]) == 2
     assert "make stack-up STACK=" in capsys.readouterr().err
+
+
+def _manager(stdout: str = "", stderr: str = "", code: int = 0) -> swarmstate.Manager:
+    """A manager whose `docker` answers as given (node 1 manages: the first question is `docker info`)."""
+
+    def run(cmd, timeout=60):
+        if cmd[-1] == "{{.Swarm.ControlAvailable}}":
+            return subprocess.CompletedProcess(cmd, 0, "true\n", "")
+        return subprocess.CompletedProcess(cmd, code, stdout, stderr)
+
+    return swarmstate.Manager("sw", 3, run=run)
+
+
+def test_the_chiefs_lines_are_read_from_stderr_and_despite_a_down_nodes_error() -> None:
+    # The trainer logs to stderr; a Down node's old task makes `docker service logs` exit non-zero.
+    log = (
+        "2026-12-05T23:10:01.000000000Z chief: resized at step 150: 3 -> 2 replicas, global batch 96 -> 64\n"
+        "2026-12-05T23:10:02.500000000Z chief: resumed at step 150 from /checkpoints/ckpt-150, 2 replicas in sync\n"
+    )
+    m = _manager(stderr=log + "error from daemon in stream: node is down\n", code=1)
+    said, at = stackresize.started(m, "s", since=time.time() - 5, sleep=lambda s: None)
+    assert said == "resized at step 150: 3 -> 2 replicas, global batch 96 -> 64"
+    assert at == pytest.approx(swarmstate.stamp("2026-12-05T23:10:02.5Z"))
+
+
+def test_a_chief_without_a_copy_of_its_own_is_said_by_its_start_line() -> None:
+    m = _manager(stderr="2026-12-05T23:10:02Z chief: starting at step 200 (worker-0's), 3 replicas in sync\n")
+    said, _ = stackresize.started(m, "s", since=time.time() - 5, sleep=lambda s: None)
+    assert said == "starting at step 200 (worker-0's), 3 replicas in sync"
