@@ -113,6 +113,7 @@ lead_manager() {
   for n in $(seq "$NODES"); do
     [ "$(in_node "$n" info -f '{{.Swarm.ControlAvailable}}' 2>/dev/null)" = true ] && { echo "$n"; return 0; }
   done
+  return 0  # none: a new swarm (set -e must not end the caller's assignment)
 }
 
 forget() {
