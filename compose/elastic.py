@@ -64,7 +64,7 @@ def decide(seen: Seen, min_workers: int, resize_after: float) -> Decision:
     chief = seen.tasks.get(CHIEF)
     if chief and chief.state == "complete":
         return Decision("done", seen.deployed, "the job finished (the chief's task completed)")
-    unplaced = sorted((t for t in seen.tasks.values() if t.state == UNPLACED), key=lambda t: t.since)
+    unplaced = sorted((t for t in seen.tasks.values() if t.state == UNPLACED), key=lambda t: t.created)
     want = _capacity(seen, unplaced)
     if unplaced:
         return _unplaced(seen, unplaced, min(want, seen.deployed), min_workers, resize_after)
@@ -93,7 +93,7 @@ def _unplaced(seen: Seen, unplaced: Sequence[Task], want: int, min_workers: int,
     """A task no node takes: after RESIZE_AFTER the job goes on with the workers the ready nodes hold
     (the same number when a spare node of TRAINER_NODES is ready), never fewer than MIN_WORKERS."""
     first = unplaced[0]
-    waited = seen.now - first.since
+    waited = seen.now - first.created  # not `since`: Swarm stamps a Pending task at every attempt
     what = f"{', '.join(t.name for t in unplaced)} unplaced for {waited:.0f} s ({first.error or 'pending'})"
     if want < min_workers:
         return Decision("wait", seen.deployed, f"{what}: {max(want, 0)} workers could run, MIN_WORKERS={min_workers}: waiting for a node")  # fmt: skip

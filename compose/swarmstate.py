@@ -55,7 +55,10 @@ class Task:
     state: str
     """Swarm's word: pending, running, complete, failed, shutdown, ..."""
     since: float
-    """When it entered that state (Unix time, Swarm's clock)."""
+    """When Swarm last set its state (Unix time, Swarm's clock). A Pending task's moves with each
+    scheduling attempt (swarmkit's noSuitableNode stamps it anew): use `created` for how long it waits."""
+    created: float
+    """When Swarm made this task (a lost node's replacement: when the node was marked Down)."""
     node: str
     error: str
     desired: str
@@ -165,6 +168,7 @@ def _task(name: str, t: dict, node_names: dict[str, str]) -> Task:
         name=name,
         state=status["State"],
         since=stamp(status["Timestamp"]),
+        created=stamp(t["CreatedAt"]),
         node=node_names.get(t.get("NodeID", ""), ""),
         error=status.get("Err", ""),
         desired=t.get("DesiredState", ""),

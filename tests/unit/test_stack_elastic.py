@@ -107,7 +107,9 @@ def test_stack_resize_knobs_given_now_overlay_the_recorded_ones() -> None:
 
 
 def _task(name: str, state: str = "running", since: float = 0.0, error: str = "") -> Task:
-    return Task(name=name, state=state, since=since, node="", error=error, desired="running")
+    """`since`: when Swarm made the task; its state's stamp is always now, as Swarm's scheduler stamps a
+    Pending task at every attempt."""
+    return Task(name=name, state=state, since=1e12, created=since, node="", error=error, desired="running")
 
 
 def _tasks(*tasks: Task) -> dict[str, Task]:
