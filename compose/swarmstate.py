@@ -138,7 +138,8 @@ def usable(found: Sequence[Node]) -> set[str]:
 
 def trainers(m: Manager, stack: str) -> dict[str, str]:
     """The stack's trainer services: task name -> service id."""
-    out = m.docker("service", "ls", "--filter", f"label=com.docker.stack.namespace={stack}", "--format", "{{.ID}} {{.Name}}")  # fmt: skip
+    # --no-trunc: a task names its service by the full id; `service ls` prints 12 characters of it.
+    out = m.docker("service", "ls", "--no-trunc", "--filter", f"label=com.docker.stack.namespace={stack}", "--format", "{{.ID}} {{.Name}}")  # fmt: skip
     rows = (line.split() for line in out.splitlines() if line.strip())
     found = {name.removeprefix(f"{stack}_"): sid for sid, name in rows}
     return {name: sid for name, sid in found.items() if TRAINER_RE.match(name)}

@@ -129,7 +129,12 @@ def chief_log(stack: str = STACK, manager: int = 1) -> list[str]:
 
 
 def service_log(service: str, manager: int = 1) -> list[str]:
-    out = node(manager, "service", "logs", "--raw", "-t", service)
+    """Empty while the manager cannot gather them: a task placed on a node whose engine is restarting
+    made `docker service logs` hang past its minute (a retry then reads them)."""
+    try:
+        out = node(manager, "service", "logs", "--raw", "-t", service)
+    except subprocess.TimeoutExpired:
+        return []
     return (out.stdout + out.stderr).splitlines()
 
 

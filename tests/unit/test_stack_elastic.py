@@ -253,3 +253,33 @@ def test_a_chief_without_a_copy_of_its_own_is_said_by_its_start_line() -> None:
     m = _manager(stderr="2026-12-05T23:10:02Z chief: starting at step 200 (worker-0's), 3 replicas in sync\n")
     said, _ = stackresize.started(m, "s", since=time.time() - 5, sleep=lambda s: None)
     assert said == "starting at step 200 (worker-0's), 3 replicas in sync"
+
+
+def test_tasks_are_matched_to_their_services_by_full_id() -> None:
+    """`docker service ls` truncates ids unless told not to; a task's ServiceID is the full id (the
+    first swarm run read no task at all, took the job for 0 workers and 'grew' it in a loop)."""
+    full = "k3x0p2mz1q9w8e7r6t5y4u3i2"
+    task = {
+        "ID": "t1", "ServiceID": full, "CreatedAt": "2026-12-05T23:50:00.0Z", "NodeID": "n1",
+        "DesiredState": "running", "Status": {"State": "running", "Timestamp": "2026-12-05T23:50:01.0Z"},
+    }  # fmt: skip
+    node = {"ID": "n1", "Description": {"Hostname": "node-2"}}
+
+    def run(cmd, timeout=60):
+        args = cmd[4:]
+        if cmd[-1] == "{{.Swarm.ControlAvailable}}":
+            out = "true\n"
+        elif args[:2] == ["service", "ls"]:
+            out = f"{full if '--no-trunc' in args else full[:12]} s_chief\n"
+        elif args[:2] == ["stack", "ps"]:
+            out = "t1\n"
+        elif args[:2] == ["node", "ls"]:
+            out = "n1\n"
+        elif args[:2] == ["node", "inspect"]:
+            out = json.dumps([node])
+        else:
+            out = json.dumps([task])
+        return subprocess.CompletedProcess(cmd, 0, out, "")
+
+    found = swarmstate.tasks(swarmstate.Manager("sw", 3, run=run), "s")
+    assert list(found) == ["chief"] and found["chief"].node == "node-2" and found["chief"].state == "running"
