@@ -137,9 +137,9 @@ def usable(found: Sequence[Node]) -> set[str]:
 
 
 def trainers(m: Manager, stack: str) -> dict[str, str]:
-    """The stack's trainer services: task name -> service id."""
-    # --no-trunc: a task names its service by the full id; `service ls` prints 12 characters of it.
-    out = m.docker("service", "ls", "--no-trunc", "--filter", f"label=com.docker.stack.namespace={stack}", "--format", "{{.ID}} {{.Name}}")  # fmt: skip
+    """The stack's trainer services: task name -> service id as `service ls` prints it (12 characters:
+    the 20.10 CLI has no --no-trunc there, and a task names its service by the full id)."""
+    out = m.docker("service", "ls", "--filter", f"label=com.docker.stack.namespace={stack}", "--format", "{{.ID}} {{.Name}}")  # fmt: skip
     rows = (line.split() for line in out.splitlines() if line.strip())
     found = {name.removeprefix(f"{stack}_"): sid for sid, name in rows}
     return {name: sid for name, sid in found.items() if TRAINER_RE.match(name)}
@@ -147,13 +147,13 @@ def trainers(m: Manager, stack: str) -> dict[str, str]:
 
 def tasks(m: Manager, stack: str) -> dict[str, Task]:
     """The newest task of each trainer service: what Swarm does with it now."""
-    services = {sid: name for name, sid in trainers(m, stack).items()}
+    services = trainers(m, stack)
     ids = m.docker("stack", "ps", stack, "-q", "--no-trunc").split() if services else []
     found = json.loads(m.docker("inspect", "--type", "task", *ids)) if ids else []
     names = _node_names(m) if found else {}
     newest: dict[str, dict] = {}
     for t in found:
-        name = services.get(t["ServiceID"])
+        name = next((n for n, sid in services.items() if t["ServiceID"].startswith(sid)), None)
         if name and (name not in newest or t["CreatedAt"] > newest[name]["CreatedAt"]):
             newest[name] = t
     return {name: _task(name, t, names) for name, t in newest.items()}

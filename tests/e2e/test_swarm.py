@@ -365,10 +365,12 @@ def test_worker_node_killed_mid_run_resumes_and_chief_exits_0(swarm: Deployed) -
     (chief_box,) = node(
         c, "ps", "-q", "--filter", f"label=com.docker.swarm.service.name={STACK}_chief"
     ).stdout.split()
+    # The killed container's log may be gone from `docker service logs` once Swarm replaces it: read first.
+    before = matches(STEP_LINE, chief_log())
     killed = time.time()
     subprocess.run(["docker", "kill", f"{SWARM}-node-{n}"], check=True, capture_output=True)
     assert node(c, "kill", chief_box).returncode == 0
-    at_kill = max(s for t, s in matches(STEP_LINE, chief_log()) if t <= killed)
+    at_kill = max(s for _, s in before)
     assert at_kill < STEPS - SAVE_EVERY, "the job was nearly over before the kill: raise STEPS"
     manager = 1 if n != 1 else 2
     wait_until(
@@ -390,7 +392,7 @@ def test_worker_node_killed_mid_run_resumes_and_chief_exits_0(swarm: Deployed) -
         timeout=120,
     )
     # The chief can finish a step or two after the kill (the collective was under way): count those too.
-    last = max(s for t, s in matches(STEP_LINE, chief_log()) if t < resumed_at)
+    last = max([at_kill] + [s for t, s in matches(STEP_LINE, chief_log()) if t < resumed_at])
     lost = last - resumed_step
     figure("node kill -> chief's first step after the resume, seconds", first_after[0] - killed)
     figure("steps lost to the node kill", lost)
