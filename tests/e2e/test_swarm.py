@@ -625,7 +625,8 @@ def _loss_and_return(controller: Elastic) -> None:
     figure("chief's node removed -> first step with 1 worker, seconds", shrink["first"] - removed)
     figure("steps lost to the chief's node removed for good", at_kill - shrink["resumed"])
     assert 0 <= at_kill - shrink["resumed"] <= SAVE_EVERY, (at_kill, shrink)
-    assert placed(LOSS_STACK, manager) == {"chief": PINNED[1], "worker-0": PINNED[2]}
+    trainers = {t: n for t, n in placed(LOSS_STACK, manager).items() if t.startswith(("chief", "worker"))}
+    assert trainers == {"chief": PINNED[1], "worker-0": PINNED[2]}
     _every_task_resumed_at(LOSS_STACK, shrink["resumed"], removed, manager, workers=("worker-0",))
     grow = _next_size(back, 3, manager)
     assert shrink["first"] < grow["at"], "no step trained with 1 worker"
