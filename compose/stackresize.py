@@ -132,10 +132,19 @@ def stop(m: Manager, stack: str, names: Sequence[str], sleep: Callable[[float], 
     """SIGTERM to every trainer at once (each saves the same step); wait until none holds a container."""
     m.docker("service", "scale", "-d", *(f"{stack}_{n}=0" for n in names))
     deadline = time.time() + STOP_GRACE_SECONDS + 60  # Swarm sends SIGKILL after the grace
-    while live := _live(m, stack):
+    while live := _live_or_unknown(m, stack):
         if time.time() > deadline:
             raise RuntimeError(f"{', '.join(live)} still running {STOP_GRACE_SECONDS + 60} s after the stop")
         sleep(1.0)
+
+
+def _live_or_unknown(m: Manager, stack: str) -> list[str]:
+    """_live, or ["?"] while Swarm answers mid-change (a task reaped between `stack ps` and `inspect`:
+    "No such task" ended a resize after its stop and left the job at 0 replicas in the swarm run)."""
+    try:
+        return _live(m, stack)
+    except RuntimeError:
+        return ["?"]
 
 
 def _live(m: Manager, stack: str) -> list[str]:

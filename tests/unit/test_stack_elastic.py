@@ -284,3 +284,23 @@ def test_tasks_are_matched_to_their_services_by_full_id() -> None:
 
     found = swarmstate.tasks(swarmstate.Manager("sw", 3, run=run), "s")
     assert list(found) == ["chief"] and found["chief"].node == "node-2" and found["chief"].state == "running"
+
+
+def test_the_stop_waits_through_a_task_reaped_mid_question() -> None:
+    """Swarm reaped a task between `stack ps` and `inspect` ("No such task"): the stop asks again
+    instead of ending the resize with the job at 0 replicas (found by the swarm run)."""
+    answers = iter([subprocess.CompletedProcess([], 1, "", "Error: No such task: m1f")])
+
+    def run(cmd, timeout=60):
+        args = cmd[4:]
+        if cmd[-1] == "{{.Swarm.ControlAvailable}}":
+            return subprocess.CompletedProcess(cmd, 0, "true\n", "")
+        if args[:2] == ["service", "ls"]:
+            return subprocess.CompletedProcess(cmd, 0, "abc s_chief\n", "")
+        if args[:2] == ["stack", "ps"]:
+            return subprocess.CompletedProcess(cmd, 0, "t1\n", "")
+        if args[:2] == ["inspect", "--type"]:
+            return next(answers, subprocess.CompletedProcess(cmd, 0, "[]", ""))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    stackresize.stop(swarmstate.Manager("sw", 3, run=run), "s", ["chief"], sleep=lambda s: None)
