@@ -59,26 +59,30 @@ include bench/bench.mk
 
 # The unit tests measure no time: they run on every core (pytest-xdist). Of the local clusters and the
 # end-to-end modules, those that judge what they time (marked `measures`: step times, shares of a step,
-# speed-ups) run alone; the others size their waits from what they measure, and spend most of their
-# time waiting on a condition (an alert's for:, a stall bound, a restart), so they run side by side:
-# E2E_JOBS modules at a time, each module on one worker (tests/conftest.py), each stack in its own
-# project and address (tests/e2e/places.py).
+# speed-ups) run alone; the others size their waits from what they measure, so they run side by side,
+# each module on one xdist worker (tests/conftest.py), each stack in its own project and address
+# (tests/e2e/places.py): the longest first, two lanes for the CPU-bound modules (the 2 cores) and a third
+# for the modules that mostly wait on a timer or a bound with their job idle (tests/schedule.py).
 UNIT_JOBS ?= auto
 UNIT = $(PY) -m pytest -n $(UNIT_JOBS) tests/unit
-E2E_JOBS ?= 2
+E2E_JOBS ?= 3
 MEASURED = $(PY) -m pytest --durations=15 -m measures tests/cluster tests/e2e
 SIDE_BY_SIDE = $(PY) -m pytest --durations=30 -n $(E2E_JOBS) --dist loadscope -m "not measures" tests/cluster tests/e2e
 # pytest's exit 5 (nothing selected, e.g. PYTEST_ARGS=-k of one stage's test) fails only if both stages had none.
 BOTH_PASSED = { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; } && { [ $$2 -eq 0 ] || [ $$2 -eq 5 ]; } && [ $$1$$2 != 55 ]
 
-# While the unit tests run (they measure no time), the images' wheelhouses download and, when an engine
-# answers, every image the later stages use is built (the CPU stack's and the GPU trainer's: ~6 min
-# cold, once), so the clusters and the end-to-end tests, which size their waits from what they measure,
-# run on idle cores. What fails here is done again by the test that needs it.
-FETCH = for v in cpu gpu; do PYTHON=$(PY) images/images.sh fetch images/requirements-$$v.lock build/wheelhouse-$$v || exit; done
-PREBUILD = $(FETCH); if compose/engine.sh check >/dev/null 2>&1; then \
-  $(MAKE) --no-print-directory images VARIANT=cpu && $(MAKE) --no-print-directory images VARIANT=gpu OFFLINE=1; \
-  else echo "test: no Docker engine: the end-to-end tests build the images themselves"; fi
+# While the unit tests run (they measure no time), the images' wheelhouses download beside the base
+# images' builds (the network, not the cores; `make images` waits on the CPU one's lock) and, when an
+# engine answers, the CPU stack's images are built (~3.5 min cold, once), so the clusters and the
+# end-to-end tests, which size their waits from what they measure, run on idle cores. The GPU trainer
+# image is built by its own test in the side-by-side stage (tests/e2e/test_gpu_image.py, ~2 min): built
+# here, it held the unit stage ~2 min past its tests.
+# What fails here is done again by the test that needs it.
+FETCH = PYTHON=$(PY) images/images.sh fetch images/requirements-$(1).lock build/wheelhouse-$(1)
+PREBUILD = ($(call FETCH,gpu)) & gpu=$$!; ($(call FETCH,cpu)) & cpu=$$!; \
+  if compose/engine.sh check >/dev/null 2>&1; then $(MAKE) --no-print-directory images VARIANT=cpu OFFLINE=1; \
+  else echo "test: no Docker engine: the end-to-end tests build the images themselves"; fi; built=$$?; \
+  wait $$cpu && wait $$gpu && exit $$built
 
 .PHONY: test
 test: $(VENV)/.stamp ## Run every test: unit (on every core, the images downloading and building meanwhile), then the local clusters and the Docker end-to-end suite (those that judge what they time alone, the rest E2E_JOBS side by side)

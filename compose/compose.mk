@@ -112,7 +112,7 @@ config: ## Validate the generated compose files of the last `make up` (docker co
 ##@ Setup
 
 .PHONY: engine
-engine: ## Install and start the Docker engine and Compose v2 (root on Debian/Ubuntu; no systemd needed)
+engine: ## Install and start the Docker engine and Compose v2, and the docker CLI the tests check stack files with (root on Debian/Ubuntu; no systemd needed)
 	compose/engine.sh install
 
 .PHONY: images

@@ -32,23 +32,19 @@ def _namespaces() -> bool:
     )
 
 
-DOCKER_CLI = "/usr/local/bin/docker"
-"""Docker CLI 28: `docker stack config` checks a stack file without a swarm (Debian's 20.10 cannot)."""
-
-
-def _stack_config() -> bool:
-    return (
-        bool(shutil.which(DOCKER_CLI))
-        and subprocess.run([DOCKER_CLI, "stack", "config", "--help"], capture_output=True).returncode == 0
-    )
+def docker_cli() -> subprocess.CompletedProcess:
+    """`compose/engine.sh docker-cli`: the path of the docker CLI with `docker stack config` (Debian
+    bookworm's 20.10 has none), named, pinned and checked in that one place; `make engine` installs it.
+    Exit 1 with what is wrong when it is not there."""
+    return subprocess.run([str(ROOT / "compose" / "engine.sh"), "docker-cli"], capture_output=True, text=True)
 
 
 SERVICES = {
     "docker engine": (_engine, "no Docker engine with Compose v2: run `make engine`"),
     "compose": (_compose, "no Docker Compose v2 CLI: run `make engine`"),
     "docker stack config": (
-        _stack_config,
-        f"{DOCKER_CLI} has no `docker stack config` (docker CLI 24 or later)",
+        lambda: docker_cli().returncode == 0,
+        "no docker CLI with `docker stack config`: run `make engine` (`compose/engine.sh docker-cli` says why)",
     ),
     "promtool": (
         lambda: bool(shutil.which("promtool")),
@@ -91,6 +87,13 @@ def compose_cli() -> None:
 
 
 @pytest.fixture(scope="session")
+def stack_cli() -> str:
+    """The docker CLI that has `docker stack config`."""
+    need("docker stack config")
+    return docker_cli().stdout.strip()
+
+
+@pytest.fixture(scope="session")
 def promtool() -> str:
     need("promtool")
     return shutil.which("promtool") or "promtool"
@@ -106,8 +109,8 @@ def amtool() -> str:
 # A module's tests share its stacks and module fixtures, so a module is one unit of work for one xdist
 # worker, and the modules on the session stack (tests/e2e/conftest.py) are one unit together. xdist's
 # own xdist_group marks do not reach its scheduler under pytest 9 (the nodeid suffix they rely on is
-# no longer written), so the scheduler here groups by file. Docker-in-Docker and the other end-to-end
-# modules go out first and the local clusters last: the long ones start early, the short ones fill in.
+# no longer written), so the scheduler here groups by file; tests/schedule.py says which unit a lane
+# takes next (the longest first; a lane beyond the cores' count only the modules that wait).
 SESSION_STACK_GROUP = "session-stack"
 SESSION_STACK_MODULES = frozenset(
     {"tests/e2e/test_stack_e2e.py", "tests/e2e/test_dashboards_live.py", "tests/e2e/test_report_live.py"}
@@ -119,12 +122,6 @@ def _uses_the_session_stack(item: pytest.Item) -> bool:
     return bool(defs) and defs[-1].scope == "session"
 
 
-def _start_order(item: pytest.Item) -> int:
-    if item.get_closest_marker("dind"):
-        return 0
-    return 1 if item.get_closest_marker("docker") else 2
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     stray = sorted(
         {i.nodeid.split("::")[0] for i in items if _uses_the_session_stack(i)} - SESSION_STACK_MODULES
@@ -133,8 +130,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"{', '.join(stray)} use the session stack: add them to SESSION_STACK_MODULES"
         )
-    if hasattr(config, "workerinput"):  # an xdist worker; in one process the files' own order
-        items.sort(key=_start_order)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
@@ -142,9 +137,37 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    from tests import schedule
+
     class ModuleScheduling(LoadScopeScheduling):
+        """Whole modules, longest first; lanes beyond schedule.HEAVY_AT_ONCE take only the modules
+        that wait (tests/schedule.py)."""
+
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             return SESSION_STACK_GROUP if path in SESSION_STACK_MODULES else path
+
+        def _assign_work_unit(self, node) -> None:
+            lane = int(node.gateway.id.removeprefix("gw"))
+            unit = schedule.pick(self.workqueue, waiting_lane=lane >= schedule.HEAVY_AT_ONCE)
+            if unit is None:  # a waiting lane with no waiting unit left: it ends (and runs what it holds)
+                node.shutdown()
+                return
+            work_unit = self.workqueue.pop(unit)
+            self.assigned_work.setdefault(node, {})[unit] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(n) for n, done in work_unit.items() if not done])
+
+        def _reschedule(self, node) -> None:
+            # xdist claims a lane's next unit while it has 2 tests left: a 2-test module claimed its
+            # successor at its start and held it for its whole span (Chaos waited 7 min behind Stuck
+            # on the waiting lane while a core lane idled). A worker runs its last test only once it
+            # knows the next or is told to stop, so a lane claims when its last test is what it holds.
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+            elif self._pending_of(self.assigned_work.get(node, {})) <= 1:
+                self._assign_work_unit(node)
 
     return ModuleScheduling(config, log)

@@ -31,6 +31,7 @@ RUNS_B = Place("alerts-runs-b", "127.0.0.8")
 RESIZE = Place("resize-e2e", "127.0.0.9")
 TENSORBOARD = Place("mwms-tensorboard", "127.0.0.10")
 STUCK = Place("mwms-stuck", "127.0.0.11")
+SCRIPT_REFUSED = Place("mwms-e2e-script", "127.0.0.12")  # a make up refused before any container
 VERDICTS = Place("verdicts", "127.0.0.23")
 TUNE = Place("tune-e2e", "127.0.0.41")
 

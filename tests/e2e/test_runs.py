@@ -82,8 +82,10 @@ def stacks():
         # Another model cannot resume the first run's checkpoint (make up refuses it): start that
         # over, keeping the Prometheus history whose series must not mix with the new run's.
         _forget_checkpoints(A)
-        up(A, TASK="mlp", STEPS="100000000")  # a new run of the same project, a minute later
-        up(B, TASK="mlp", STEPS="100000000")
+        # Both then run for the module's length: an input delay keeps their six tasks from taking the
+        # cores the modules beside this one need (what is judged here is whose series is whose).
+        up(A, TASK="mlp", STEPS="100000000", INPUT_DELAY_MS="25")  # a new run of the same project
+        up(B, TASK="mlp", STEPS="100000000", INPUT_DELAY_MS="25")
         yield
     finally:
         for s in (A, B):

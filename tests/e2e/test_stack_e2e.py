@@ -11,6 +11,7 @@ import time
 import pytest
 
 from contract import STEPS
+from tests.e2e import places
 
 pytestmark = pytest.mark.docker
 
@@ -94,12 +95,13 @@ def test_unreadable_script_stops_make_up_before_any_container(stack, tmp_path) -
     folder = tmp_path / "mine"
     folder.mkdir(mode=0o700)
     (folder / "train.py").write_text("print('never runs')\n")
-    project = "mwms-e2e-script"
+    # Its own place: it shared Chaos' address, and beside the Chaos job make up refused the port first.
+    project, bind = places.SCRIPT_REFUSED
     result = stack.make(
         "up",
         f"PROJECT={project}",
         f"RUN_DIR={tmp_path / 'run'}",
-        "BIND_ADDR=127.0.0.4",
+        f"BIND_ADDR={bind}",
         f"SCRIPT={folder / 'train.py'}",
         "OFFLINE=1",
         "GPUS=0",

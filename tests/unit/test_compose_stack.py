@@ -15,7 +15,6 @@ import yaml
 from compose import emit, knobs, services
 from compose.targets import compose as compose_target
 from compose.targets import swarm as stack
-from tests.conftest import DOCKER_CLI, need
 
 MONITORING_SERVICES = tuple(s.name for s in services.SERVICES)
 
@@ -208,15 +207,16 @@ def test_bad_node_count_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(
     "extra", [(), ("--gpus-per-worker", "1"), ("--grafana-image", "grafana/grafana:11.6.0")]
 )
-def test_docker_stack_config_accepts_the_bundle(tmp_path: Path, extra: tuple[str, ...]) -> None:
-    need("docker stack config")
+def test_docker_stack_config_accepts_the_bundle(
+    tmp_path: Path, extra: tuple[str, ...], stack_cli: str
+) -> None:
     if "--grafana-image" in extra:
         (tmp_path / "secrets").mkdir()
         (tmp_path / "secrets/grafana_admin_password").write_text("x")
         extra = (*extra, "--secrets-dir", str(tmp_path / "secrets"))
     bundle(tmp_path / "bundle", *extra)
     done = subprocess.run(
-        [DOCKER_CLI, "stack", "config", "-c", "stack.yaml"],
+        [stack_cli, "stack", "config", "-c", "stack.yaml"],
         cwd=tmp_path / "bundle",
         capture_output=True,
         text=True,

@@ -1,6 +1,6 @@
 """`make test` runs the end-to-end modules side by side: no two stacks may share a compose project, a
 published address or a Docker-in-Docker subnet (tests/e2e/places.py), and no module may publish on an
-address written anywhere else."""
+address written anywhere else (a quoted one, or one given as `VAR=address`)."""
 
 import re
 from pathlib import Path
@@ -9,7 +9,7 @@ from tests.e2e import places
 
 E2E = Path(__file__).resolve().parents[1] / "e2e"
 RENDER_ONLY = {"test_security.py"}  # renders compose files with addresses; starts nothing on them
-LITERAL = re.compile(r"""["'](127\.0\.0\.\d+|10\.\d+\.\d+)["']""")
+LITERAL = re.compile(r"""["'=](127\.0\.0\.\d+|10\.\d+\.\d+)["']""")
 
 
 def test_every_place_is_its_own():

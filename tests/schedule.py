@@ -1,0 +1,71 @@
+"""Which module `make test`'s side-by-side stage starts next (tests/conftest.py wires it into xdist).
+
+Two rules, from a profile of the stage (docs/measurements.md, 2026-12-05):
+- Longest first. A module is one unit of work (its tests share its stacks), so the stage ends when the
+  last unit does: starting the long ones first lets the short ones fill the lanes at the end (xdist's
+  own order, by number of tests, left Chaos alone on one lane for its last 4 minutes).
+- At most HEAVY_AT_ONCE lanes run a module that keeps the cores busy (the cores are the limit: 2 here);
+  a further lane runs the modules that spend their time waiting with their job idle or blocked (an
+  alert's 120 s threshold, a stuck task's bound, a fault's recovery), which cost a lane of wall time
+  but little CPU (0.1-0.4 of a core each, measured from their containers' cgroups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+HEAVY_AT_ONCE = 2
+"""Lanes that run CPU-bound modules: the 2 cores of the machines CI runs on. Lanes beyond them (make
+test's E2E_JOBS=3) take only the modules that wait."""
+
+SECONDS = {
+    # Each module's span in the side-by-side stage, 3 lanes, clean clone, cold images (2026-12-06);
+    # compare/tune's from 2026-12-05 (2 lanes).
+    "tests/e2e/test_swarm.py": 690,
+    "tests/e2e/test_compare_tune.py": 461,
+    "tests/e2e/test_stuck.py": 412,
+    "tests/e2e/test_faults.py": 380,
+    "tests/e2e/test_alerts.py": 347,
+    "tests/e2e/test_engine_faults.py": 213,
+    "tests/e2e/test_chaos.py": 210,
+    "tests/e2e/test_runs.py": 206,
+    "tests/e2e/test_gpu_image.py": 165,  # with its image's build (~130 s of it)
+    "tests/e2e/test_tensorboard.py": 144,
+    "tests/cluster/test_trainer_cluster.py": 116,
+    "tests/cluster/test_resume_cluster.py": 112,
+    "tests/e2e/test_resize.py": 91,
+    "tests/cluster/test_resize_cluster.py": 86,
+    "tests/cluster/test_compression.py": 82,
+    "session-stack": 74,
+    "tests/cluster/test_resume_after_a_cut_save.py": 32,
+    "tests/cluster/test_k8s_names.py": 26,
+    "tests/cluster/test_final_export.py": 22,
+}
+"""Units not listed are taken as short (DEFAULT_SECONDS): add a new long module here."""
+
+DEFAULT_SECONDS = 15
+
+WAITING = frozenset(
+    {
+        "tests/e2e/test_alerts.py",  # a blocked job waits out TrainingStalled's 120 s + for: + delivery
+        "tests/e2e/test_faults.py",  # its jobs train at --input-delay-ms 40; waits on exits and recoveries
+        "tests/e2e/test_stuck.py",  # a hung or blocked task waits out the stall bound
+        "tests/e2e/test_chaos.py",  # one job at --input-delay-ms 40, waiting out each fault's recovery
+    }
+)
+"""Units that mostly wait (their containers used 0.1-0.4 of a core on average over their span)."""
+
+
+def longest_first(units: Iterable[str]) -> list[str]:
+    """The units in the order to start them: the longest measured first, ties by name."""
+    return sorted(units, key=lambda u: (-SECONDS.get(u, DEFAULT_SECONDS), u))
+
+
+def pick(queue: Iterable[str], waiting_lane: bool) -> str | None:
+    """The unit a lane takes next: a waiting lane the longest unit that waits (None: none left, the lane
+    ends); another lane the longest CPU-bound unit, then, when none is left, the longest that waits."""
+    ordered = longest_first(queue)
+    waiting = [u for u in ordered if u in WAITING]
+    if waiting_lane:
+        return waiting[0] if waiting else None
+    return next((u for u in ordered if u not in WAITING), waiting[0] if waiting else None)
