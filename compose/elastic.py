@@ -10,7 +10,8 @@ contract/elastic.py), the job goes on with as many workers as its ready nodes ho
 MIN_WORKERS, by the same stop-and-redeploy as `make stack-resize` (compose/stackresize.py); when enough
 of its nodes are ready again it grows back to the job's WORKERS. An unpinned stack's task that no node
 can take (GPUs) is dropped the same way; it grows back with `make stack-resize`. Restartable: it keeps
-nothing but what Swarm and the bundle's remake.json say. Ends 0 when the chief's task completes.
+nothing but what Swarm and the bundle's remake.json say. Ends 0 when the chief's task completes or
+the stack is removed (it never deploys a stack that `make stack-down` took away).
 Standard library only.
 """
 
@@ -61,6 +62,10 @@ class Decision:
 
 
 def decide(seen: Seen, min_workers: int, resize_after: float) -> Decision:
+    if not seen.tasks:  # not a size to grow back from: the stack was taken down (or never deployed)
+        return Decision(
+            "done", 0, "the stack has no trainer services (make stack-down?): nothing to keep going"
+        )
     chief = seen.tasks.get(CHIEF)
     if chief and chief.state == "complete":
         return Decision("done", seen.deployed, "the job finished (the chief's task completed)")

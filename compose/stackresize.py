@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +39,8 @@ KEPT_PREFIXES = ("TRAINER_", "SUPERVISE_")
 """Environment the emitter reads besides the names on make's command line (compose/knobs.py)."""
 STARTED = re.compile(r"chief: (?:resumed|starting) at step (\d+)")
 RESIZED = re.compile(r"chief: (resized at step .*)")
+SAVED = re.compile(r"every task saved step (\d+)")
+"""The preemption's words (trainer/train/training.py) once every task saved the step it stops at."""
 START_WAIT_S = 900.0
 """How long stack-resize waits for the chief to say it started: cold nodes pull the image first."""
 
@@ -128,14 +131,51 @@ def emit_bundle(out: Path, rec: dict, workers: int, nodes: Sequence[str]) -> str
     return r.deployment.run
 
 
-def stop(m: Manager, stack: str, names: Sequence[str], sleep: Callable[[float], None] = time.sleep) -> None:
-    """SIGTERM to every trainer at once (each saves the same step); wait until none holds a container."""
-    m.docker("service", "scale", "-d", *(f"{stack}_{n}=0" for n in names))
-    deadline = time.time() + STOP_GRACE_SECONDS + 60  # Swarm sends SIGKILL after the grace
-    while live := _live_or_unknown(m, stack):
-        if time.time() > deadline:
-            raise RuntimeError(f"{', '.join(live)} still running {STOP_GRACE_SECONDS + 60} s after the stop")
-        sleep(1.0)
+Follow = Callable[[Manager, str, float], Callable[[], str]]
+"""Start reading a service's log as it is written (for at most the given seconds); the function it
+returns stops the reading and gives what was read."""
+
+
+def stop(
+    m: Manager,
+    stack: str,
+    names: Sequence[str],
+    sleep: Callable[[float], None] = time.sleep,
+    follow: Follow | None = None,
+) -> int | None:
+    """SIGTERM to every trainer at once (each saves the same step); wait until none holds a container.
+    The step every task saved, from the chief's log read while it stops (a scaled-down task's container
+    goes, its log with it); None when no save was said (no task was training: a peer was lost)."""
+    limit = STOP_GRACE_SECONDS + 60  # Swarm sends SIGKILL after the grace
+    chief = (follow or _follow)(m, f"{stack}_{CHIEF}", limit)
+    try:
+        m.docker("service", "scale", "-d", *(f"{stack}_{n}=0" for n in names))
+        deadline = time.time() + limit
+        while live := _live_or_unknown(m, stack):
+            if time.time() > deadline:
+                raise RuntimeError(f"{', '.join(live)} still running {limit} s after the stop")
+            sleep(1.0)
+    finally:
+        said = chief()
+    steps = [int(found.group(1)) for found in SAVED.finditer(said)]
+    return steps[-1] if steps else None
+
+
+def _follow(m: Manager, service: str, limit: float) -> Callable[[], str]:
+    """`docker service logs -f` on the manager from now on, ended by `timeout` there at the latest."""
+    cmd = ["docker", "exec", m.container(), "timeout", f"{limit:.0f}", "docker", "service", "logs", "-f",
+           "--raw", "--since", f"{time.time():.0f}", service]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def finish() -> str:
+        proc.terminate()
+        try:
+            return proc.communicate(timeout=10)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.communicate()[0]
+
+    return finish
 
 
 def _live_or_unknown(m: Manager, stack: str) -> list[str]:
@@ -195,7 +235,12 @@ def resize_to(
     stack = flag(rec["argv"], "--project")
     names = list(swarmstate.trainers(m, stack))
     begun = time.time()
-    stop(m, stack, names)
+    saved = stop(m, stack, names)
+    say(
+        f"stopped: every task saved step {saved}"
+        if saved is not None
+        else "stopped: no task said a save (none was training: a peer was lost); the job goes on from its newest save"
+    )
     rec = {**rec, "run": emit_bundle(out, rec, workers, nodes)}
     deploy(m, out, stack)
     where = (

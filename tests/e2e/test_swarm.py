@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 import urllib.parse
@@ -549,7 +550,7 @@ def test_chief_node_removed_for_good_the_job_goes_on_smaller_and_grows_back(swar
 PINNED = ("node-2", "node-3", "node-1")
 """One task per node: the chief where the removal strikes, not node-1 (Prometheus, the module's reads)."""
 SIZED_START = re.compile(r"^(\S+) .*chief: (?:resumed|starting) at step (\d+)[^,]*, (\d+) replicas in sync")
-SAVED = re.compile(r"^(\S+) .*every task saved step (\d+)")
+SAVED = re.compile(r"stopped: every task saved step (\d+)")
 
 
 class Elastic:
@@ -560,7 +561,7 @@ class Elastic:
         self.out = self.log.open("w")
         self.proc = subprocess.Popen(
             ["make", "--no-print-directory", "stack-elastic", *VARS, f"STACK={LOSS_STACK}"],
-            cwd=ROOT, stdout=self.out, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT, stdout=self.out, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
         self.removed = 0.0
         return self
@@ -570,7 +571,9 @@ class Elastic:
 
     def __exit__(self, *exc: object) -> None:
         if self.proc.poll() is None:
-            self.proc.kill()  # our own process: the test failed before the job ended
+            # Our own process group (make and the controller under it): killing make alone left the
+            # controller running, and it deployed its stack onto the next run's swarm.
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
         self.out.close()
         print(self.said()[-3000:])
@@ -594,6 +597,8 @@ def _loss_and_return(controller: Elastic) -> None:
     bad = make("stack-resize", stack=LOSS_STACK, extra=("WORKERS=two",))
     assert bad.returncode == 2 and "WORKERS='two': a whole number" in bad.stderr, bad.stderr
     n = int(lost.rsplit("-", 1)[1])
+    # The chief's step lines, read while each segment's container lives (they go with it), for the rates.
+    history = set(matches(STEP_LINE, chief_log(LOSS_STACK, manager)))
     removed = controller.removed = time.time()
     subprocess.run(["docker", "rm", "-f", "-v", f"{SWARM}-node-{n}"], check=True, capture_output=True)
     subprocess.run(["docker", "volume", "rm", f"{SWARM}-node-{n}-lib"], check=True, capture_output=True)
@@ -618,6 +623,9 @@ def _loss_and_return(controller: Elastic) -> None:
         timeout=900,
         interval=2,
     )
+    # Where the smaller job runs, read before node-2 is back: the grow may stop it moments after it starts.
+    small = {"chief": PINNED[1], "worker-0": PINNED[2]}
+    wait_until("the smaller job placed", lambda: _trainers_placed(manager) == small, timeout=120)
     back = time.time()
     nodes = make("nodes-up", timeout=600)
     assert nodes.returncode == 0, nodes.stderr[-2000:]
@@ -625,26 +633,30 @@ def _loss_and_return(controller: Elastic) -> None:
     figure("chief's node removed -> first step with 1 worker, seconds", shrink["first"] - removed)
     figure("steps lost to the chief's node removed for good", at_kill - shrink["resumed"])
     assert 0 <= at_kill - shrink["resumed"] <= SAVE_EVERY, (at_kill, shrink)
-    trainers = {t: n for t, n in placed(LOSS_STACK, manager).items() if t.startswith(("chief", "worker"))}
-    assert trainers == {"chief": PINNED[1], "worker-0": PINNED[2]}
     _every_task_resumed_at(LOSS_STACK, shrink["resumed"], removed, manager, workers=("worker-0",))
+    history |= set(matches(STEP_LINE, chief_log(LOSS_STACK, manager)))
     grow = _next_size(back, 3, manager)
     assert shrink["first"] < grow["at"], "no step trained with 1 worker"
     figure("node made again -> first step with 2 workers, seconds", grow["first"] - back)
-    saved = [(t, s) for t, s in matches(SAVED, chief_log(LOSS_STACK, manager)) if t > back]
-    assert [s for _, s in saved] == [grow["resumed"]], (
-        saved,
-        grow,
-    )  # every task saved the step it goes on from
+    # Every task saved the step it goes on from (0 lost): the controller read it from the chief's log as
+    # the stop went (Swarm removes a scaled-down task's container, and its log with it).
+    said = controller.said()
+    saved = [int(s) for s in SAVED.findall(said[said.index("growing back to WORKERS=2") :])]
+    assert saved == [grow["resumed"]], (saved, grow, said[-2000:])
     assert grow["resumed"] < LOSS_STEPS, "the job ended before it grew back: raise LOSS_STEPS"
-    _every_task_resumed_at(LOSS_STACK, grow["resumed"], saved[0][0], manager)
+    # The smaller run's worker log went with its container: a start after its first step is the grow's.
+    _every_task_resumed_at(LOSS_STACK, grow["resumed"], shrink["first"], manager)
     assert controller.proc.wait(timeout=900) == 0, controller.said()[-2000:]
     state = _ended(f"{LOSS_STACK}_chief", manager)
     assert state and state.startswith("Complete"), f"chief ended {state}:\n" + "\n".join(chief_log(LOSS_STACK, manager)[-30:])  # fmt: skip
-    steps = matches(STEP_LINE, chief_log(LOSS_STACK, manager))
+    steps = sorted(history | set(matches(STEP_LINE, chief_log(LOSS_STACK, manager))))
     assert max(s for _, s in steps) == LOSS_STEPS, f"the chief's last step of {LOSS_STEPS}: {steps[-3:]}"
     for name, segment in (("3 replicas before", (0, removed)), ("2 replicas", (shrink["first"], grow["at"])), ("3 replicas after", (grow["first"], time.time()))):  # fmt: skip
         figure(f"chief steps/s, {name}", _rate([x for x in steps if segment[0] <= x[0] <= segment[1]]))
+
+
+def _trainers_placed(manager: int) -> dict[str, str]:
+    return {t: n for t, n in placed(LOSS_STACK, manager).items() if t.startswith(("chief", "worker"))}
 
 
 def _elastic_status() -> str:

@@ -203,6 +203,11 @@ def test_a_finished_job_ends_the_controller() -> None:
     assert elastic.decide(_seen(done, ALL), 1, AFTER).action == "done"
 
 
+def test_a_removed_stack_ends_the_controller_instead_of_deploying_it_again() -> None:
+    d = elastic.decide(_seen({}, ALL), 1, AFTER)
+    assert d.action == "done" and "no trainer services" in d.why
+
+
 def test_resize_after_is_the_measured_restart_with_a_floor_and_a_default() -> None:
     assert defaults.resize_after(None) == defaults.RESIZE_AFTER_UNMEASURED_S
     assert defaults.resize_after(1.0) == defaults.RESIZE_AFTER_FLOOR_S
@@ -303,4 +308,24 @@ def test_the_stop_waits_through_a_task_reaped_mid_question() -> None:
             return next(answers, subprocess.CompletedProcess(cmd, 0, "[]", ""))
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    stackresize.stop(swarmstate.Manager("sw", 3, run=run), "s", ["chief"], sleep=lambda s: None)
+    stackresize.stop(
+        swarmstate.Manager("sw", 3, run=run), "s", ["chief"], sleep=lambda s: None, follow=_read("")
+    )
+
+
+def _read(text: str):
+    return lambda m, service, limit: lambda: text
+
+
+def test_the_stop_says_the_step_every_task_saved_from_the_chiefs_log() -> None:
+    """Swarm removes a scaled-down task's container and its log: the chief's is read while it stops."""
+
+    def run(cmd, timeout=60):
+        if cmd[-1] == "{{.Swarm.ControlAvailable}}":
+            return subprocess.CompletedProcess(cmd, 0, "true\n", "")
+        return subprocess.CompletedProcess(cmd, 0, "", "")  # no trainer left: stopped
+
+    m = swarmstate.Manager("sw", 3, run=run)
+    line = "chief: preempted (SIGTERM here or on a peer): every task saved step 392; restart every task\n"
+    assert stackresize.stop(m, "s", ["chief"], sleep=lambda s: None, follow=_read(line)) == 392
+    assert stackresize.stop(m, "s", ["chief"], sleep=lambda s: None, follow=_read("")) is None
