@@ -8,7 +8,8 @@ ps`, the chief's logs, the node's engine.
 Node kill = SIGKILL of a node's whole DinD container (its engine, its tasks) running a worker but not
 the chief: a host crash. The node is started again once the manager has marked it Down. Node loss =
 the chief's node removed for good (`docker rm -f -v` and its engine's volume) during a second run
-(its own stack): the tasks restore from the newest copy a surviving task kept. Recovery time = kill ->
+(its own stack, one task per node, `make stack-elastic` beside it): the job goes on with 1 worker from
+the newest copy a surviving task kept, and grows back when the node is made again. Recovery time = kill ->
 the chief's first step after the resume; steps lost = the chief's last step before the kill - the step
 resumed from. The host engine stays out of swarm mode; with CI=true a missing engine fails.
 SWARM_E2E_NAME, SWARM_E2E_SUBNET and SWARM_E2E_BIND run it beside another swarm (defaults: CI's).
