@@ -61,11 +61,12 @@ include bench/bench.mk
 # end-to-end modules, those that judge what they time (marked `measures`: step times, shares of a step,
 # speed-ups) run alone; the others size their waits from what they measure, so they run side by side,
 # each module on one xdist worker (tests/conftest.py), each stack in its own project and address
-# (tests/e2e/places.py): the longest first, two lanes for the CPU-bound modules (the 2 cores) and a third
-# for the modules that mostly wait on a timer or a bound with their job idle (tests/schedule.py).
+# (tests/e2e/places.py): the longest first, two lanes for the CPU-bound modules (the 2 cores) and two
+# for the modules that mostly wait on a timer or a bound with their job idle (tests/schedule.py): in one
+# waiting lane they took 1350 s of a 1387 s stage (CI, 2026-12-06), as long as the CPU-bound lanes.
 UNIT_JOBS ?= auto
 UNIT = $(PY) -m pytest -n $(UNIT_JOBS) tests/unit
-E2E_JOBS ?= 3
+E2E_JOBS ?= 4
 MEASURED = $(PY) -m pytest --durations=15 -m measures tests/cluster tests/e2e
 SIDE_BY_SIDE = $(PY) -m pytest --durations=30 -n $(E2E_JOBS) --dist loadscope -m "not measures" tests/cluster tests/e2e
 # pytest's exit 5 (nothing selected, e.g. PYTEST_ARGS=-k of one stage's test) fails only if both stages had none.

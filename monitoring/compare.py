@@ -27,7 +27,8 @@ from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 WINDOW_S = 15
 """Seconds per sample: three scrapes (every 5 s), so each window's increase has its own samples."""
 MAX_POINTS = 1000
-PARTS = {"compute": c.COMPUTE, "all-reduce": c.ALLREDUCE, "input wait": c.INPUT_WAIT}
+INPUT = "input wait"
+PARTS = {"compute": c.COMPUTE, "all-reduce": c.ALLREDUCE, INPUT: c.INPUT_WAIT}
 FIGURES = ("steps/s", "examples/s", "step ms", *(f"{p} ms" for p in PARTS), "other ms")
 BY = ", ".join(c.LABELS)
 
@@ -86,14 +87,24 @@ def per_window(samples: dict[str, dict[float, float]]) -> dict[str, list[float]]
     return figures
 
 
+INPUT_SUM = "input wait, tasks' sum ms"
+"""A window's input wait summed over the tasks: whichever task's input is late, its peers wait for it
+in the all-reduce, so the task that waits changes from step to step and window to window (the
+scheduler's noise picks it) while the sum stays the late input's. Per task, a 25 ms INPUT_DELAY_MS on
+3 tasks under load moved inside each task's range, and the cluster's median task (a peer in the
+all-reduce) read `all-reduce +15.1 ms` (CI, 2026-12-06)."""
+
+
 def cluster_window(tasks: dict[str, dict[str, list[float]]]) -> dict[str, list[float]]:
-    """The cluster's windows: the tasks' median of each figure (they step together), examples/s summed."""
+    """The cluster's windows: the tasks' median of each figure (they step together), examples/s and
+    INPUT_SUM summed."""
     n = min((len(f["steps/s"]) for f in tasks.values()), default=0)
-    out: dict[str, list[float]] = {f: [] for f in FIGURES}
+    out: dict[str, list[float]] = {f: [] for f in (*FIGURES, INPUT_SUM)}
     for i in range(n):
         for f in FIGURES:
             values = [t[f][i] for t in tasks.values()]
             out[f].append(sum(values) if f == "examples/s" else statistics.median(values))
+        out[INPUT_SUM].append(sum(t[f"{INPUT} ms"][i] for t in tasks.values()))
     return out
 
 
@@ -135,7 +146,6 @@ def basis(old: Side, new: Side) -> str:
     return "steps/s" if same else "examples/s"
 
 
-INPUT = "input wait"
 DRIFT = (
     "; no recorded setting differs: what differs is the machine between the two runs (docs/tune.md) or the"
     " code or data; make tune compares settings turn by turn in one job"
@@ -149,13 +159,19 @@ CAUSE_SHARE = 0.25
 
 
 def _input_moves(old: Side, new: Side, direction: int) -> list[float]:
-    """Per task, the input wait's change (ms per step) where it moved beyond its spread the way the
-    run did (grew in a slower run, shrank in a faster one), by a material share of the step's change."""
-    key, step = f"{INPUT} ms", "step ms"
+    """The input wait's changes (ms per step) that moved beyond their spread the way the run did (grew
+    in a slower run, shrank in a faster one) by a material share of the step's change: each task's,
+    then (when no task's did) the tasks' sum (INPUT_SUM), the late input whichever task it was."""
+    per_task = _moves(old, new, direction, f"{INPUT} ms", [t for t in new.figures if t != "cluster"])
+    return per_task or _moves(old, new, direction, INPUT_SUM, ["cluster"])
+
+
+def _moves(old: Side, new: Side, direction: int, key: str, levels: list[str]) -> list[float]:
+    step = "step ms"
     floor = CAUSE_SHARE * abs(new.figures["cluster"][step].median - old.figures["cluster"][step].median)
-    tasks = [t for t in new.figures if t != "cluster" and t in old.figures and key in new.figures[t]]
-    moved = [t for t in tasks if steady.compare(new.figures[t][key], old.figures[t][key]) == -direction]
-    changes = (new.figures[t][key].median - old.figures[t][key].median for t in moved)
+    have = [lv for lv in levels if key in new.figures[lv] and key in old.figures.get(lv, {})]
+    moved = [lv for lv in have if steady.compare(new.figures[lv][key], old.figures[lv][key]) == -direction]
+    changes = (new.figures[lv][key].median - old.figures[lv][key].median for lv in moved)
     return [d for d in changes if abs(d) >= floor]
 
 

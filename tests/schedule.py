@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 HEAVY_AT_ONCE = 2
 """Lanes that run CPU-bound modules: the 2 cores of the machines CI runs on. Lanes beyond them (make
-test's E2E_JOBS=3) take only the modules that wait."""
+test's E2E_JOBS=4) take only the modules that wait."""
 
 SECONDS = {
     # Each module's span in the side-by-side stage, 3 lanes, clean clone, cold images (2026-12-06);

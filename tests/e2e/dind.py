@@ -18,7 +18,10 @@ from tests.e2e.conftest import ROOT
 NODES_SH = ROOT / "compose/swarm/nodes.sh"
 
 
-def wait_until(what: str, check, timeout: float, interval: float = 0.5):
+def wait_until(what: str, check, timeout: float, interval: float = 2.0):
+    """`check()` until it returns something true. Every 2 s by default: a check here is docker CLI
+    calls into a node (a service's whole log, a node's state), each a Go process start and the node
+    engine's work, and the waits are for tens of seconds; a wait that times what it sees polls faster."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -128,7 +131,7 @@ class EngineNode:
             check=True,
             capture_output=True,
         )
-        wait_until("the node's dockerd to stop and exit", lambda: not self.engine_running(), timeout)
+        wait_until("the node's dockerd to stop and exit", lambda: not self.engine_running(), timeout, 0.5)
         return time.time() - started
 
     def engine_running(self) -> bool:

@@ -56,7 +56,7 @@ from compose.deployment import STOP_GRACE_SECONDS
 from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.dind import EngineNode
-from tests.e2e.faultstack import SUPERVISOR_RESTART, FaultStack, stamp
+from tests.e2e.faultstack import POLL_TAIL, SUPERVISOR_RESTART, FaultStack, stamp
 
 pytestmark = pytest.mark.docker
 
@@ -168,7 +168,7 @@ class Chaos:
         """The chief's last logged step. Not the highest ever logged: a resume goes back to its
         checkpoint (CI, seed 392203: the chief killed at 150 resumed at 100, the next fault then struck
         at once, at the real step 113, and was booked at 150 as "lost 37 steps")."""
-        steps = self.stack.chief_steps()
+        steps = self.stack.chief_steps(POLL_TAIL) or self.stack.chief_steps()
         return steps[-1][1] if steps else 0
 
     def wait_for_step(self, step: int, timeout: float) -> None:

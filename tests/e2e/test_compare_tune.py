@@ -112,8 +112,17 @@ def test_a_known_slowdown_is_slower_beyond_the_spread_and_names_input_wait(two_r
     got = compare_json()
     v = got["verdict"]
     print(f"compare: {v['text']} (delay {two_runs['delay']} ms = 3 x {two_runs['step_ms']:.1f} ms steps)")
-    assert v["direction"] == -1 and v["part"] == "input wait", v
+    assert v["direction"] == -1 and v["part"] == "input wait", (v, _parts(got))
     assert got["settings_differ"]["input_delay_ms"] == ["0", str(two_runs["delay"])]
+
+
+def _parts(got: dict) -> dict:
+    """Each side's per-level input wait and all-reduce (median, IQR): what a wrong verdict was read from."""
+    keep = ("input wait ms", "all-reduce ms")
+    return {
+        side: {lv: {f: fs[f] for f in keep if f in fs} for lv, fs in got[side]["figures"].items()}
+        for side in ("old", "new")
+    }
 
 
 def test_bad_input_is_one_line_and_exit_2(two_runs):

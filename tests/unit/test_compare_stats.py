@@ -149,3 +149,48 @@ def test_an_input_wait_that_barely_moved_is_not_the_cause():
     new.figures["worker-1"] = {"input wait ms": Spread(0.41, 0.41, 0.41, 6)}
     v = compare.verdict(old, new)
     assert v["direction"] == -1 and v["part"] != "input wait", v
+
+
+def test_an_input_wait_that_moves_from_task_to_task_is_the_cause():
+    """The late input is one task's at a time, the scheduler picking which: no task's own input wait
+    moved beyond its range, the median task's all-reduce grew (CI: `all-reduce +15.1 ms` for a 25 ms
+    INPUT_DELAY_MS on 3 tasks); the tasks' sum of input wait did move."""
+    tasks = ("chief", "worker-0", "worker-1")
+    plain = {t: _windows(steps=[8] * 4, input_ms=[0.2] * 4, all_reduce_ms=[2] * 4) for t in tasks}
+    late = [[17, 0, 0, 17], [0, 17, 0, 0], [0, 0, 17, 0]]  # each window, one task waits for its batch
+    slow = {
+        t: _windows(steps=[28] * 4, input_ms=w, all_reduce_ms=[19 - x for x in w])
+        for t, w in zip(tasks, late)
+    }
+    old, new = _measured(_run("A"), plain), _measured(_run("B", input_delay_ms="25"), slow)
+    key = "input wait ms"
+    assert all(steady.compare(new.figures[t][key], old.figures[t][key]) == 0 for t in tasks)
+    v = compare.verdict(old, new)
+    assert v["direction"] == -1 and v["part"] == "input wait" and "input wait +" in v["text"], v
+
+
+def test_a_peer_held_in_the_all_reduce_is_not_an_input_cause():
+    """A communication slowdown: the all-reduce grew on every task, the input waits did not."""
+    tasks = ("chief", "worker-0", "worker-1")
+    plain = {t: _windows(steps=[8] * 4, input_ms=[0.2] * 4, all_reduce_ms=[2] * 4) for t in tasks}
+    slow = {t: _windows(steps=[28] * 4, input_ms=[0.3, 0.2, 0.2, 0.3], all_reduce_ms=[22] * 4) for t in tasks}
+    v = compare.verdict(_measured(_run("A"), plain), _measured(_run("B"), slow))
+    assert v["direction"] == -1 and v["part"] == "all-reduce", v
+
+
+def _windows(steps, input_ms, all_reduce_ms):
+    """One task's per-window figures, as compare.per_window makes them from Prometheus' windows."""
+    return compare.per_window(
+        {
+            "step": dict(enumerate(s / 1e3 for s in steps)),
+            "input wait": dict(enumerate(x / 1e3 for x in input_ms)),
+            "all-reduce": dict(enumerate(x / 1e3 for x in all_reduce_ms)),
+            "compute": dict(enumerate([5 / 1e3] * len(steps))),
+            "examples": dict(enumerate([32.0] * len(steps))),
+        }
+    )
+
+
+def _measured(run, tasks):
+    figures = compare.summarize(tasks)
+    return compare.Side(run, figures, figures["cluster"]["steps/s"].n)
