@@ -13,7 +13,15 @@ TRANSPORT ?= registry
 REGISTRY ?= $(BIND_ADDR):5000
 NODE_REGISTRY ?= $(REGISTRY)
 GRAFANA_IMAGE ?=
-SWARM_DIR = $(RUN_DIR)/swarm
+# One bundle folder per stack: make stack-resize and stack-elastic emit it again from its remake.json.
+SWARM_DIR = $(RUN_DIR)/swarm/$(STACK)
+# One task per node, in this order (e.g. node-1,node-2,node-3); empty: the scheduler places every task.
+TRAINER_NODES ?=
+# make stack-elastic: the fewest workers to go on with, and how long a task may stay unplaced before
+# the job goes on without it (empty: the defaults of contract/elastic.py, RESIZE_AFTER sized from the
+# job's measured restart).
+MIN_WORKERS ?=
+RESIZE_AFTER ?=
 NODES_SH = compose/swarm/nodes.sh
 MANAGER = docker exec $(SWARM_NAME)-node-1 docker
 TRAINER_IMAGE = $(IMAGE_REPO):$$($(PYTHON) -c 'import trainer; print(trainer.__version__)')-cpu
@@ -25,7 +33,8 @@ SWARM_ENCRYPT ?= 0
 SWARM_ENV = SWARM_NAME SWARM_SUBNET NODES BIND_ADDR
 $(call pass_env,nodes-up nodes-down push stack-status stack-up,$(SWARM_ENV))
 $(call pass_env,stack-up,$(STACK_VARS) STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE \
-  ALERTMANAGER_IMAGE ALERTMANAGER_CONFIG SWARM_ENCRYPT SWARM_DIR)
+  ALERTMANAGER_IMAGE ALERTMANAGER_CONFIG SWARM_ENCRYPT SWARM_DIR TRAINER_NODES)
+$(call pass_env,stack-resize,PYTHON)
 
 ##@ Swarm (multi-host)
 
@@ -49,7 +58,18 @@ stack-up: ## Deploy the run as swarm stack STACK on the nodes (nodes-up, images,
 stack-down: ## Remove stack STACK from the swarm (each node keeps its checkpoint volume: every task's copy; a redeploy resumes)
 	@$(MANAGER) stack rm $(STACK)
 
+.PHONY: stack-resize
+stack-resize: ## Change stack STACK to WORKERS=N at a checkpoint: every task saves the same step, the stack is deployed again at N
+	@test -n "$(filter WORKERS,$(MAKE_COMMAND_LINE))" || { echo "stack-resize: WORKERS=N is required (the new number of workers besides the chief)" >&2; exit 2; }
+	@$(PYTHON) -m compose.stackresize --dir $(SWARM_DIR) --workers "$(WORKERS)"
+
+.PHONY: stack-elastic
+stack-elastic: ## Keep stack STACK going: without a lost node's task after RESIZE_AFTER (down to MIN_WORKERS), back to WORKERS when nodes return
+	@$(PYTHON) -m compose.elastic --dir $(SWARM_DIR) $(if $(MIN_WORKERS),--min-workers $(MIN_WORKERS)) \
+	  $(if $(RESIZE_AFTER),--resize-after $(RESIZE_AFTER))
+
 .PHONY: stack-status
-stack-status: ## Where every task of STACK runs and its state, then the per-task training table from its Prometheus
+stack-status: ## Where every task of STACK runs and its state, what make stack-elastic waits for, then the training table
 	@$(MANAGER) stack ps $(STACK) --format 'table {{.Name}}\t{{.Node}}\t{{.CurrentState}}\t{{.Error}}'
+	@cat $(SWARM_DIR)/elastic.txt 2>/dev/null || true
 	@$(PYTHON) -m monitoring.status --no-docker --project $(STACK) --prometheus http://$$($(NODES_SH) ip 1):$(PROMETHEUS_PORT)

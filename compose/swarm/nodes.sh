@@ -86,31 +86,55 @@ net() {
 up() {
   build_image >/dev/null
   docker network inspect "$NAME" >/dev/null 2>&1 || net
+  local fresh=()
   for n in $(seq "$NODES"); do
-    if ! docker container inspect "$(node "$n")" >/dev/null 2>&1; then start_node "$n"
+    if ! docker container inspect "$(node "$n")" >/dev/null 2>&1; then start_node "$n"; fresh+=("$n")
     elif [ "$(docker inspect -f '{{.State.Running}}' "$(node "$n")")" != true ]; then docker start "$(node "$n")" >/dev/null
     fi
   done
   for n in $(seq "$NODES"); do wait_engine "$n"; done
-  if [ "$(in_node 1 info -f '{{.Swarm.LocalNodeState}}')" != active ]; then
-    in_node 1 swarm init --advertise-addr "$(ip 1)" --default-addr-pool "$POOL" >/dev/null
+  # The swarm lives on in any manager left: a node removed for good and made again joins it.
+  local lead; lead=$(lead_manager)
+  if [ -z "$lead" ]; then
+    in_node 1 swarm init --advertise-addr "$(ip 1)" --default-addr-pool "$POOL" >/dev/null; lead=1
   fi
-  local worker manager; worker=$(in_node 1 swarm join-token -q worker); manager=$(in_node 1 swarm join-token -q manager)
-  for n in $(seq 2 "$NODES"); do
+  for n in "${fresh[@]}"; do forget "$lead" "$n"; done
+  local worker manager; worker=$(in_node "$lead" swarm join-token -q worker); manager=$(in_node "$lead" swarm join-token -q manager)
+  for n in $(seq "$NODES"); do
     local token=$worker; [ "$n" -le "$MANAGERS" ] && token=$manager
     [ "$(in_node "$n" info -f '{{.Swarm.LocalNodeState}}')" = active ] \
-      || in_node "$n" swarm join --token "$token" "$(ip 1):2377" >/dev/null
+      || in_node "$n" swarm join --token "$token" "$(ip "$lead"):2377" >/dev/null
   done
-  label_nodes
-  say "$NODES nodes up, managers $(node 1)..$(node "$MANAGERS") ($(ip 1)...); docker exec $(node 1) docker node ls"
+  label_nodes "$lead"
+  say "$NODES nodes up, managers $(node 1)..$(node "$MANAGERS") ($(ip 1)...); docker exec $(node "$lead") docker node ls"
+}
+
+lead_manager() {
+  for n in $(seq "$NODES"); do
+    [ "$(in_node "$n" info -f '{{.Swarm.ControlAvailable}}' 2>/dev/null)" = true ] && { echo "$n"; return 0; }
+  done
+  return 0  # none: a new swarm (set -e must not end the caller's assignment)
+}
+
+forget() {
+  # What an operator does for a host lost for good: its Down record goes (demoted first if a manager),
+  # so its successor joins under the same name and label without an ambiguous twin.
+  local lead=$1 n=$2 id
+  for id in $(in_node "$lead" node ls -q --filter "name=node-$n"); do
+    [ "$(in_node "$lead" node inspect -f '{{.Status.State}} {{.Description.Hostname}}' "$id")" = "down node-$n" ] || continue
+    in_node "$lead" node demote "$id" >/dev/null 2>&1 || true
+    in_node "$lead" node rm --force "$id" >/dev/null
+  done
 }
 
 label_nodes() {
   # Labels before any deploy: on 20.10 a later change to a GPU node's record rejects its running
   # GPU task (moby/moby#44378), so a node that has its label is left alone.
+  local lead=${1:-1} id
   for n in $(seq "$NODES"); do
-    [ "$(in_node 1 node inspect -f '{{index .Spec.Labels "org.mwms.node"}}' "node-$n")" = "node-$n" ] \
-      || in_node 1 node update --label-add "org.mwms.node=node-$n" "node-$n" >/dev/null
+    id=$(in_node "$n" info -f '{{.Swarm.NodeID}}')
+    [ "$(in_node "$lead" node inspect -f '{{index .Spec.Labels "org.mwms.node"}}' "$id")" = "node-$n" ] \
+      || in_node "$lead" node update --label-add "org.mwms.node=node-$n" "$id" >/dev/null
   done
 }
 

@@ -57,12 +57,17 @@ args=(--workers "${WORKERS:-$DEFAULT_WORKERS}" --nodes "${NODES:-3}" --out "$SWA
 # Trainer knobs (STEPS=, SAVE_EVERY=, any trainer flag) reach the swarm target through the environment.
 # SWARM_ENCRYPT=1: IPsec on the overlays, only where every node's kernel has ESP (docs/security.md).
 [ "${SWARM_ENCRYPT:-0}" = 1 ] && args+=(--encrypt-overlay)
+# TRAINER_NODES=node-1,node-2,...: one task per node (make stack-elastic goes on without a lost one).
+[ -n "${TRAINER_NODES:-}" ] && args+=(--trainer-nodes "$TRAINER_NODES")
 # ALERTMANAGER_CONFIG: the receivers and routes (default: monitoring/config/alertmanager/alertmanager.yml,
 # the file Compose mounts), shipped as a swarm config: edit it and rerun `make stack-up`.
 for var in ARGS GRAFANA_IMAGE ALERTMANAGER_CONFIG; do
   [ -n "${!var:-}" ] && args+=("--$(tr 'A-Z_' 'a-z-' <<<"$var")" "${!var}")
 done
 "${PYTHON:-python3}" -m compose.emit --target swarm "${args[@]}"
+# How this bundle was made, for make stack-resize and make stack-elastic (remake.json in the bundle).
+PROMETHEUS_URL="http://$("$NODES_SH" ip 1):$PROMETHEUS_PORT" "${PYTHON:-python3}" -m compose.stackresize \
+  --dir "$SWARM_DIR" --record --target swarm "${args[@]}"
 
 # The bundle is self-contained: copy it to the manager and deploy there (the host is no swarm member).
 manager=$SWARM_NAME-node-1

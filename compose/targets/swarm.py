@@ -74,6 +74,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the one file Compose mounts too",
     )
     p.add_argument(
+        "--trainer-nodes",
+        type=node_list,
+        default=(),
+        help="one task per node: the chief on the first node labelled org.mwms.node=<name>, worker-0 on "
+        "the second, ... (comma-separated; empty: the scheduler places every task)",
+    )
+    p.add_argument(
         "--encrypt-overlay",
         action="store_true",
         help="IPsec-encrypt the overlay networks (needs ESP in every node's kernel: docs/security.md)",
@@ -83,6 +90,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def describe(ns: argparse.Namespace, environ: Mapping[str, str]) -> Deployment:
     if ns.nodes < 1:
         raise ValueError(f"NODES={ns.nodes}: a swarm needs at least one node")
+    if ns.trainer_nodes and len(ns.trainer_nodes) < ns.workers + 1:
+        raise ValueError(
+            f"TRAINER_NODES={','.join(ns.trainer_nodes)}: {len(ns.trainer_nodes)} nodes for a chief + "
+            f"{ns.workers} workers, one task per node: name {ns.workers + 1} or more, or WORKERS="
+            f"{len(ns.trainer_nodes) - 1}"
+        )
     return deployment.from_args(ns, deployment.fake_gpu_ids(ns.workers, ns.gpus_per_worker), environ=environ)
 
 
@@ -101,6 +114,7 @@ def emit(d: Deployment, ns: argparse.Namespace) -> Emitted:
     report = Report()
     chosen = [(s, image) for s in services.SERVICES if (image := _image(s, ns, d)) or not s.optional]
     stack = trainer_services(d, ns.nodes, report)
+    _pin(stack, ns.trainer_nodes, report)
     sources = {}
     replaced = {ALERTMANAGER_CONFIG: ns.alertmanager_config.read_text()}
     for s, image in chosen:
@@ -164,6 +178,31 @@ def _flag(s: Service) -> str:
 def placement(task_position: int, nodes: int) -> dict:
     """Pin a monitoring service to one node by label: its volume (Prometheus's history) is per node."""
     return {"constraints": [f"node.labels.{NODE_LABEL} == node-{task_position % nodes + 1}"]}
+
+
+def node_list(text: str) -> tuple[str, ...]:
+    """TRAINER_NODES as given: node names (their org.mwms.node label), each once."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if len(set(names)) != len(names) or any(not re.fullmatch(r"[A-Za-z0-9._-]+", n) for n in names):
+        raise argparse.ArgumentTypeError(f"TRAINER_NODES={text!r}: distinct node names, comma-separated")
+    return names
+
+
+def _pin(stack: dict, nodes: tuple[str, ...], report: Report) -> None:
+    """One task per node, in the order given: a task whose node is lost waits Pending (no other node may
+    take it), which is what `make stack-elastic` watches to run on with fewer workers."""
+    if not nodes:
+        return
+    for name, node in zip(stack, nodes, strict=False):
+        stack[name]["deploy"]["placement"] = {"constraints": [f"node.labels.{NODE_LABEL} == {node}"]}
+    report.add(
+        Change(
+            "one container per task",
+            f"one task per node, pinned in TRAINER_NODES order ({','.join(nodes)})",
+            "a task whose node is lost stays Pending: make stack-elastic goes on with fewer workers "
+            "after RESIZE_AFTER and grows back when the node is ready again",
+        )
+    )
 
 
 def gpu_resources(count: int) -> dict:

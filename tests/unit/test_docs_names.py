@@ -52,6 +52,7 @@ RUNTIME_FILES = {
     "summary.json": "what a job writes to OUTPUT= at its end",
     "report.png": "what `make report` writes to .run/",
     "stack.env": "what `make up` writes to RUN_DIR",
+    "remake.json": "what `make stack-up` writes into a stack's bundle (compose/stackresize.py)",
     "tuned.env": "what `make tune` writes to RUN_DIR when it finds a winner",
     "tune.json": "what `make tune` writes to RUN_DIR: every candidate's figures",
     "compare.json": "what `make compare` writes to RUN_DIR: its last verdict, for make diagnose",
