@@ -39,5 +39,5 @@ TUNE_CANDIDATES ?=
 $(call pass_env,tune,RUN TUNE_CANDIDATES $(STACK_VARS))
 
 .PHONY: tune
-tune: $(VENV)/.stamp ## During a running job: try the settings its verdict names (TUNE_CANDIDATES=...) from its checkpoint against the current ones in turns, with a null; table, winner to RUN_DIR/tuned.env (make up reads it); TUNE_SECONDS=, APPLY=1: the job goes on with it at once, from its checkpoint
-	@$(PY) -m bench.tune --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --run-dir $(RUN_DIR) $(if $(TUNE_SECONDS),--seconds $(TUNE_SECONDS)) $(if $(TUNE_CANDIDATES),--candidates "$$TUNE_CANDIDATES") $(if $(APPLY),--apply)
+tune: $(VENV)/.stamp ## During a running job: try the settings its verdict names (TUNE_CANDIDATES=...) from its checkpoint against the current ones in turns, with a null; table, winner to RUN_DIR/tuned.env (make up reads it); TUNE_SECONDS=, APPLY=1: the job goes on with it at once, from its checkpoint; a SCRIPT= job that keeps no checkpoint is refused (TUNE_RESTART_OK=1: tune it anyway)
+	@$(PY) -m bench.tune --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --run-dir $(RUN_DIR) $(if $(TUNE_SECONDS),--seconds $(TUNE_SECONDS)) $(if $(TUNE_CANDIDATES),--candidates "$$TUNE_CANDIDATES") $(if $(APPLY),--apply) $(if $(TUNE_RESTART_OK),--restart-ok)

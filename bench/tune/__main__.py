@@ -85,6 +85,8 @@ def trial_all(
     that started whatever fails."""
     ckpt = work / "checkpoint"
     job_lib.copy_checkpoint(job, ckpt)
+    ckpt = ckpt / job_lib.checkpoint_folder(job)  # a script's own folder is its TRAINER_CHECKPOINT_DIR
+    ckpt.mkdir(parents=True, exist_ok=True)
     env = {**job.env, "TF_USE_LEGACY_KERAS": "1"}
     module, margs = (job_lib.WRAPPER, list(job.script)) if job.script else ("trainer", [])
     named = [(table.CURRENT, ()), (table.NULL, ()), *((k.name, k.settings) for k in chosen)]
@@ -147,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max", type=int, default=MAX_CANDIDATES)
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.add_argument("--apply", action="store_true", help="APPLY=1: restart the job with the winner")
+    p.add_argument(
+        "--restart-ok",
+        action="store_true",
+        help="TUNE_RESTART_OK=1: tune a SCRIPT= job that keeps no checkpoint (it trains again from its start)",
+    )
     args = p.parse_args(argv)
     args.failed = set()
     args.run_dir.mkdir(parents=True, exist_ok=True)
@@ -192,6 +199,7 @@ def tune(args) -> int:
     if not chosen:
         raise ValueError("no candidate setting applies to this job (docs/tune.md)")
     cand.check(chosen, job.env, bool(job.script))
+    job_lib.refuse_unsaved_script(job, args.restart_ok)
     print(
         f"tune: run {run}, verdict {verdict.NAMES.get(code, code)}, largest part {largest}; trying "
         + ", ".join(k.name for k in chosen)

@@ -5,6 +5,7 @@ the job do not share the two cores). Host side only."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import contract as c
+from compose import deployment
 from trainer.host import ENV_PREFIX, server_config
 
 OWN = {
@@ -193,6 +195,39 @@ def _thaw(docker: Docker, cids: list[str]) -> list[str]:
 
 def _p(project: str) -> str:
     return "" if project == c.DEFAULT_PROJECT else f" PROJECT={project}"
+
+
+SCRIPT_FOLDER = os.path.relpath(deployment.SCRIPT_CHECKPOINT_DIR, deployment.CHECKPOINT_DIR)
+"""A SCRIPT= job's TRAINER_CHECKPOINT_DIR, as a folder of the checkpoint volume (apart from the loop's)."""
+
+
+def checkpoint_folder(job: Job) -> str:
+    """Where in the checkpoint volume the job's own saves are: the loop's at its top, a script's apart."""
+    return SCRIPT_FOLDER if job.script else "."
+
+
+def holds_checkpoint(job: Job, docker: Docker = _run) -> bool:
+    """Whether the job's folder of the checkpoint volume holds anything: a SCRIPT= job saves there
+    (TRAINER_CHECKPOINT_DIR) or nowhere."""
+    folder = f"/c/{checkpoint_folder(job)}"
+    listing = f"if [ -d {folder} ]; then ls -A {folder}; fi"
+    volume = f"{job.project}_checkpoints:/c:ro"
+    r = docker(["run", "--rm", "-v", volume, "--entrypoint", "sh", job.image, "-c", listing])
+    if r.returncode:
+        raise JobError(f"could not read the checkpoint volume {job.project}_checkpoints: {_last_line(r)}")
+    return bool(r.stdout.strip())
+
+
+def refuse_unsaved_script(job: Job, restart_ok: bool, docker: Docker = _run) -> None:
+    """A tune pauses the job past TensorFlow's 10 s heartbeat, so its tasks restart afterwards: a
+    script that saves nothing would train again from its start, all it trained lost."""
+    if job.script and not restart_ok and not holds_checkpoint(job, docker):
+        raise JobError(
+            f"project {job.project}'s script keeps no checkpoint in TRAINER_CHECKPOINT_DIR: after the tune its "
+            "tasks restart (the pause outlasts TensorFlow's heartbeat) and it would train again from its start; "
+            "add tf.keras.callbacks.BackupAndRestore(os.environ['TRAINER_CHECKPOINT_DIR']) (docs/script.md), "
+            "or TUNE_RESTART_OK=1 to tune anyway"
+        )
 
 
 def copy_checkpoint(job: Job, dest: Path) -> None:

@@ -240,15 +240,20 @@ def unfreezable_once(folder) -> str:
 
 
 def test_a_script_fit_job_is_tuned_end_to_end(two_runs):
-    """`make up SCRIPT=` of a team's `fit` script, then `make tune` as a user types it: the candidates its
-    wrapper's processes take (the allocator, TensorFlow's thread pools) against a null, a table, the
-    figures in tune.json, and the job going on as it was (the same run, stepping after the tune)."""
+    """`make up SCRIPT=` of a team's `fit` script, then `make tune` as a user types it: refused, since the
+    script keeps no checkpoint (its tasks restart after a tune); then with TUNE_RESTART_OK=1 the
+    candidates its wrapper's processes take (the allocator, TensorFlow's thread pools) against a null, a
+    table, the figures in tune.json, and the job going on (the same run, stepping after the tune)."""
     script = os.path.join("tests", "e2e", "scripts", "fit_images.py")
     up = make("up", timeout=1200, SCRIPT=script)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     run = steady(seconds=15)
+    refused = make("tune", timeout=300, TUNE_SECONDS="15")  # it saves nothing: the restart would lose it all
+    assert refused.returncode == 2 and "keeps no checkpoint" in refused.stderr, (
+        refused.stdout + refused.stderr
+    )
     started = time.monotonic()
-    r = make("tune", timeout=900, TUNE_SECONDS="15")
+    r = make("tune", timeout=900, TUNE_SECONDS="15", TUNE_RESTART_OK="1")
     took = time.monotonic() - started
     print(r.stdout[-3000:], f"tune of a SCRIPT fit job took {took:.0f} s")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

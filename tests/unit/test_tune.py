@@ -385,3 +385,26 @@ def test_a_script_whose_examples_are_not_counted_shows_none_not_zero_examples_pe
     line = table.render([], row, table.summary(table.NULL, turns(0), 3, base), None).splitlines()[1]
     assert line.split()[4:6] == ["40.0", "-"], line
     assert table.summary(table.CURRENT, turns(96), 3, base).examples_per_s == pytest.approx(40 * 96)
+
+
+def test_a_script_that_keeps_no_checkpoint_is_not_tuned_unless_asked():
+    """After a tune the job's tasks restart (the pause outlasts TensorFlow's heartbeat): a script that saves
+    nothing would train again from its start. The built-in loop always saves; a script that saves is tuned."""
+    from subprocess import CompletedProcess
+
+    from bench.tune import job
+
+    def volume(listing):
+        return lambda args: CompletedProcess(args, 0, listing, "")
+
+    script = job.Job("p", {"chief": "c"}, {}, "img", ("fit.py",))
+    with pytest.raises(
+        job.JobError, match="keeps no checkpoint in TRAINER_CHECKPOINT_DIR.*TUNE_RESTART_OK=1"
+    ):
+        job.refuse_unsaved_script(script, False, volume(""))
+    job.refuse_unsaved_script(script, False, volume("chief\nworker-0\n"))
+    job.refuse_unsaved_script(script, True, volume(""))
+    job.refuse_unsaved_script(job.Job("p", {"chief": "c"}, {}, "img", ()), False, volume(""))
+    seen = []
+    job.holds_checkpoint(script, lambda args: seen.append(args) or CompletedProcess(args, 0, "", ""))
+    assert "/c/script" in seen[0][-1], seen  # its own folder (TRAINER_CHECKPOINT_DIR), not the loop's
