@@ -42,6 +42,8 @@ from contract import CHIEF, task_order
 from trainer.host import EXIT_PEER_FAILED, supervisor
 
 Runner = Callable[[Sequence[str]], str]
+SETTLE_TRIES = 10
+"""Updates of a task's restart policy to `no` before settle() gives up on it (~11 s of backoff)."""
 SERVICE = "com.docker.compose.service"
 # The trainer's log format (trainer/__main__.py): "2026-01-01 12:00:00,000 E <message>".
 ERROR_LINE = re.compile(r"^\S+ \S+ E (.+)$")
@@ -195,13 +197,24 @@ class Job:
     def engine_up(self) -> bool:
         return engine_up(self._run)
 
-    def settle(self) -> None:
-        """The job is over: no task is started again, by Docker's restart policy either."""
+    def settle(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        """The job is over: no task is started again, by Docker's restart policy either. Read back and
+        tried again: a task that ended for good may be mid-restart by that policy (its supervisor exits
+        at once), and an update that meets its exit fails and puts the old policy back (CI, load ~30:
+        worker-1 kept `on-failure` after make wait said it failed for good)."""
         for cid in self.containers.values():
-            try:
-                self._run(["update", "--restart", "no", cid])
-            except subprocess.CalledProcessError:
-                pass  # removed
+            for attempt in range(SETTLE_TRIES):
+                try:
+                    self._run(["update", "--restart", "no", cid])
+                except subprocess.CalledProcessError:
+                    pass  # removed, or the task exited under the update: read back below
+                try:
+                    policy = self._run(["inspect", "-f", "{{.HostConfig.RestartPolicy.Name}}", cid]).strip()
+                except subprocess.CalledProcessError:
+                    break  # removed
+                if policy in ("no", ""):
+                    break
+                sleep(0.2 * (attempt + 1))
 
     def report(self, over: Over) -> str:
         container = self.containers.get(over.service, "")

@@ -53,6 +53,8 @@ class FakeDocker:
             return ""
         if cmd[0] == "ps":
             return "\n".join(f"id-{s} {s}" for s in [*self.states, "prometheus"])
+        if cmd[0] == "inspect" and "RestartPolicy" in cmd[2]:
+            return "no" if ("update", "--restart", "no", cmd[-1]) in self.calls else "on-failure"
         if cmd[0] == "inspect":
             return self.states[cmd[-1].removeprefix("id-")]
         return self.logs.get(cmd[-1].removeprefix("id-"), "")
@@ -237,3 +239,29 @@ def test_a_task_killed_before_wait_started_is_started_again() -> None:
         job = wait.Job("p", run=docker)
         job.read()
         assert job.revive() == [] and docker.calls == [], states
+
+
+def test_settle_reads_the_policy_back_and_updates_again_until_it_is_no() -> None:
+    """CI, load ~30: `make wait` said worker-1 failed for good, and its container kept `on-failure`: an
+    update that meets the task's exit (Docker's policy had just started it again) fails and the engine
+    puts the old policy back."""
+    policy = {"c1": "on-failure", "c2": "on-failure"}
+    refused = {"c2": 2}  # c2's first two updates meet its exit: refused, the old policy kept
+    calls: list[tuple[str, ...]] = []
+
+    def run(cmd: Sequence[str]) -> str:
+        calls.append(tuple(cmd))
+        cid = cmd[-1]
+        if cmd[0] == "update":
+            if refused.get(cid, 0):
+                refused[cid] -= 1
+                raise subprocess.CalledProcessError(1, ["docker", *cmd])
+            policy[cid] = "no"
+            return cid
+        return policy[cid] + "\n"
+
+    job = wait.Job("p", run)
+    job.containers = {"chief": "c1", "worker-0": "c2"}
+    job.settle(sleep=lambda s: None)
+    assert policy == {"c1": "no", "c2": "no"}
+    assert sum(c[0] == "update" and c[-1] == "c2" for c in calls) == 3
