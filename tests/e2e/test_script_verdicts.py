@@ -222,7 +222,8 @@ def test_custom_loop_with_a_rate_limited_link_is_communication_bound(project):
     87 and 44-49 alone: compute 1.6x, the machine busier). Issue 29 #9 looked for what a run leaves:
     after the straggler run's `make down` no qdisc, CPU quota, container, network or process of the
     project is left, only its volumes (Prometheus' < 1 MB); interleaved on real stacks, this run after
-    it and alone had the same all-reduce share at the same CPU (docs/measurements.md, 2026-12-05).
+    it and alone had the same all-reduce share at the same CPU (docs/measurements.md, 2026-12-05), and
+    on a quiet machine the same step (90.3 against 89.1 ms) and share (2026-12-06).
     What tips a healthy run over 50 % all-reduce is CPU starvation: the all-reduce includes waiting
     for the slowest task (55-56 % at 0.06-0.10 cores per task, 34-37 % at 0.3-0.4). Issue 21's
     sequence (a run judged on its own series after another) is the two fit runs that follow."""
