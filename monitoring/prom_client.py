@@ -3,6 +3,7 @@ run and the end-to-end tests. Standard library only, so `make status` runs witho
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import urllib.error
@@ -35,7 +36,7 @@ class Prometheus:
                 body = json.load(response)
         except urllib.error.HTTPError as err:  # 400/422/503 carry Prometheus' own error text
             body = _error_body(err)
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, http.client.HTTPException) as err:  # cut short: a restart
             raise PrometheusError(f"{self.url}: {err}") from None
         if body.get("status") != "success":
             raise PrometheusError(f"{path} {params.get('query')!r}: {body.get('error', body)}")

@@ -172,6 +172,33 @@ def test_reads_the_checkpoint_step_from_the_trainers_own_metrics() -> None:
     assert supervise.checkpoint_step(url) is None  # the child is gone
 
 
+def test_a_metrics_page_cut_short_by_the_childs_exit_reads_as_no_answer() -> None:
+    """The child exits while it answers: the page ends before its Content-Length (IncompleteRead, an
+    http.client.HTTPException, not an OSError). It crashed the supervisor at a job's end (CI)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/metrics"
+
+    def answer_cut_short() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 18924\r\n\r\ntrainer_global_step 6")
+
+    threading.Thread(target=answer_cut_short, daemon=True).start()
+    try:
+        assert supervise.step_and_p99(url) == (None, None)
+        assert supervise.checkpoint_step(url) is None
+        assert supervise.input_step(url) is None
+    finally:
+        listener.close()
+
+
 def test_the_step_counts_as_frozen_only_while_the_trainer_trains() -> None:
     from trainer.telemetry import metrics as metrics_lib
 

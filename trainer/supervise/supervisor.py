@@ -53,6 +53,7 @@ Standard library only; one line per decision on stderr, prefixed `supervise:`.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import re
@@ -207,24 +208,29 @@ def decide(code: int, *, has_run: bool) -> str:
 
 def checkpoint_step(url: str) -> int | None:
     """The child's last checkpoint step from its /metrics, or None (not up, or metrics disabled)."""
+    text = metrics_text(url)
+    if text is None:
+        return None
+    return max((int(float(v)) for v in CHECKPOINT_LINE.findall(text)), default=None)
+
+
+def metrics_text(url: str) -> str | None:
+    """The child's /metrics page, or None: metrics disabled, not up yet, or gone. A child that exits
+    while it answers cuts the page short (http.client.IncompleteRead, not an OSError): that is gone too,
+    not a crash of the supervisor (seen at a job's end: the task's container then exited 1)."""
     if not url:
         return None
     try:
         with urllib.request.urlopen(url, timeout=1) as response:
-            found = CHECKPOINT_LINE.findall(response.read().decode())
-    except (OSError, ValueError):
+            return response.read().decode()
+    except (OSError, ValueError, http.client.HTTPException):
         return None
-    return max((int(float(v)) for v in found), default=None)
 
 
 def step_and_p99(url: str) -> tuple[int | None, float | None]:
     """The child's global step and the p99 of its step histogram (upper bucket bound), from /metrics."""
-    if not url:
-        return None, None
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            text = response.read().decode()
-    except (OSError, ValueError):
+    text = metrics_text(url)
+    if text is None:
         return None, None
     steps = [int(float(v)) for v in STEP_LINE.findall(text)]
     states = STATE_LINE.findall(text)
@@ -240,14 +246,10 @@ def step_and_p99(url: str) -> tuple[int | None, float | None]:
 
 def input_step(url: str) -> int | None:
     """The step whose batch the task at `url` has taken (contract.INPUT_STEP), or None."""
-    if not url:
+    text = metrics_text(url)
+    if text is None:
         return None
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            found = INPUT_LINE.findall(response.read().decode())
-    except (OSError, ValueError):
-        return None
-    values = [float(v) for v in found if v.lower() != "nan"]
+    values = [float(v) for v in INPUT_LINE.findall(text) if v.lower() != "nan"]
     return int(max(values)) if values else None
 
 
