@@ -83,6 +83,12 @@ TASKS = ("chief", *(f"worker-{i}" for i in range(WORKERS)))
 SAVE_EVERY = 50
 HEARTBEAT_S = 5
 CLUSTER_TIMEOUT_S = 60
+INPUT_DELAY_MS = 40
+"""The job's input delay: it caps the job at 25 steps/s, so a fault's wait is in seconds, not CPU."""
+LAG_S = 4
+"""Seconds from the job reaching a fault's step to the strike: logs read, the docker command (at load
+38, 4 lanes side by side, 9 faults overshot the 600 steps of save-interval slack they had)."""
+LAG_STEPS = LAG_S * 1000 // INPUT_DELAY_MS
 RESTARTS_PER_FAULT = 3
 """Restarts one fault can cost a task: its own exit (or its container's restart), a peer lost, a
 cluster that formed before a slow peer was back."""
@@ -341,8 +347,9 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
     assert engine in ENGINES, f"CHAOS_ENGINE={engine!r}: one of {', '.join(ENGINES)}"
     faults = plan(seed, count, KINDS + ENGINE_KINDS if engine == "dind" else KINDS)
     # Enough steps that every fault strikes before the end: the draws, plus per fault the wait for
-    # a save (the chief's kill) and the steps run before a recovery is seen, plus the measurement.
-    steps = sum(f.after_steps for f in faults) + (count + 3) * SAVE_EVERY
+    # a save (the chief's kill), the steps run before a recovery is seen and those the job runs while
+    # the test sees its target step and strikes (LAG_S at the input delay's cap), plus the measurement.
+    steps = sum(f.after_steps for f in faults) + (count + 3) * SAVE_EVERY + count * LAG_STEPS
     print(
         f"chaos: seed {seed}, {count} faults, {steps} steps, MAX_RESTARTS={max_restarts(faults)}, engine {engine}: "
         f"{[f.kind + '@' + f.target for f in faults]}"
@@ -363,7 +370,7 @@ def test_a_job_survives_a_sequence_of_faults() -> None:
             "SAVE_EVERY": str(SAVE_EVERY),
             "CLUSTER_TIMEOUT": str(CLUSTER_TIMEOUT_S),
             "MAX_RESTARTS": str(max_restarts(faults)),
-            "ARGS": f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}",
+            "ARGS": f"--input-delay-ms {INPUT_DELAY_MS} --log-every 1 --heartbeat-timeout {HEARTBEAT_S}",
         },
     )
     with started(stack, node) as stack:

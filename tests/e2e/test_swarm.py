@@ -544,6 +544,13 @@ def test_chief_node_removed_for_good_the_job_goes_on_smaller_and_grows_back(swar
     )
     assert up.returncode == 0, f"make stack-up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
     figure("second stack-up seconds (images already on the nodes)", time.time() - started)
+    # make stack-resize's refusals: one line, exit 2, nothing stopped. Here, while the tasks start: after
+    # the first save they cost the job's steps before the removal (at load 38 the job reached its last
+    # step first).
+    same = make("stack-resize", stack=LOSS_STACK)  # WORKERS=2, as deployed
+    assert same.returncode == 2 and "STACK=mwmsloss already trains with WORKERS=2" in same.stderr, same.stderr
+    bad = make("stack-resize", stack=LOSS_STACK, extra=("WORKERS=two",))
+    assert bad.returncode == 2 and "WORKERS='two': a whole number" in bad.stderr, bad.stderr
     with Elastic() as controller:
         _loss_and_return(controller)
     _prometheus_after(int(PINNED[0].rsplit("-", 1)[1]), controller.removed)
@@ -593,11 +600,6 @@ def _loss_and_return(controller: Elastic) -> None:
     assert checkpointed
     where = placed(LOSS_STACK)
     assert [where[t] for t in ("chief", "worker-0", "worker-1")] == list(PINNED), where
-    # make stack-resize's refusals: one line, exit 2, nothing stopped (seconds: they read Swarm only).
-    same = make("stack-resize", stack=LOSS_STACK)  # WORKERS=2, as deployed
-    assert same.returncode == 2 and "STACK=mwmsloss already trains with WORKERS=2" in same.stderr, same.stderr
-    bad = make("stack-resize", stack=LOSS_STACK, extra=("WORKERS=two",))
-    assert bad.returncode == 2 and "WORKERS='two': a whole number" in bad.stderr, bad.stderr
     n = int(lost.rsplit("-", 1)[1])
     # The chief's step lines, read while each segment's container lives (they go with it), for the rates.
     history = set(matches(STEP_LINE, chief_log(LOSS_STACK, manager)))
