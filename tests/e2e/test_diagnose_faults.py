@@ -227,6 +227,9 @@ def long_job() -> Iterator[None]:
         start_job(LONG_JOB)
         yield
     finally:
+        # The trainers first, at once: `make clean` of a training job waits for their preemption save and
+        # exit (39 s at load 4-7 in the stage that runs alone), which nothing here checks.
+        sh("docker", "rm", "-f", *map(container, TRAINERS), check=False)
         make("clean", "FORCE=1", timeout=300)  # containers, this project's volumes and .run/diagnose
 
 
