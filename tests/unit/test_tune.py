@@ -2,6 +2,9 @@
 beyond the null's spread, the histogram median of a trial, the winner file make up reads."""
 
 import math
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -254,6 +257,45 @@ def test_a_candidate_that_fails_to_start_is_left_out_a_failing_current_ends_the_
     current = _exiting(tmp_path, table.CURRENT, 1, "[chief] MemoryError")
     with pytest.raises(trial.TrialError, match=r"^current: its cluster exited 1 \(\[chief\] MemoryError\)"):
         trial.start_all([current], timeout=60, keep=(table.CURRENT,))
+
+
+def test_each_trial_cluster_is_stopped_as_soon_as_it_steps(tmp_path):
+    """Not only once the last has: one stepping on meanwhile takes the cores the others' start needs."""
+    from bench.tune import scrape, trial
+
+    said: list[tuple[str, str, int]] = []  # what, to whom, after how many readings of the slow one
+
+    class Starting(trial.Cluster):
+        """Steps once `ready_after` readings have been taken of it; no ports (tasks=0: bound at once)."""
+
+        def start(self) -> None:
+            self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            self.readings = 0
+            said.append(("start", self.name, 0))
+
+        def failed(self) -> str:
+            return ""
+
+        def reading(self) -> scrape.Reading:
+            self.readings += 1
+            return scrape.Reading(step=1, ended=float(self.readings >= READY[self.name]), loss=1.0)
+
+        def signal(self, sig: int) -> None:
+            said.append((signal.Signals(sig).name, self.name, clusters[1].readings))
+
+    READY = {"fast": 1, "slow": 6}
+    clusters = [Starting(name, {}, tmp_path / name, 0, []) for name in READY]
+    try:
+        assert trial.start_all(clusters, timeout=60, keep=()) == {}
+    finally:
+        for c in clusters:
+            c.proc.kill()
+    assert said == [
+        ("start", "fast", 0),
+        ("start", "slow", 0),
+        ("SIGSTOP", "fast", 0),
+        ("SIGSTOP", "slow", 6),
+    ]
 
 
 def test_a_candidate_the_trainer_refuses_is_one_line_before_any_trial():
