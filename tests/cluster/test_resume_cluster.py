@@ -52,7 +52,17 @@ def _ids(out) -> set[int]:
 
 
 def _latest(ckpt) -> int:
-    found = [int(m.group(1)) for n in os.listdir(ckpt) if (m := re.match(r"ckpt-(\d+)\.manifest\.json$", n))]
+    """The newest step a task saved whole (its manifest written), in the chief's folder or a replica's:
+    what the next run resumes from. Not the chief's alone: a kill in the chief's save leaves its newest
+    copy unfinished while a worker's is whole (the trial that found it: chief's 160, worker-0's 180,
+    resumed at 180)."""
+    folders = [ckpt, *(ckpt / "replicas").glob("*")] if (ckpt / "replicas").is_dir() else [ckpt]
+    found = [
+        int(m.group(1))
+        for folder in folders
+        for n in os.listdir(folder)
+        if (m := re.match(r"ckpt-(\d+)\.manifest\.json$", n))
+    ]
     return max(found, default=0)
 
 
