@@ -156,11 +156,12 @@ def _accepts(addr: tuple[str, int]) -> bool:
 
 def start_all(clusters: list[Cluster], timeout: float, keep: tuple[str, ...]) -> dict[str, str]:
     """Start each once the one before has bound its ports (launchers draw free ports: two at once could
-    draw the same), then wait until every chief has stepped past its checkpoint, stopping each as soon
-    as it has: one stepping on while the others start took the cores their start-up needs (make tune's
-    trial clusters were ~360 of the 2949 CPU-seconds of make test's side-by-side stage). A candidate
-    that fails to start (refused, out of memory) is left out (name -> why, returned); one of `keep`
-    failing ends the trial."""
+    draw the same), then wait until every chief has stepped past its checkpoint; stop them all. Not
+    each as soon as it steps: a SCRIPT= job's clusters keep TensorFlow's 10 s coordination heartbeat
+    (the script builds its own strategy), and one stopped while the others started (a minute under
+    load) was declared dead on its first turn (a cold trial: the null's cluster exited 200). A
+    candidate that fails to start (refused, out of memory) is left out (name -> why, returned); one of
+    `keep` failing ends the trial."""
     deadline, left, stepping = time.monotonic() + timeout, {}, set()
     for i, c in enumerate(clusters):
         while i and not _bound(clusters[i - 1]) and not _failed(clusters[i - 1], keep, left):
@@ -174,9 +175,10 @@ def start_all(clusters: list[Cluster], timeout: float, keep: tuple[str, ...]) ->
                 continue
             r = c.reading()
             if r and r.ended > 0:
-                c.signal(signal.SIGSTOP)
                 stepping.add(c.name)
         time.sleep(0.2)
+    for c in clusters:
+        c.signal(signal.SIGSTOP)
     return left
 
 
