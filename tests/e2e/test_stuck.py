@@ -121,10 +121,13 @@ def test_a_stuck_task_is_named_dumped_alerted_and_the_job_resumes(stuck_stack) -
     for peer in ("chief", "worker-0"):
         said = [ln for ln in s.logs(peer) if " supervise: " in ln]
         named = ("worker-1 behind", "worker-1 not answering")  # not answering: already being ended
-        assert any(f"step stuck at {stuck_step} " in ln and any(n in ln for n in named) for ln in said), (
-            peer,
-            said,
-        )
+        if not any(f"step stuck at {stuck_step} " in ln and any(n in ln for n in named) for ln in said):
+            # Each supervisor's bound is 20 x its own task's p99 step: a peer whose slow steps gave it a
+            # longer bound than worker-1's saw its collective fail (peer lost) before that bound was up
+            # (CI at load ~38: worker-0 never named worker-1). It must then have lost worker-1 only
+            # after worker-1 was ended, and within the longest bound a task may have.
+            lost = [ln for ln in said if "(peer lost)" in ln]
+            assert lost and named_at < stamp(lost[0]) < frozen_at + BOUND.ceiling + 30, (peer, said)
         ended = [ln for ln in said if " supervise: stuck: " in ln]
         assert all("still frozen" in ln and stamp(ln) > named_at for ln in ended), (peer, said)
     # Its stack: every thread, with the frame where it blocks (trainer/train/fault.py's fire).
