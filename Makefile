@@ -79,15 +79,20 @@ BOTH_PASSED = { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; } && { [ $$2 -eq 0 ] || [ $$2 -e
 # image is built by its own test in the side-by-side stage (tests/e2e/test_gpu_image.py, ~2 min): built
 # here, it held the unit stage ~2 min past its tests.
 # What fails here is done again by the test that needs it.
-FETCH = PYTHON=$(PY) images/images.sh fetch images/requirements-$(1).lock build/wheelhouse-$(1)
+# The host's python3 downloads (no venv needed): .ci/run starts this while Chromium and the venv install.
+FETCH = PYTHON=$(PYTHON) images/images.sh fetch images/requirements-$(1).lock build/wheelhouse-$(1)
 PREBUILD = ($(call FETCH,gpu)) & gpu=$$!; ($(call FETCH,cpu)) & cpu=$$!; \
   if compose/engine.sh check >/dev/null 2>&1; then $(MAKE) --no-print-directory images VARIANT=cpu OFFLINE=1; \
   else echo "test: no Docker engine: the end-to-end tests build the images themselves"; fi; built=$$?; \
   wait $$cpu && wait $$gpu && exit $$built
 
+.PHONY: test-images
+test-images: ## Download the images' wheelhouses and build the CPU stack's images, as make test does beside its unit tests (.ci/run starts it during its set-up, whose installs wait on the network)
+	@mkdir -p build/logs; ($(PREBUILD)) >>build/logs/test-images.log 2>&1
+
 .PHONY: test
 test: $(VENV)/.stamp ## Run every test: unit (on every core, the images downloading and building meanwhile), then the local clusters and the Docker end-to-end suite (those that judge what they time alone, the rest E2E_JOBS side by side)
-	@mkdir -p build/logs; ($(PREBUILD)) >build/logs/test-images.log 2>&1 & images=$$!; \
+	@mkdir -p build/logs; $(MAKE) --no-print-directory test-images & images=$$!; \
 	  $(UNIT) $(PYTEST_ARGS); unit=$$?; \
 	  wait $$images || echo "test: the images' download or build failed (build/logs/test-images.log): the tests that need them do it again"; \
 	  exit $$unit

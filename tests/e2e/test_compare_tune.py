@@ -1,11 +1,12 @@
 """`make compare` and `make tune` on one real stack (issue 30), every threshold sized from what the same
-stack measured: run A plain; run B with an input delay of three of A's steps (the pipeline cannot hide
-it) -> compare says slower beyond the spread and names input wait; `make tune APPLY=1` on B with the
-delay's removal and a diverging rate as candidates -> the removal named beyond the null, written to
+stack measured: run A plain (PLAIN_DELAY_MS of input delay); run B with three of A's steps more (the
+pipeline cannot hide them) -> compare says slower beyond the spread and names input wait; `make tune
+APPLY=1` on B with A's delay and a diverging rate as candidates -> A's delay named beyond the null, written to
 tuned.env, the diverging one left out, and the job restarted with the winner at once (make up says it
 used it), resuming at or past B's last save; that run against A -> the same settings, and a difference,
 if any, said to be not a setting's; `make tune` of it, at its best, against A's step-sized delay -> "no
-better setting found", its second `docker pause` failing as runc's does under load (tried again); a SCRIPT= `fit` job tuned end to end, going on as it was. Bad input (an unknown
+better setting found", its second `docker pause` failing as runc's does under load (tried again); a
+SCRIPT= `fit` job tuned end to end, going on as it was. Bad input (an unknown
 run, no running job) is one line and exit 2. Own project and address (TUNE_PROJECT, TUNE_BIND, defaults
 in tests/e2e/places.py); IMAGE_REPO is honoured."""
 
@@ -32,6 +33,11 @@ pytestmark = pytest.mark.docker
 
 SKIP_S, WINDOWS = 10, 3
 """COMPARE_SKIP and the steady windows (monitoring.compare.WINDOW_S each) every run waits for."""
+PLAIN_DELAY_MS = 25
+"""The plain job's input delay: it steps at most 40 times a second rather than flat out for the
+module's ~19 minutes (its tasks and make tune's trial clusters were ~700 of the side-by-side stage's
+2949 CPU-seconds, the cores its bound). The slowdown, the tune's winner and the job at its best are
+all judged against this job, whatever its plain step is."""
 SETTINGS = {
     # A chief + 1 worker: every make up, every restart after a tune's pause and every trial cluster
     # starts one TensorFlow process fewer than with 2 workers (the module's ~11 trial clusters and ~7
@@ -39,6 +45,7 @@ SETTINGS = {
     # judges (a verdict across tasks, a winner beyond the null) holds for any number of tasks.
     "WORKERS": "1",
     "STEPS": "100000000",
+    "INPUT_DELAY_MS": str(PLAIN_DELAY_MS),
     "COMPARE_SKIP": str(SKIP_S),
     "IMAGE_REPO": os.environ.get("IMAGE_REPO", "mwms/trainer"),
 }
@@ -102,7 +109,7 @@ def two_runs():
         plain = steady_run()
         step_ms = compare_json_first_step()
         assert make("down").returncode == 0
-        delay = round(3 * step_ms)
+        delay = PLAIN_DELAY_MS + round(3 * step_ms)
         slow = steady_run(INPUT_DELAY_MS=str(delay))
         yield {"delay": delay, "step_ms": step_ms, "plain": plain, "slow": slow}
     finally:
@@ -123,9 +130,12 @@ def compare_json_first_step() -> float:
 def test_a_known_slowdown_is_slower_beyond_the_spread_and_names_input_wait(two_runs):
     got = compare_json()
     v = got["verdict"]
-    print(f"compare: {v['text']} (delay {two_runs['delay']} ms = 3 x {two_runs['step_ms']:.1f} ms steps)")
+    print(
+        f"compare: {v['text']} (delay {two_runs['delay']} ms = {PLAIN_DELAY_MS} + 3 x "
+        f"{two_runs['step_ms']:.1f} ms steps)"
+    )
     assert v["direction"] == -1 and v["part"] == "input wait", (v, _parts(got))
-    assert got["settings_differ"]["input_delay_ms"] == ["0", str(two_runs["delay"])]
+    assert got["settings_differ"]["input_delay_ms"] == [str(PLAIN_DELAY_MS), str(two_runs["delay"])]
 
 
 def _parts(got: dict) -> dict:
@@ -165,17 +175,20 @@ def test_tune_names_the_better_value_beyond_the_null_and_apply_restarts_the_job_
         "tune",
         "APPLY=1",
         timeout=1200,
-        TUNE_CANDIDATES="INPUT_DELAY_MS=0 LEARNING_RATE=1e30",
+        TUNE_CANDIDATES=f"INPUT_DELAY_MS={PLAIN_DELAY_MS} LEARNING_RATE=1e30",
         TUNE_SECONDS="15",
     )
     print(r.stdout[-3000:], r.stderr[-1500:], f"tune with APPLY=1 took {time.monotonic() - started:.0f} s")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert (
-        "best: INPUT_DELAY_MS=0" in r.stdout and "null (the current settings against themselves)" in r.stdout
+        f"best: INPUT_DELAY_MS={PLAIN_DELAY_MS}" in r.stdout
+        and "null (the current settings against themselves)" in r.stdout
     )
     assert "tune: LEARNING_RATE=1e30 left out: " in r.stdout, r.stdout[-3000:]
-    assert open(tuned).read().splitlines()[-1] == "INPUT_DELAY_MS=0"
-    assert "using make tune's winner" in r.stderr and "INPUT_DELAY_MS=0" in r.stderr, r.stderr[-2000:]
+    assert open(tuned).read().splitlines()[-1] == f"INPUT_DELAY_MS={PLAIN_DELAY_MS}"
+    assert "using make tune's winner" in r.stderr and f"INPUT_DELAY_MS={PLAIN_DELAY_MS}" in r.stderr, (
+        r.stderr[-2000:]
+    )
     applied = _run_id()
     assert applied != slow, "the job restarted as a new run"
     two_runs["applied"] = applied
@@ -249,7 +262,7 @@ def test_a_script_fit_job_is_tuned_end_to_end(two_runs):
     candidates its wrapper's processes take (the allocator, TensorFlow's thread pools) against a null, a
     table, the figures in tune.json, and the job going on (the same run, stepping after the tune)."""
     script = os.path.join("tests", "e2e", "scripts", "fit_images.py")
-    up = make("up", timeout=1200, SCRIPT=script)
+    up = make("up", timeout=1200, SCRIPT=script, INPUT_DELAY_MS="")  # a script reads no trainer flag
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     run = steady(seconds=15)
     refused = make("tune", timeout=300, TUNE_SECONDS="15")  # it saves nothing: the restart would lose it all
