@@ -156,13 +156,15 @@ def _accepts(addr: tuple[str, int]) -> bool:
 
 def start_all(clusters: list[Cluster], timeout: float, keep: tuple[str, ...]) -> dict[str, str]:
     """Start each once the one before has bound its ports (launchers draw free ports: two at once could
-    draw the same), then wait until every chief has stepped past its checkpoint; stop them all. Not
+    draw the same), then wait until every chief has ended two timed calls past its checkpoint (the
+    trainer sizes its calls again after the first one, which ran on prefetched batches: with slow input
+    that call took seconds, and 1 s turns inside it saw no step); stop them all. Not
     each as soon as it steps: a SCRIPT= job's clusters keep TensorFlow's 10 s coordination heartbeat
     (the script builds its own strategy), and one stopped while the others started (a minute under
     load) was declared dead on its first turn (a cold trial: the null's cluster exited 200). A
     candidate that fails to start (refused, out of memory) is left out (name -> why, returned); one of
     `keep` failing ends the trial."""
-    deadline, left, stepping = time.monotonic() + timeout, {}, set()
+    deadline, left, stepping, first_end = time.monotonic() + timeout, {}, set(), {}
     for i, c in enumerate(clusters):
         while i and not _bound(clusters[i - 1]) and not _failed(clusters[i - 1], keep, left):
             _in_time(clusters, deadline)
@@ -174,7 +176,7 @@ def start_all(clusters: list[Cluster], timeout: float, keep: tuple[str, ...]) ->
             if c.name in stepping or _failed(c, keep, left):
                 continue
             r = c.reading()
-            if r and r.ended > 0:
+            if r and r.ended > 0 and first_end.setdefault(c.name, r.ended) != r.ended:
                 stepping.add(c.name)
         time.sleep(0.2)
     for c in clusters:

@@ -44,6 +44,7 @@ STACK = FaultStack(
     {
         "WORKERS": "1",
         "STEPS": "100000000",
+        "INPUT_DELAY_MS": "25",  # at most 40 steps/s: not flat out through the alert's timers
         "SAVE_EVERY": "0",
         "HEARTBEAT_TIMEOUT": "3600",
         "IMAGE_REPO": os.environ.get("IMAGE_REPO", "mwms/trainer"),

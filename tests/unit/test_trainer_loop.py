@@ -114,8 +114,35 @@ def test_auto_steps_per_call_is_calibrated_and_agreed():
         return k + 1  # the cluster's maximum wins
 
     _train(sized, _settings(steps=200, steps_per_call=0), metrics=rec, clock=clock, agree=agree, log_every=50)
-    assert agreed == [50] and sizes[:4] == [1, 1, 51, 51]  # trace, calibrate (10 ms steps), then 0.5 s calls
+    # trace, calibrate (10 ms steps), calibrate again on a call of that size, then 0.5 s calls
+    assert agreed == [50, 50] and sizes[:4] == [1, 1, 51, 51]
     assert loop.auto_steps_per_call(2.0) == 1 and loop.auto_steps_per_call(1e-5) == loop.MAX_STEPS_PER_CALL
+
+
+def test_auto_steps_per_call_is_sized_again_past_the_prefetched_batches():
+    """Slow input: the first steps run on batches prefetched while the function traced (2 ms), the
+    steady ones wait 100 ms for theirs. Sized on the first step alone, a call took 250 x 100 ms."""
+    clock, sizes, served = FakeClock(), [], [0]
+    prefetched = 8
+
+    def run(iterator, n, timed=True):
+        rows = []
+        for _ in range(n):
+            s = clock.now
+            clock.now += 0.002 if served[0] < prefetched else 0.1
+            served[0] += 1
+            rows.append([s, clock.now - 0.0015, clock.now - 0.001, clock.now - 0.0005, clock.now])
+        marks = np.array(rows) if timed else np.zeros((n, 0))
+        return T(marks), T([0.5, 0.75]), T(np.arange(n * 2))
+
+    fns = StepFns(
+        timed=lambda it, n: (sizes.append(n), run(it, n))[1],
+        plain=lambda it, n: run(it, n, False),
+        allreduce_bytes=1,
+    )
+    _train(fns, _settings(steps=400, steps_per_call=0), clock=clock, log_every=1000)
+    assert sizes[:3] == [1, 1, loop.auto_steps_per_call(0.002)], sizes[:3]
+    assert len(set(sizes[3:-1])) == 1 and sizes[3] * 0.1 <= loop.AUTO_CALL_S, sizes  # ~0.5 s calls
 
 
 def test_timings_cover_the_wall_time():

@@ -15,6 +15,7 @@ host milliseconds land in the next call's first step, as `other`.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,12 @@ Action = Callable[[CallOutput], None]
 # still update a couple of times a second; slow (GPU) steps get 1 step per call.
 AUTO_CALL_S = 0.5
 MAX_STEPS_PER_CALL = 100
+CALIBRATIONS = 2
+"""Auto steps per call is sized twice: on the first timed call (one step), then on the first call of
+that size, from its later half. The first call's step ran on a batch the input pipeline had prefetched
+while the step function traced: with slow input it understates the steady step (a trial cluster of a
+103 ms input-bound step measured ~17 ms: calls of 30 steps, 3.8 s, in which make tune's 1 s turns often
+saw no call end and so no step at all)."""
 
 
 @dataclass
@@ -50,7 +57,7 @@ class LoopSettings:
     task_name: str
     steps: int
     steps_per_call: int
-    """0 = auto: calibrated on the first timed call, then agreed across tasks."""
+    """0 = auto: calibrated on the first timed calls (CALIBRATIONS), each agreed across tasks."""
     measure_every: int
     save_every: int
     local_examples: int
@@ -106,7 +113,8 @@ class _Progress:
     t_prev: float
     calls: int = 0
     traced: set = field(default_factory=set)
-    calibrated: bool = False
+    calibrated: int = 0
+    """Auto calibrations done (CALIBRATIONS)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,11 +184,13 @@ class Controller:
         )
 
     def _calibrate(self, at: _Progress, timings: list[StepTiming]) -> None:
-        """--steps-per-call 0: size later calls from the first timed one, agreed by every task."""
-        if self.settings.steps_per_call or at.calibrated:
+        """--steps-per-call 0: size later calls from the first timed ones (CALIBRATIONS), from the median
+        step of each one's later half (past the batches prefetched before it), agreed by every task."""
+        if self.settings.steps_per_call or at.calibrated >= CALIBRATIONS:
             return
-        at.calibrated = True
-        at.per_call = self.agree(auto_steps_per_call(sum(t.step for t in timings) / len(timings)))
+        at.calibrated += 1
+        steady = statistics.median(t.step for t in timings[len(timings) // 2 :])
+        at.per_call = self.agree(auto_steps_per_call(steady))
         log.info(
             "%s: %d steps per call (auto, ~%.0f ms each)",
             self.settings.task_name,
