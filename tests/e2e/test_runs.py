@@ -76,7 +76,9 @@ def _forget_checkpoints(stack: FaultStack) -> None:
 def stacks():
     engine_ready()
     try:
-        up(A, TASK="cnn", STEPS="100000000")  # the earlier run: another build (task cnn)
+        # The earlier run: another build (task cnn), its steps slowed by input (200 ms) so that its tasks
+        # do not take the cores of the modules beside this one while the verdict's windows fill.
+        up(A, TASK="cnn", STEPS="100000000", INPUT_DELAY_MS="200")
         until(lambda: diagnose(A)["verdict"] not in ("no-data",), timeout=300)
         assert A.make("down").returncode == 0
         # Another model cannot resume the first run's checkpoint (make up refuses it): start that
