@@ -21,7 +21,11 @@ starting=1; [ "${1:-}" = --build-only ] && starting=0
 #    same containers and volumes. The lock is released when this script exits, however it exits.
 mkdir -p "$RUN_DIR"
 exec 9>"$RUN_DIR/.up.lock"
-if ! flock -n 9; then
+if [ $starting = 0 ]; then
+  # make images beside another build of the project (.ci/run's make test-images and make test's): it
+  # waits, then finds the images in the cache (refused, make test's had left the images to its tests).
+  flock 9
+elif ! flock -n 9; then
   say "PROJECT=${PROJECT:-$DEFAULT_PROJECT} is already starting (another make up holds $RUN_DIR/.up.lock): wait for it to finish, or make down PROJECT=${PROJECT:-$DEFAULT_PROJECT}"
   exit 2
 fi

@@ -153,6 +153,32 @@ def test_up_refuses_a_second_start_of_the_same_project(stubs, tmp_path):
         holder.wait()
 
 
+def test_a_build_only_waits_for_another_make_up_of_the_project(stubs, tmp_path):
+    """`make images` (up.sh --build-only) beside another build of the project waits, then goes on: a
+    refusal had left make test's images to its tests (.ci/run's own make test-images held the lock)."""
+    (tmp_path / "run").mkdir()
+    holder = subprocess.Popen(["flock", str(tmp_path / "run" / ".up.lock"), "sleep", "2"])
+    try:
+        deadline = time.time() + 10
+        while subprocess.run(["flock", "-n", str(tmp_path / "run" / ".up.lock"), "true"]).returncode == 0:
+            assert time.time() < deadline, "the holder never took the lock"
+            time.sleep(0.05)
+        environ = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "RUN_DIR": str(tmp_path / "run")}
+        built = subprocess.run(
+            ["bash", "compose/up.sh", "--build-only"],
+            cwd=ROOT,
+            env={**environ, "PROJECT": "alerts-preflight", "GPUS": "0", "PYTHON": "python3"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "is already starting" not in built.stderr, built.stderr
+        assert holder.poll() is not None, "it went on while the other held the lock"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_running_stack_of_the_project_counts_as_free_memory(monkeypatch):
     """`make up` again, or `make resize`, replaces this project's containers: what they hold is freed
     before the new tasks start, so a resize from 2 to 3 workers on a host with one task's memory to
