@@ -140,8 +140,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     from tests import schedule
 
     class ModuleScheduling(LoadScopeScheduling):
-        """Whole modules, longest first; lanes beyond schedule.HEAVY_AT_ONCE take the modules that
-        wait first (tests/schedule.py)."""
+        """Whole modules, longest first; lanes beyond schedule.HEAVY_AT_ONCE take only the modules
+        that wait (tests/schedule.py)."""
 
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
@@ -150,7 +150,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         def _assign_work_unit(self, node) -> None:
             lane = int(node.gateway.id.removeprefix("gw"))
             unit = schedule.pick(self.workqueue, waiting_lane=lane >= schedule.HEAVY_AT_ONCE)
-            if unit is None:  # nothing left to take: the lane ends (and runs what it holds)
+            if unit is None:  # a waiting lane with no waiting unit left: it ends (and runs what it holds)
                 node.shutdown()
                 return
             work_unit = self.workqueue.pop(unit)

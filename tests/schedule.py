@@ -4,11 +4,10 @@ Two rules, from a profile of the stage (docs/measurements.md, 2026-12-05):
 - Longest first. A module is one unit of work (its tests share its stacks), so the stage ends when the
   last unit does: starting the long ones first lets the short ones fill the lanes at the end (xdist's
   own order, by number of tests, left Chaos alone on one lane for its last 4 minutes).
-- While modules that wait are left, at most HEAVY_AT_ONCE lanes run a module that keeps the cores busy
-  (the cores are the limit: 2 here); the further lanes run the modules that spend their time waiting
-  with their job idle or blocked (an alert's 120 s threshold, a stuck task's bound, a fault's
-  recovery), which cost a lane of wall time but little CPU (0.1-0.4 of a core each, measured from
-  their containers' cgroups). Once none is left, those lanes take the short CPU-bound modules too.
+- At most HEAVY_AT_ONCE lanes run a module that keeps the cores busy (the cores are the limit: 2 here);
+  a further lane runs the modules that spend their time waiting with their job idle or blocked (an
+  alert's 120 s threshold, a stuck task's bound, a fault's recovery), which cost a lane of wall time
+  but little CPU (0.1-0.4 of a core each, measured from their containers' cgroups).
 """
 
 from __future__ import annotations
@@ -16,25 +15,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 HEAVY_AT_ONCE = 2
-"""Lanes that run CPU-bound modules from the start: the 2 cores of the machines CI runs on. Lanes beyond
-them (make test's E2E_JOBS=4) take the modules that wait first."""
+"""Lanes that run CPU-bound modules: the 2 cores of the machines CI runs on. Lanes beyond them (make
+test's E2E_JOBS=4) take only the modules that wait."""
 
 SECONDS = {
-    # Each module's span in the side-by-side stage: 4 lanes, clean clone, cold images (the trial of
-    # eef9348, 2026-12-06: its 30 slowest phases summed per module; the short ones from earlier trials).
-    "tests/e2e/test_swarm.py": 890,  # the mlp task now; with the node-loss job that shrinks and grows back
-    "tests/e2e/test_compare_tune.py": 800,  # with APPLY=1 and SCRIPT=
-    "tests/e2e/test_alerts.py": 400,
-    "tests/e2e/test_stuck.py": 370,
-    "tests/e2e/test_faults.py": 370,
-    "tests/e2e/test_chaos.py": 350,
-    "tests/e2e/test_resize.py": 250,
-    "tests/e2e/test_tensorboard.py": 200,
-    "tests/e2e/test_engine_faults.py": 190,
-    "tests/e2e/test_gpu_image.py": 150,  # with its image's build (~115 s of it)
+    # Each module's span in the side-by-side stage, 3 lanes, clean clone, cold images (2026-12-06).
+    "tests/e2e/test_swarm.py": 1040,  # with the node-loss job that shrinks and grows back
+    "tests/e2e/test_compare_tune.py": 1000,  # with APPLY=1 and SCRIPT= (CI trial 03:20, 4 lanes)
+    "tests/e2e/test_stuck.py": 412,
+    "tests/e2e/test_faults.py": 380,
+    "tests/e2e/test_alerts.py": 347,
+    "tests/e2e/test_engine_faults.py": 213,
+    "tests/e2e/test_chaos.py": 210,
+    "tests/e2e/test_runs.py": 206,
+    "tests/e2e/test_gpu_image.py": 165,  # with its image's build (~130 s of it)
+    "tests/e2e/test_tensorboard.py": 144,
     "tests/cluster/test_trainer_cluster.py": 116,
     "tests/cluster/test_resume_cluster.py": 112,
-    "tests/e2e/test_runs.py": 110,
+    "tests/e2e/test_resize.py": 91,
     "tests/cluster/test_resize_cluster.py": 86,
     "tests/cluster/test_compression.py": 82,
     "session-stack": 74,
@@ -63,14 +61,10 @@ def longest_first(units: Iterable[str]) -> list[str]:
 
 
 def pick(queue: Iterable[str], waiting_lane: bool) -> str | None:
-    """The unit a lane takes next: a waiting lane the longest unit that waits, then, when none is left,
-    the longest of the rest; another lane the longest CPU-bound unit, then the longest that waits (None:
-    the queue is empty). A waiting lane with nothing that waits left sat idle for the last ~11 min of
-    the stage (profile, 2026-12-06: its modules done at 803 and 882 s of 1568) while the short CPU-bound
-    modules queued behind the core lanes with the cores 72-97 % busy: their waits (a resize's, an
-    engine's restart, a stack's start) overlap there."""
+    """The unit a lane takes next: a waiting lane the longest unit that waits (None: none left, the lane
+    ends); another lane the longest CPU-bound unit, then, when none is left, the longest that waits."""
     ordered = longest_first(queue)
     waiting = [u for u in ordered if u in WAITING]
     if waiting_lane:
-        return waiting[0] if waiting else next(iter(ordered), None)
+        return waiting[0] if waiting else None
     return next((u for u in ordered if u not in WAITING), waiting[0] if waiting else None)
