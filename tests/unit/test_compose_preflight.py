@@ -5,12 +5,14 @@ of a project that is starting. The refusals run through compose/up.sh itself, wi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -94,7 +96,7 @@ def free_loopback() -> str:
     raise AssertionError("no free loopback address")
 
 
-def up(stubs: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def up(stubs: Path, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {
         **os.environ,
         "PATH": f"{stubs}:{os.environ['PATH']}",
@@ -106,7 +108,7 @@ def up(stubs: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
         **env,
     }
     return subprocess.run(
-        ["bash", "compose/up.sh"], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60
+        ["bash", "compose/up.sh", *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60
     )
 
 
@@ -139,44 +141,35 @@ def test_up_refuses_a_taken_port_first(stubs, tmp_path):
         refused(up(stubs, tmp_path, BIND_ADDR=addr), tmp_path, "is already in use")
 
 
-def test_up_refuses_a_second_start_of_the_same_project(stubs, tmp_path):
-    (tmp_path / "run").mkdir()
-    holder = subprocess.Popen(["flock", str(tmp_path / "run" / ".up.lock"), "sleep", "30"])
+@contextlib.contextmanager
+def lock_held(tmp_path: Path, seconds: float) -> Iterator[subprocess.Popen]:
+    """Another `make up` of the project: a process holding its .up.lock for `seconds`."""
+    lock = tmp_path / "run" / ".up.lock"
+    lock.parent.mkdir(exist_ok=True)
+    holder = subprocess.Popen(["flock", str(lock), "sleep", str(seconds)])
     try:
         deadline = time.time() + 10
-        while subprocess.run(["flock", "-n", str(tmp_path / "run" / ".up.lock"), "true"]).returncode == 0:
+        while subprocess.run(["flock", "-n", str(lock), "true"]).returncode == 0:
             assert time.time() < deadline, "the holder never took the lock"
             time.sleep(0.05)
-        refused(up(stubs, tmp_path), tmp_path, "PROJECT=alerts-preflight is already starting")
+        yield holder
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_up_refuses_a_second_start_of_the_same_project(stubs, tmp_path):
+    with lock_held(tmp_path, 30):
+        refused(up(stubs, tmp_path), tmp_path, "PROJECT=alerts-preflight is already starting")
 
 
 def test_a_build_only_waits_for_another_make_up_of_the_project(stubs, tmp_path):
     """`make images` (up.sh --build-only) beside another build of the project waits, then goes on: a
     refusal had left make test's images to its tests (.ci/run's own make test-images held the lock)."""
-    (tmp_path / "run").mkdir()
-    holder = subprocess.Popen(["flock", str(tmp_path / "run" / ".up.lock"), "sleep", "2"])
-    try:
-        deadline = time.time() + 10
-        while subprocess.run(["flock", "-n", str(tmp_path / "run" / ".up.lock"), "true"]).returncode == 0:
-            assert time.time() < deadline, "the holder never took the lock"
-            time.sleep(0.05)
-        environ = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "RUN_DIR": str(tmp_path / "run")}
-        built = subprocess.run(
-            ["bash", "compose/up.sh", "--build-only"],
-            cwd=ROOT,
-            env={**environ, "PROJECT": "alerts-preflight", "GPUS": "0", "PYTHON": "python3"},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    with lock_held(tmp_path, 2) as holder:
+        built = up(stubs, tmp_path, "--build-only")
         assert "is already starting" not in built.stderr, built.stderr
         assert holder.poll() is not None, "it went on while the other held the lock"
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_running_stack_of_the_project_counts_as_free_memory(monkeypatch):
