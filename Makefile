@@ -76,20 +76,21 @@ BOTH_PASSED = { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; } && { [ $$2 -eq 0 ] || [ $$2 -e
 
 # While the unit tests run (they measure no time), the images' wheelhouses download beside the base
 # images' builds (the network, not the cores; `make images` waits on the CPU one's lock) and, when an
-# engine answers, the CPU stack's images are built (~3.5 min cold, once), so the clusters and the
-# end-to-end tests, which size their waits from what they measure, run on idle cores. The GPU trainer
-# image is built by its own test in the side-by-side stage (tests/e2e/test_gpu_image.py, ~2 min): built
-# here, it held the unit stage ~2 min past its tests.
+# engine answers, the CPU stack's images are built (~1 min cold), then the GPU trainer image that
+# tests/e2e/test_gpu_image.py exercises (~2 min cold, ~9 GB written), so the clusters and the end-to-end
+# tests, which size their waits from what they measure, run on idle cores: built in the side-by-side
+# stage, the GPU image took 2-5 min of a lane beside the CPU-bound modules.
 # What fails here is done again by the test that needs it.
 # The host's python3 downloads (no venv needed): .ci/run starts this while Chromium and the venv install.
 FETCH = PYTHON=$(PYTHON) images/images.sh fetch images/requirements-$(1).lock build/wheelhouse-$(1)
-PREBUILD = ($(call FETCH,gpu)) & gpu=$$!; ($(call FETCH,cpu)) & cpu=$$!; \
-  if compose/engine.sh check >/dev/null 2>&1; then $(MAKE) --no-print-directory images VARIANT=cpu OFFLINE=1; \
+PREBUILD = ($(call FETCH,gpu)) & gpu=$$!; ($(call FETCH,cpu)) & \
+  if compose/engine.sh check >/dev/null 2>&1; then $(MAKE) --no-print-directory images VARIANT=cpu OFFLINE=1 \
+    && wait $$gpu && $(MAKE) --no-print-directory images VARIANT=gpu OFFLINE=1; \
   else echo "test: no Docker engine: the end-to-end tests build the images themselves"; fi; built=$$?; \
-  wait $$cpu && wait $$gpu && exit $$built
+  wait; exit $$built
 
 .PHONY: test-images
-test-images: ## Download the images' wheelhouses and build the CPU stack's images, as make test does beside its unit tests (.ci/run starts it during its set-up, whose installs wait on the network)
+test-images: ## Download the images' wheelhouses and build the CPU stack's and the GPU trainer's images, as make test does beside its unit tests (.ci/run starts it during its set-up, whose installs wait on the network)
 	@mkdir -p build/logs; ($(PREBUILD)) >>build/logs/test-images.log 2>&1
 
 .PHONY: test

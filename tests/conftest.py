@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,12 @@ SESSION_STACK_MODULES = frozenset(
 )
 
 
+def _unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or the session stack's group."""
+    path = nodeid.split("::", 1)[0]
+    return SESSION_STACK_GROUP if path in SESSION_STACK_MODULES else path
+
+
 def _uses_the_session_stack(item: pytest.Item) -> bool:
     defs = getattr(item, "_fixtureinfo", None) and item._fixtureinfo.name2fixturedefs.get("stack", ())
     return bool(defs) and defs[-1].scope == "session"
@@ -144,8 +151,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         that wait (tests/schedule.py)."""
 
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return SESSION_STACK_GROUP if path in SESSION_STACK_MODULES else path
+            return _unit(nodeid)
 
         def _assign_work_unit(self, node) -> None:
             lane = int(node.gateway.id.removeprefix("gw"))
@@ -171,3 +177,42 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
                 self._assign_work_unit(node)
 
     return ModuleScheduling(config, log)
+
+
+# --- the side-by-side stage's lanes (tests/lanes.py): what each lane ran, and when it ended ---
+# xdist's workers run with dist "no": the controller tells them, in their workerinput, to record.
+def _side_by_side(config: pytest.Config) -> bool:
+    return config.getvalue("dist") == "loadscope"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _side_by_side(session.config):
+        from tests import lanes
+
+        lanes.LOG.parent.mkdir(parents=True, exist_ok=True)
+        lanes.LOG.write_text("")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    if _side_by_side(node.config):
+        node.workerinput["record_lanes"] = True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    start = time.time()
+    yield
+    worker = getattr(item.config, "workerinput", {})
+    if worker.get("record_lanes"):
+        from tests import lanes
+
+        lanes.record(worker["workerid"], _unit(item.nodeid), start, time.time())
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    from tests import lanes
+
+    if _side_by_side(config) and lanes.LOG.exists():
+        for line in lanes.summary(lanes.LOG.read_text().splitlines()):
+            terminalreporter.write_line(f"lanes: {line}")

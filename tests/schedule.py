@@ -19,24 +19,25 @@ HEAVY_AT_ONCE = 2
 test's E2E_JOBS=4) take only the modules that wait."""
 
 SECONDS = {
-    # Each module's span in the side-by-side stage, 3 lanes, clean clone, cold images (2026-12-06).
-    "tests/e2e/test_swarm.py": 1040,  # with the node-loss job that shrinks and grows back
-    "tests/e2e/test_compare_tune.py": 1000,  # with APPLY=1 and SCRIPT= (CI trial 03:20, 4 lanes)
-    "tests/e2e/test_stuck.py": 412,
-    "tests/e2e/test_faults.py": 380,
-    "tests/e2e/test_alerts.py": 347,
-    "tests/e2e/test_engine_faults.py": 213,
-    "tests/e2e/test_chaos.py": 210,
+    # Each module's span in the side-by-side stage, cold clean-clone trials of 2026-12-06 (eef9348,
+    # 5362848; make test prints each lane's spans at its end: tests/lanes.py).
+    "tests/e2e/test_swarm.py": 890,  # mlp on the nodes; with the node-loss job that shrinks and grows back
+    "tests/e2e/test_compare_tune.py": 800,  # with APPLY=1 and SCRIPT=; its jobs at a 25 ms input delay
+    "tests/e2e/test_engine_faults.py": 380,  # a DinD node's start and image load, then three engine faults
+    "tests/e2e/test_chaos.py": 350,
+    "tests/e2e/test_alerts.py": 330,
+    "tests/e2e/test_faults.py": 300,
+    "tests/e2e/test_stuck.py": 270,
     "tests/e2e/test_runs.py": 206,
-    "tests/e2e/test_gpu_image.py": 165,  # with its image's build (~130 s of it)
+    "tests/e2e/test_resize.py": 200,  # its end sized from its first resize's wall time
+    "session-stack": 150,
     "tests/e2e/test_tensorboard.py": 144,
+    "tests/cluster/test_compression.py": 120,
     "tests/cluster/test_trainer_cluster.py": 116,
     "tests/cluster/test_resume_cluster.py": 112,
-    "tests/e2e/test_resize.py": 91,
     "tests/cluster/test_resize_cluster.py": 86,
-    "tests/cluster/test_compression.py": 82,
-    "session-stack": 74,
-    "tests/cluster/test_resume_after_a_cut_save.py": 32,
+    "tests/cluster/test_resume_after_a_cut_save.py": 80,
+    "tests/e2e/test_gpu_image.py": 40,  # its image built before the stage (make test-images)
     "tests/cluster/test_k8s_names.py": 26,
     "tests/cluster/test_final_export.py": 22,
 }
@@ -50,6 +51,8 @@ WAITING = frozenset(
         "tests/e2e/test_faults.py",  # its jobs train at --input-delay-ms 40; waits on exits and recoveries
         "tests/e2e/test_stuck.py",  # a hung or blocked task waits out the stall bound
         "tests/e2e/test_chaos.py",  # one job at --input-delay-ms 40, waiting out each fault's recovery
+        "tests/e2e/test_engine_faults.py",  # a 600-step job at --input-delay-ms 40 (its node: 71 CPU-s
+        # of its ~200 s, 2026-12-05 profile), waiting out each engine's recovery
     }
 )
 """Units that mostly wait (their containers used 0.1-0.4 of a core on average over their span)."""

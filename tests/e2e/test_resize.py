@@ -65,12 +65,15 @@ def _resumed(timeout: float) -> int:
     return found[-1][1]
 
 
-def _resize(workers: int, *extra: str) -> dict:
-    """One resize: what it printed, its wall time, the step saved, the step resumed, the first step after."""
+def _resize(workers: int, end_after_s: float | None = None) -> dict:
+    """One resize: what it printed, its wall time, the step saved, the step resumed, the first step after.
+    `end_after_s`: STEPS set to where the job is now plus that many seconds of its steps (and 300)."""
     STACK.wait_for_step(1, timeout=600)  # this size trains (a cold start: TensorFlow's import, tracing)
     seen = STACK.chief_steps()[-1][1]
     STACK.wait_for_step(seen + 200, timeout=300)  # training at this size, its rate in the log
-    rate = float(RATE.search([ln for ln in STACK.logs() if STEP_LINE.match(ln)][-1])[1])
+    now = [m for m in map(STEP_LINE.match, STACK.logs()) if m][-1]
+    rate = float(RATE.search(now[0])[1])
+    extra = () if end_after_s is None else (f"STEPS={int(now[2]) + int(rate * end_after_s) + 300}",)
     before, start = Follow(), time.time()
     done = STACK.make("resize", f"WORKERS={workers}", *extra, timeout=900)
     took = time.time() - start
@@ -81,8 +84,8 @@ def _resize(workers: int, *extra: str) -> dict:
     resumed = _resumed(timeout=600)
     first = STACK.wait_for_step(resumed + 1, timeout=300)
     first_line = next(stamp(ln) for ln in STACK.logs() if (m := STEP_LINE.match(ln)) and int(m[2]) > resumed)
-    return {"out": done.stderr, "saved": saved, "last": last, "resumed": resumed, "rate": rate,
-            "make_s": took, "first_step_s": min(first, first_line) - start}  # fmt: skip
+    return {"out": done.stderr, "args": " ".join(extra), "saved": saved, "last": last, "resumed": resumed,
+            "rate": rate, "make_s": took, "first_step_s": min(first, first_line) - start}  # fmt: skip
 
 
 def test_resize_1_2_0_goes_on_from_the_saved_step_to_the_end(job):
@@ -92,12 +95,14 @@ def test_resize_1_2_0_goes_on_from_the_saved_step_to_the_end(job):
     assert "2 -> 3 replicas, global batch 48 -> 48 (3 x 16)" in grow["out"], grow["out"]
     for task in ("worker-0", "worker-1"):  # no copy of their own (tmpfs): the chief's batch, not the flag's
         assert any("global batch 48 = 3 x 16" in ln for ln in STACK.logs(task)), STACK.logs(task)[-20:]
-    # The end: past where the job will be once this resize is done, sized from the first one's time.
-    steps = STACK.chief_steps()[-1][1] + int(grow["rate"] * 3 * grow["first_step_s"]) + 1000
-    shrink = _resize(0, f"STEPS={steps}")
+    # The end: past the step this resize will save, sized from the first resize's wall time (3x, at
+    # least 30 s: the save is inside it; the restart after it adds no step). Sized from the first step
+    # after the restart (TensorFlow's start, tracing), a loaded run trained ~10 min past the resize.
+    shrink = _resize(0, end_after_s=max(30.0, 3 * grow["make_s"]))
+    steps = int(re.search(r"STEPS=(\d+)", shrink["args"])[1])
     assert "3 -> 1 replicas, global batch 48 -> 48 (1 x 48)" in shrink["out"], shrink["out"]
     for r in (grow, shrink):
-        print({k: v for k, v in r.items() if k != "out"})
+        print({k: v for k, v in r.items() if k not in ("out", "args")})
         assert r["saved"] == [r["resumed"]] and r["last"] <= r["resumed"], r  # 0 steps lost
     assert STACK.wait_code(timeout=600) == 0
     assert STACK.checkpoint_step() == steps and STACK.chief_steps()[-1][1] == steps

@@ -5,12 +5,12 @@ Scripts written as users write them (tests/e2e/scripts/, nothing of this project
 docs/script.md), on one project of their own (VERDICTS_PROJECT, VERDICTS_BIND; IMAGE_REPO
 honoured), one run after another:
 
-1. a custom-loop script with worker-1's link rate-limited by `tc` in its network namespace ->
-   COMMUNICATION-BOUND on every task;
-2. `make down`, then a `model.fit` CNN script on the same project; its healthy step, each task's
-   compute and CPU use are measured; then `docker update --cpus` starves the worker that computed
-   least -> STRAGGLER naming it, judged on this run's series only (issue 21: the previous run's
-   build must not make it a MISMATCH);
+1. a `model.fit` CNN script; its healthy step, each task's compute and CPU use are measured; then
+   `docker update --cpus` starves the worker that computed least -> STRAGGLER naming it;
+2. `make down`, then a custom-loop script on the same project: healthy before its fault, right after
+   the straggler run (issue 29 #9: a run must not slow the next one), judged on this run's series only
+   (issue 21: the previous run's build must not make it a MISMATCH); then worker-1's link rate-limited
+   by `tc` in its network namespace -> COMMUNICATION-BOUND on every task;
 3. `make down`, then the fit script with a slow decode map in its tf.data pipeline -> INPUT-BOUND.
 
 Every fault is sized from what the same run measured (FAULT_FACTOR healthy steps per step), every
@@ -211,41 +211,9 @@ def project() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def fit_run(project) -> tuple[FaultStack, Healthy]:
-    assert STACK.make("down").returncode == 0  # the custom loop's run, with its limited link
+    assert STACK.make("down").returncode == 0  # whatever run the project holds
     stack = up("fit_images.py")
     return stack, measure(stack)
-
-
-def test_custom_loop_with_a_rate_limited_link_is_communication_bound(project):
-    """Worker-1's link limited. First of the module since one CI run where, right after the fit
-    straggler run, it was communication-bound before any fault (a 124 ms step, compute 74 ms, against
-    87 and 44-49 alone: compute 1.6x, the machine busier). Issue 29 #9 looked for what a run leaves:
-    after the straggler run's `make down` no qdisc, CPU quota, container, network or process of the
-    project is left, only its volumes (Prometheus' < 1 MB); interleaved on real stacks, this run after
-    it and alone had the same all-reduce share at the same CPU (docs/measurements.md, 2026-12-05), and
-    on a quiet machine the same step (90.3 against 89.1 ms) and share (2026-12-06).
-    What tips a healthy run over 50 % all-reduce is CPU starvation: the all-reduce includes waiting
-    for the slowest task (55-56 % at 0.06-0.10 cores per task, 34-37 % at 0.3-0.4). Issue 21's
-    sequence (a run judged on its own series after another) is the two fit runs that follow."""
-    assert STACK.make("down").returncode == 0
-    stack = up("custom_loop_mlp.py")
-    healthy = measure(stack)
-    assert healthy.verdict != "communication-bound", "communication-bound before any fault: proves nothing"
-    rate = max(8, round(healthy.bytes_per_step * 8 / (FAULT_FACTOR * healthy.step_s) / 1000))
-    pid = stack.inspect("worker-1", "{{.State.Pid}}")
-    links = [
-        ln.split(": ")[1].split("@")[0]
-        for ln in sh("nsenter", "-t", pid, "-n", "ip", "-o", "link").splitlines()
-    ]
-    tc = ("nsenter", "-t", pid, "-n", "tc", "qdisc")
-    for dev in (d for d in links if d != "lo"):
-        sh(*tc, "add", "dev", dev, "root", "tbf", "rate", f"{rate}kbit", "burst", "32kbit", "latency", "1s")
-    print(f"worker-1: {sh(*tc, 'show')}")
-    # A loaded machine can tip a healthy run over 50 % all-reduce on its own: the verdict counts once
-    # the limited link has at least doubled the step.
-    report = wait_for(stack, "communication-bound", slower_than=2 * healthy.step_s)
-    assert report["exit_code"] == 1
-    assert all(t["verdict"] == "communication-bound" for t in report["tasks"].values())
 
 
 def test_fit_script_with_a_cpu_starved_worker_names_it_the_straggler(fit_run):
@@ -263,6 +231,39 @@ def test_fit_script_with_a_cpu_starved_worker_names_it_the_straggler(fit_run):
         assert report["cluster"]["evidence"][0].startswith(f"{name} computes")
     finally:
         sh("docker", "update", "--cpus", str(os.cpu_count()), stack.container(name), check=False)
+
+
+def test_custom_loop_with_a_rate_limited_link_is_communication_bound(project):
+    """Right after the fit straggler run (its starved worker's container gone with `make down`), a
+    team's next job is healthy before its fault: issue 29 #9 saw this run communication-bound there
+    in one CI run (a 124 ms step, compute 74 ms, against 87 and 44-49 alone: compute 1.6x, the machine
+    busier then). No qdisc, CPU quota, container, network or process of the project outlives `make
+    down`, only its volumes (Prometheus' < 1 MB); interleaved on real stacks this run after it and
+    alone had the same all-reduce share at the same CPU (docs/measurements.md, 2026-12-05), and on a
+    quiet machine the same step (90.3 against 89.1 ms) and share (2026-12-06). What tips a healthy
+    run over 50 % all-reduce is CPU starvation: the all-reduce includes waiting for the slowest task
+    (55-56 % at 0.06-0.10 cores per task, 34-37 % at 0.3-0.4). Then worker-1's link is limited."""
+    assert STACK.make("down").returncode == 0
+    stack = up("custom_loop_mlp.py")
+    healthy = measure(stack)
+    assert healthy.verdict != "communication-bound", (
+        "communication-bound before any fault, right after the straggler run: a run slowed the next one"
+    )
+    rate = max(8, round(healthy.bytes_per_step * 8 / (FAULT_FACTOR * healthy.step_s) / 1000))
+    pid = stack.inspect("worker-1", "{{.State.Pid}}")
+    links = [
+        ln.split(": ")[1].split("@")[0]
+        for ln in sh("nsenter", "-t", pid, "-n", "ip", "-o", "link").splitlines()
+    ]
+    tc = ("nsenter", "-t", pid, "-n", "tc", "qdisc")
+    for dev in (d for d in links if d != "lo"):
+        sh(*tc, "add", "dev", dev, "root", "tbf", "rate", f"{rate}kbit", "burst", "32kbit", "latency", "1s")
+    print(f"worker-1: {sh(*tc, 'show')}")
+    # A loaded machine can tip a healthy run over 50 % all-reduce on its own: the verdict counts once
+    # the limited link has at least doubled the step.
+    report = wait_for(stack, "communication-bound", slower_than=2 * healthy.step_s)
+    assert report["exit_code"] == 1
+    assert all(t["verdict"] == "communication-bound" for t in report["tasks"].values())
 
 
 def test_fit_script_with_a_slow_input_map_is_input_bound(fit_run):
