@@ -19,27 +19,27 @@ HEAVY_AT_ONCE = 2
 test's E2E_JOBS=4) take only the modules that wait."""
 
 SECONDS = {
-    # Each module's span in the side-by-side stage, cold clean-clone trials of 2026-12-06 (eef9348,
-    # 5362848; make test prints each lane's spans at its end: tests/lanes.py).
-    "tests/e2e/test_swarm.py": 890,  # mlp on the nodes; with the node-loss job that shrinks and grows back
-    "tests/e2e/test_compare_tune.py": 800,  # with APPLY=1 and SCRIPT=; its jobs at a 25 ms input delay
-    "tests/e2e/test_engine_faults.py": 380,  # a DinD node's start and image load, then three engine faults
-    "tests/e2e/test_chaos.py": 350,
-    "tests/e2e/test_alerts.py": 330,
-    "tests/e2e/test_faults.py": 300,
-    "tests/e2e/test_stuck.py": 270,
-    "tests/e2e/test_runs.py": 206,
-    "tests/e2e/test_resize.py": 200,  # its end sized from its first resize's wall time
-    "session-stack": 150,
-    "tests/e2e/test_tensorboard.py": 144,
-    "tests/cluster/test_compression.py": 120,
-    "tests/cluster/test_trainer_cluster.py": 116,
-    "tests/cluster/test_resume_cluster.py": 112,
-    "tests/cluster/test_resize_cluster.py": 86,
-    "tests/cluster/test_resume_after_a_cut_save.py": 80,
-    "tests/e2e/test_gpu_image.py": 40,  # its image built before the stage (make test-images)
-    "tests/cluster/test_k8s_names.py": 26,
-    "tests/cluster/test_final_export.py": 22,
+    # Each module's span in the side-by-side stage of a cold clean-clone trial (2026-12-06 12:09, 4e7320c;
+    # make test prints each lane's spans at the stage's end: tests/lanes.py).
+    "tests/e2e/test_swarm.py": 793,  # mlp on the nodes; with the node-loss job that shrinks and grows back
+    "tests/e2e/test_compare_tune.py": 741,  # with APPLY=1 and SCRIPT=; its jobs at a 25 ms input delay
+    "tests/e2e/test_chaos.py": 475,
+    "tests/e2e/test_alerts.py": 409,
+    "tests/e2e/test_engine_faults.py": 397,  # a DinD node's start and image load, then three engine faults
+    "tests/e2e/test_faults.py": 320,
+    "tests/e2e/test_stuck.py": 293,
+    "tests/e2e/test_resize.py": 150,  # its end sized from its first resize's wall time (81 s to a failure)
+    "tests/cluster/test_resume_cluster.py": 147,
+    "tests/e2e/test_runs.py": 140,
+    "tests/e2e/test_tensorboard.py": 115,
+    "tests/cluster/test_trainer_cluster.py": 98,
+    "tests/cluster/test_compression.py": 82,
+    "session-stack": 75,
+    "tests/cluster/test_resize_cluster.py": 68,
+    "tests/e2e/test_gpu_image.py": 56,  # its image built before the stage (make test-images)
+    "tests/cluster/test_resume_after_a_cut_save.py": 34,
+    "tests/cluster/test_k8s_names.py": 24,
+    "tests/cluster/test_final_export.py": 20,
 }
 """Units not listed are taken as short (DEFAULT_SECONDS): add a new long module here."""
 
@@ -57,6 +57,12 @@ WAITING = frozenset(
 )
 """Units that mostly wait (their containers used 0.1-0.4 of a core on average over their span)."""
 
+NODES = frozenset({"tests/e2e/test_swarm.py", "tests/e2e/test_engine_faults.py", "tests/e2e/test_chaos.py"})
+"""Units that start Docker-in-Docker nodes and load the stack's images into them (`docker save | load`:
+~2 min of disk and CPU per node). A waiting lane takes them after the other waiting units, so that their
+loads do not meet the Swarm's and compare/tune's start: with all three at the stage's start (load 34),
+engine faults' waits fell behind its job and make tune's current settings ended no call in its turns."""
+
 
 def longest_first(units: Iterable[str]) -> list[str]:
     """The units in the order to start them: the longest measured first, ties by name."""
@@ -64,10 +70,11 @@ def longest_first(units: Iterable[str]) -> list[str]:
 
 
 def pick(queue: Iterable[str], waiting_lane: bool) -> str | None:
-    """The unit a lane takes next: a waiting lane the longest unit that waits (None: none left, the lane
-    ends); another lane the longest CPU-bound unit, then, when none is left, the longest that waits."""
+    """The unit a lane takes next: a waiting lane the longest unit that waits, those with nodes last (None:
+    none left, the lane ends); another lane the longest CPU-bound unit, then, when none is left, the
+    longest that waits."""
     ordered = longest_first(queue)
-    waiting = [u for u in ordered if u in WAITING]
+    waiting = sorted((u for u in ordered if u in WAITING), key=lambda u: u in NODES)  # stable: longest first
     if waiting_lane:
         return waiting[0] if waiting else None
     return next((u for u in ordered if u not in WAITING), waiting[0] if waiting else None)

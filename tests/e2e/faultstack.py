@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -26,9 +27,12 @@ from pathlib import Path
 import contract
 from tests.e2e.conftest import ROOT
 
+QUIET_S = 30
+"""A followed log that brings nothing for this long is followed again (an engine that went away
+without closing the stream); the trainer logs a line at least every few seconds once it steps."""
 POLL_TAIL = 200
-"""Lines of a log a poll reads: the chief logs a step line every 10 steps (--log-every), so 0.2 s
-between polls never lets a step line scroll past them."""
+"""Lines of a log's tail a poll reads: the chief logs a step line every 10 steps (--log-every), so a
+step line never scrolls past them between polls."""
 STEP_LINE = re.compile(r"^(\S+) .* chief \| step (\d+)/")
 RESUMED = re.compile(r"^(\S+) .*chief: (?:resumed at|starting at) step (\d+)")
 SUPERVISOR_RESTART = re.compile(r"^(\S+) supervise: exited (\d+) .*: restart ")
@@ -241,19 +245,47 @@ class FaultStack:
             recovery_s=round(first_after - fault_at, 1),
         )
 
-    def wait_for_step(self, step: int, timeout: float) -> float:
-        """When the chief's log first shows `step` or a later one: the whole log once, then its tail
-        every 0.2 s (the whole log at that rate, a Go CLI and the engine decoding every line, took
-        ~0.1-0.35 of a core per waiting test from the stacks beside it)."""
-        deadline, tail = time.time() + timeout, None
+    def wait_for_step(self, step: int, timeout: float, current: bool = False) -> float:
+        """When the chief's log first shows `step` or a later one (current=True: as its last step line,
+        since a resume goes back to its checkpoint): what is logged already, then each line as it is
+        written, streamed by one `docker logs -f` (a poll of the log's tail every 0.2 s, a Go CLI start
+        and the engine's read each, was ~2.5 processes a second per waiting test beside the others)."""
+        deadline, since = time.time() + timeout, time.time() - 1  # 1 s overlap: no line falls between
+        steps = self.chief_steps(POLL_TAIL if current else None)
+        if steps and (steps[-1][1] if current else max(s for _, s in steps)) >= step:
+            return time.time()
         while time.time() < deadline:
-            if any(s >= step for _, s in self.chief_steps(tail)):
-                return time.time()
-            tail = POLL_TAIL
-            time.sleep(0.2)
+            at, since = self._stream_until(step, since, deadline)
+            if at is not None:
+                return at
+            time.sleep(0.5)  # the container stopped or was replaced, or the stream went quiet: again
         raise AssertionError(
             f"the chief never reached step {step} in {timeout:.0f}s:\n" + "\n".join(self.logs()[-30:])
         )
+
+    def _stream_until(self, step: int, since: float, deadline: float) -> tuple[float | None, float]:
+        """(The time a step line >= `step` logged after `since` is read, or None once the stream ends
+        or brings nothing for QUIET_S; the `since` to follow again from)."""
+        follow = ["docker", "logs", "-f", "-t", "--since", f"{since:.3f}", self.container("chief")]
+        proc = subprocess.Popen(follow, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env)
+        try:
+            partial, heard = b"", time.time()
+            while (left := min(deadline, heard + QUIET_S) - time.time()) > 0:
+                if not select.select([proc.stdout], [], [], min(left, 1.0))[0]:
+                    continue
+                chunk, heard = os.read(proc.stdout.fileno(), 1 << 16), time.time()
+                if not chunk:
+                    break
+                since = heard - 1
+                *lines, partial = (partial + chunk).split(b"\n")
+                if any(
+                    (m := STEP_LINE.match(ln.decode(errors="replace"))) and int(m[2]) >= step for ln in lines
+                ):
+                    return heard, since
+            return None, since
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 class Watch:

@@ -178,10 +178,7 @@ class Chaos:
         return steps[-1][1] if steps else 0
 
     def wait_for_step(self, step: int, timeout: float) -> None:
-        deadline = time.time() + timeout
-        while self.current_step() < step:
-            assert time.time() < deadline, f"the chief never reached step {step} in {timeout:.0f}s"
-            time.sleep(0.2)
+        self.stack.wait_for_step(step, timeout, current=True)
 
     def measure(self, started: float) -> None:
         """Containers started at `started`: how long until the first step, and the step time after."""

@@ -72,7 +72,7 @@ def _resize(workers: int, end_after_s: float | None = None) -> dict:
     seen = STACK.chief_steps()[-1][1]
     STACK.wait_for_step(seen + 200, timeout=300)  # training at this size, its rate in the log
     now = [m for m in map(STEP_LINE.match, STACK.logs()) if m][-1]
-    rate = float(RATE.search(now[0])[1])
+    rate = float(RATE.search(now.string)[1])
     extra = () if end_after_s is None else (f"STEPS={int(now[2]) + int(rate * end_after_s) + 300}",)
     before, start = Follow(), time.time()
     done = STACK.make("resize", f"WORKERS={workers}", *extra, timeout=900)

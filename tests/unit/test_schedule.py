@@ -31,6 +31,13 @@ def test_a_waiting_lane_takes_only_waiting_units_and_ends_when_none_is_left():
     assert schedule.pick([], waiting_lane=False) is None
 
 
+def test_a_waiting_lane_takes_the_units_with_nodes_after_the_others():
+    queue = ["tests/e2e/test_chaos.py", "tests/e2e/test_engine_faults.py", "tests/e2e/test_stuck.py"]
+    assert schedule.SECONDS["tests/e2e/test_chaos.py"] > schedule.SECONDS["tests/e2e/test_stuck.py"]
+    assert schedule.pick(queue, waiting_lane=True) == "tests/e2e/test_stuck.py"
+    assert schedule.pick(queue[:2], waiting_lane=True) == max(queue[:2], key=schedule.SECONDS.__getitem__)
+
+
 def test_every_unit_named_exists():
-    named = (set(schedule.SECONDS) | schedule.WAITING) - {SESSION_STACK_GROUP}
+    named = (set(schedule.SECONDS) | schedule.WAITING | schedule.NODES) - {SESSION_STACK_GROUP}
     assert [u for u in sorted(named) if not (ROOT / u).is_file()] == []
