@@ -64,6 +64,7 @@ include bench/bench.mk
 # (tests/e2e/places.py): the longest first, two lanes for the CPU-bound modules (the 2 cores) and two
 # for the modules that mostly wait on a timer or a bound with their job idle (tests/schedule.py): in one
 # waiting lane they took 1350 s of a 1387 s stage (CI, 2026-12-06), as long as the CPU-bound lanes.
+# The stage ends by printing each lane's modules and their spans (tests/lanes.py, build/logs/lanes.tsv).
 # Two per core: some unit tests wait on real time (a live Prometheus' scrapes, a supervisor's polls), and
 # their waits overlap the others' work (891 tests: 99 s with 4 processes on 2 idle cores, 117 s with 2).
 UNIT_JOBS ?= $(shell echo $$((2 * $$(nproc))))
