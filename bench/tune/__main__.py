@@ -37,6 +37,11 @@ HEARTBEAT_SAFE_S = 5.0
 between its turns (two cycles' worst gap is 2 (n-1) turns). The built-in loop's trials raise theirs."""
 CYCLES = 3
 """Turns per round: a round's rate spans three turns, so a call cut by a turn's end counts once."""
+MAX_TURN_S = 8.0
+"""The longest turn of the built-in loop's trials: turns double up to it while a cluster ends no call in
+its turns (its calls outlast them: at load 34 the current settings' cluster had "no rounds", and the
+tune said "no better setting found" having measured nothing). A SCRIPT= job's stay within
+HEARTBEAT_SAFE_S."""
 SECONDS = 90.0
 """Default TUNE_SECONDS: the turns' total; with the clusters' start (~1-2 min on 2 cores) the tune of the
 default job takes about three minutes."""
@@ -99,9 +104,52 @@ def trial_all(
     turn = TURN_S if not job.script else min(TURN_S, HEARTBEAT_SAFE_S / (2 * (len(running) - 1)))
     rounds = max(2, int(args.seconds // (turn * CYCLES * len(running))))
     left |= trial.run_turns(running, turn, rounds * CYCLES, keep=keep)
+    longest = turn if job.script else MAX_TURN_S
+    turn = longer_turns(running, turn, longest, rounds * CYCLES, keep, left)
+    measured(running, left, turn)
     for name, why in left.items():
         print(f"tune: {name} left out: {why.splitlines()[0]}", flush=True)
         args.failed.add(name)
+
+
+def unmeasured(clusters: list[trial.Cluster], left: dict[str, str]) -> list[str]:
+    """The current settings or the null, if it has no round's rate: no call of its ended inside a round
+    (a candidate's missing rate only means it cannot win)."""
+    return [
+        cl.name
+        for cl in clusters
+        if cl.name in (table.CURRENT, table.NULL)
+        and cl.name not in left
+        and not table.round_rates(cl.turns, CYCLES)
+    ]
+
+
+def longer_turns(
+    running: list[trial.Cluster], turn: float, longest: float, turns: int, keep: tuple[str, ...], left: dict
+) -> float:
+    """While the current settings or the null has no round's rate, every cluster's turns again, each
+    twice as long (up to `longest`): a call longer than a turn ends in none of a round's readings. The
+    turn used, returned."""
+    while (short := unmeasured(running, left)) and turn < longest:
+        turn = min(2 * turn, longest)
+        print(
+            f"tune: {', '.join(short)}: no call ended within the turns; again with {turn:g} s turns",
+            flush=True,
+        )
+        for cl in running:
+            cl.turns.clear()
+        left |= trial.run_turns([cl for cl in running if cl.name not in left], turn, turns, keep=keep)
+    return turn
+
+
+def measured(running: list[trial.Cluster], left: dict[str, str], turn: float) -> None:
+    """The current settings and the null have a rate in at least one round, or nothing is judged: a table
+    of "no rounds" would read as "no better setting found"."""
+    if missing := unmeasured(running, left):
+        raise trial.TrialError(
+            f"{', '.join(missing)}: no call ended within its {turn:g} s turns, so nothing was measured (its"
+            " calls outlast the turns on this machine now): make tune again when the machine is less busy"
+        )
 
 
 def _dirname(name: str) -> str:

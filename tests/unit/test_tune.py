@@ -453,3 +453,69 @@ def test_a_script_that_keeps_no_checkpoint_is_not_tuned_unless_asked():
     seen = []
     job.holds_checkpoint(script, lambda args: seen.append(args) or CompletedProcess(args, 0, "", ""))
     assert "/c/script" in seen[0][-1], seen  # its own folder (TRAINER_CHECKPOINT_DIR), not the loop's
+
+
+class _Clock:
+    """A virtual clock for bench.tune.trial: `sleep` advances it and runs the cluster that holds the turn."""
+
+    def __init__(self) -> None:
+        self.now, self.clusters = 1000.0, []
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, dt: float) -> None:
+        for c in self.clusters:
+            c.run(self.now, dt)
+        self.now += dt
+
+
+def _calls_of(seconds: float, clock: _Clock, name: str):
+    """A trial cluster whose calls (10 steps each) take `seconds` of its running time."""
+    from bench.tune import trial
+
+    class Calls(trial.Cluster):
+        running, ran, calls, ended = False, 0.0, 0, 0.0
+
+        def signal(self, sig: int) -> None:
+            self.running = sig == signal.SIGCONT
+
+        def failed(self) -> str:
+            return ""
+
+        def run(self, now: float, dt: float) -> None:
+            if self.running:
+                self.ran += dt
+                while (self.calls + 1) * seconds <= self.ran:
+                    self.calls += 1
+                    self.ended = now + dt - (self.ran - self.calls * seconds)
+
+        def reading(self) -> Reading:
+            return Reading(step=10 * self.calls, ended=self.ended, loss=1.0)
+
+    c = Calls(name, {}, None, 0, [])
+    clock.clusters.append(c)
+    return c
+
+
+def test_turns_shorter_than_the_calls_are_made_longer_and_nothing_measured_is_one_line(monkeypatch, capsys):
+    """4 s calls in 1 s turns: no round of the current settings (or the null) sees two call ends, and the
+    table read "no better setting found" with nothing measured (a trial at load 34). The turns double
+    until they do; where they cannot grow (a SCRIPT= job's heartbeat), nothing measured is an error."""
+    from bench.tune import __main__ as tune
+    from bench.tune import trial
+
+    clock = _Clock()
+    monkeypatch.setattr(trial, "time", clock)
+    running = [_calls_of(4.0, clock, table.CURRENT), _calls_of(4.0, clock, table.NULL)]
+    left = trial.run_turns(running, 1.0, 6, keep=())
+    assert tune.unmeasured(running, left) == [table.CURRENT, table.NULL]
+    with pytest.raises(
+        trial.TrialError, match=r"^current, current-again: no call ended within its 1 s turns"
+    ):
+        tune.measured(running, left, 1.0)  # a script's turns stay 1 s
+    turn = tune.longer_turns(running, 1.0, tune.MAX_TURN_S, 6, (), left)
+    assert turn == 2.0 and "no call ended within the turns; again with 2 s turns" in capsys.readouterr().out
+    assert tune.unmeasured(running, left) == []
+    assert table.round_rates(running[0].turns, tune.CYCLES) == pytest.approx([2.5, 2.5])  # 10 steps / 4 s
+    tune.measured(running, left, turn)
