@@ -16,14 +16,17 @@ ENV TF_USE_LEGACY_KERAS=1 \
 # Wheels come from the host (containers cannot reach PyPI): images.sh stages this variant's wheels in
 # build/wheelhouse (this frontend does not expand ${VARIANT} in a mount source, so the check says when
 # the staged ones are another variant's). The lock's hashes are checked again here, and --no-deps
-# because the lock is the whole closure (tf-keras without GPU tensorflow).
+# because the lock is the whole closure (tf-keras without GPU tensorflow). TensorFlow's C++ headers
+# (287 MB of the CPU image's 1.8 GB venv) only build custom ops, never at run time: every push, pull
+# and load of the image (a swarm node's, a Docker-in-Docker node's) moves 16 % less without them.
 RUN --mount=type=bind,source=build/wheelhouse,target=/wheels \
     grep -q "requirements-${VARIANT}.lock" /wheels/requirements.lock \
       || { echo "build/wheelhouse holds no ${VARIANT} wheels: build with make images or make up" >&2; exit 1; } \
  && python3 -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links=/wheels \
       --no-deps --require-hashes -r /wheels/requirements.lock \
- && /opt/venv/bin/pip uninstall -y -q pip
+ && /opt/venv/bin/pip uninstall -y -q pip \
+ && rm -r /opt/venv/lib/python3.11/site-packages/tensorflow/include
 
 # A non-root user; /checkpoints, /var/lib/supervise (trainer.supervise.supervisor's state) and /logs (TensorBoard's)
 # are created owned by it so the named volumes inherit the owner.

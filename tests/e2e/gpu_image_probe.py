@@ -119,6 +119,7 @@ def main() -> None:
                     str(p) for top in ("/opt", "/root", "/tmp", "/app") for p in Path(top).rglob("*.whl")
                 ],
                 "pip_cache": [p for p in ("/root/.cache/pip", "/tmp/.cache/pip") if os.path.exists(p)],
+                "tf_headers": (tf_dir / "include").is_dir(),
                 "xla_toolkit": xla_toolkit(tf_dir),
             }
         )

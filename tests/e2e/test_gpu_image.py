@@ -164,6 +164,11 @@ def test_no_library_twice_no_wheels_no_pip_cache(probe):
     assert probe["wheels_left"] == [] and probe["pip_cache"] == []
 
 
+def test_no_custom_op_headers(probe):
+    """TensorFlow's C++ headers build custom ops only: every push, pull and load of the image moved them."""
+    assert probe["tf_headers"] is False
+
+
 def test_the_gpu_overlay_names_this_image(image, rendered):
     for task, gpu in (("chief", "0"), ("worker-0", "1")):
         service = rendered["services"][task]

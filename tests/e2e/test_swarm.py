@@ -608,10 +608,14 @@ def _loss_and_return(controller: Elastic) -> None:
     history = set(matches(STEP_LINE, chief_log(LOSS_STACK, manager)))
     removed = controller.removed = time.time()
     subprocess.run(["docker", "rm", "-f", "-v", f"{SWARM}-node-{n}"], check=True, capture_output=True)
+    gone = time.time()
     subprocess.run(["docker", "volume", "rm", f"{SWARM}-node-{n}-lib"], check=True, capture_output=True)
     # The lost node's logs went with it; the job is synchronous, so a surviving task's last step is the job's.
+    # Up to when the removal returned, not when it was asked for: the chief steps until its node is gone (a
+    # loaded engine took seconds: steps 221-250 and the save of 250 landed after `removed`, CI-like run
+    # 2026-12-06), and no step can follow it before the resume, which waits for the controller.
     at_kill = max(
-        s for t, s in matches(ANY_STEP_LINE, service_log(f"{LOSS_STACK}_worker-0", manager)) if t <= removed
+        s for t, s in matches(ANY_STEP_LINE, service_log(f"{LOSS_STACK}_worker-0", manager)) if t <= gone
     )
     assert at_kill < LOSS_STEPS - SAVE_EVERY, "the job was nearly over before the removal: raise LOSS_STEPS"
     # What the controller waits for, where an operator looks.
