@@ -64,7 +64,8 @@ compose/engine.sh ensure
 # 1. Base and Prometheus images: pulled when a registry answers, else built from Debian packages.
 eval "$(images/images.sh select "${OFFLINE:-auto}")"
 #    The three Debian builds are independent and mostly wait on the mirrors: side by side, each one's
-#    line printed whole when it ends (cold, one after another they took 62 + 53 + ~75 s).
+#    line printed whole when it ends (cold, beside .ci/run's installs: ~92 s in all, against 62 + 53 +
+#    ~75 s one after another).
 if [[ $BASE_IMAGE == mwms/* ]]; then
   mkdir -p "$RUN_DIR/logs"
   pids=()
