@@ -68,17 +68,14 @@ eval "$(images/images.sh select "${OFFLINE:-auto}")"
 #    ~75 s one after another).
 if [[ $BASE_IMAGE == mwms/* ]]; then
   mkdir -p "$RUN_DIR/logs"
-  pids=()
-  for kind in base prometheus alertmanager; do
+  kinds=(base prometheus alertmanager) pids=() failed=0
+  for kind in "${kinds[@]}"; do
     image_var="$(tr 'a-z' 'A-Z' <<<"$kind")_IMAGE"  # BASE_IMAGE, PROMETHEUS_IMAGE, ALERTMANAGER_IMAGE
-    images/images.sh $kind "${!image_var}" 2>"$RUN_DIR/logs/$kind-image.said" &
+    images/images.sh "$kind" "${!image_var}" 2>"$RUN_DIR/logs/$kind-image.said" &
     pids+=($!)
   done
-  failed=0
-  for i in 0 1 2; do
-    wait "${pids[$i]}" || failed=1
-  done
-  cat "$RUN_DIR"/logs/{base,prometheus,alertmanager}-image.said >&2
+  for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+  for kind in "${kinds[@]}"; do cat "$RUN_DIR/logs/$kind-image.said" >&2; done
   [ $failed = 0 ] || exit 1
 fi
 
