@@ -37,6 +37,17 @@ def test_agreement_ignores_per_task_settings():
     assert all(v < 2**53 for v in a)  # exact in float64
 
 
+def test_agreement_gather_traces_once_for_every_call():
+    """A start gathers ~5 times (agreement, sizing, resume, steps per call): one function, traced once,
+    whatever the values and their number (a function per call was traced each time, and warned of)."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    got = [agreement.gather(strategy, v) for v in ([1.0, 2.0], [3.0], [4.0, 5.0, 6.0], [7.0], [8.0], [9.0])]
+    assert got[0] == [[1.0, 2.0]] and got[2] == [[4.0, 5.0, 6.0]] and got[-1] == [[9.0]]
+    assert agreement._gather_function(strategy).experimental_get_tracing_count() == 1
+
+
 class V:
     def __init__(self, value):
         self.value = np.asarray(value, np.float32)

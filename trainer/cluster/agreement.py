@@ -6,6 +6,7 @@ The fingerprints are all-gathered as float64 (52-bit values are exact), one per 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -69,12 +70,21 @@ def gather(strategy, values: list[float]) -> list[list[float]]:
     """Every replica's `values`, in replica order (chief first, then worker-0, worker-1, ...)."""
     import tensorflow as tf
 
-    @tf.function
-    def run():
-        def replica():
-            return tf.distribute.get_replica_context().all_gather(tf.constant([values], tf.float64), axis=0)
+    gathered = _gather_function(strategy)(tf.constant(values, tf.float64))
+    return [list(row) for row in strategy.experimental_local_results(gathered)[0].numpy()]
 
-        return strategy.run(replica)
 
-    result = strategy.experimental_local_results(run())[0].numpy()
-    return [list(row) for row in result]
+@functools.cache
+def _gather_function(strategy):
+    """One all-gather function per strategy, the values its argument: a start gathers ~5 times, and a
+    function made per call (values as constants) was traced anew each time (TensorFlow warned of it)."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float64)], autograph=False)
+    def run(values):
+        def replica(v):
+            return tf.distribute.get_replica_context().all_gather(v[tf.newaxis], axis=0)
+
+        return strategy.run(replica, args=(values,))
+
+    return run

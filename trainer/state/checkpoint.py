@@ -310,7 +310,7 @@ def broadcast_from(strategy, variables, source: int = 0) -> None:
     An all-reduce SUM where only the source replica contributes non-zeros: x + 0 is exact.
     """
 
-    @tf.function
+    @tf.function(autograph=False)  # Python loops over Python lists only: nothing to convert
     def run():
         def replica():
             ctx = tf.distribute.get_replica_context()
