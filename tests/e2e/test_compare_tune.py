@@ -50,6 +50,11 @@ SETTINGS = {
     "IMAGE_REPO": os.environ.get("IMAGE_REPO", "mwms/trainer"),
 }
 PROJECT = os.environ.get("TUNE_PROJECT", places.TUNE.project)
+SCRIPT_DECODE_MS = 100
+"""The `fit` script's decode per batch (its --decode-ms): at most 10 steps a second rather than flat out
+(~28 on an idle machine), for its job and its trial clusters, whose turns then need fewer of the cores the
+stage is bound by; a script job's candidates (the allocator, the thread pools) do not depend on its
+verdict, and the tune judges each against the null whatever the job's bottleneck."""
 STACK = FaultStack(
     PROJECT,
     f".run/{PROJECT}",
@@ -262,7 +267,8 @@ def test_a_script_fit_job_is_tuned_end_to_end(two_runs):
     candidates its wrapper's processes take (the allocator, TensorFlow's thread pools) against a null, a
     table, the figures in tune.json, and the job going on (the same run, stepping after the tune)."""
     script = os.path.join("tests", "e2e", "scripts", "fit_images.py")
-    up = make("up", timeout=1200, SCRIPT=script, INPUT_DELAY_MS="")  # a script reads no trainer flag
+    # A script reads no trainer flag: its own --decode-ms paces it.
+    up = make("up", timeout=1200, SCRIPT=script, INPUT_DELAY_MS="", ARGS=f"--decode-ms {SCRIPT_DECODE_MS}")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     run = steady(seconds=15)
     refused = make("tune", timeout=300, TUNE_SECONDS="15")  # it saves nothing: the restart would lose it all

@@ -75,6 +75,15 @@ def test_the_winner_must_clear_the_nulls_spread():
     assert table.winner([_row("C", [1.02, 1.06, 0.99])], null) is None  # median 1.02 inside the null
 
 
+def test_the_null_errs_both_ways():
+    """A null whose rounds both fell below 1 still says how far two identical clusters differ: an
+    input-capped job's 1.003x (every cluster at its decode's 10.7 steps/s) is no winner (2026-12-06)."""
+    null = _row(table.NULL, [0.945, 1.002])
+    assert table.bar(null) == pytest.approx(1.055)
+    assert table.winner([_row("TF_NUM_INTRAOP_THREADS=1", [1.001, 1.005])], null) is None
+    assert table.winner([_row("A", [1.07, 1.06])], null).name == "A"
+
+
 def test_no_winner_is_invented_when_all_are_within_the_null():
     null = _row(table.NULL, [0.95, 1.05])
     assert table.winner([_row("A", [1.01, 1.04]), _row("B", [0.9, 0.93])], null) is None
