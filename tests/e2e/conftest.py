@@ -19,6 +19,7 @@ import contract
 from contract import STEPS as STEPS_METRIC
 from monitoring.prom_client import Prometheus, PrometheusError
 from tests.conftest import ROOT, need
+from tests.e2e import places
 
 WORKERS = 2
 # Long enough that Prometheus (5 s scrapes) sees every task running: ~25 ms per step here.
@@ -32,6 +33,10 @@ MAKE_ARGS = [
     "GPUS=0",
     "ARGS=--input-delay-ms 25",
 ]
+PROJECT, BIND = places.SESSION
+RUN_DIR = ROOT / ".run" / PROJECT
+PLACE = [f"PROJECT={PROJECT}", f"RUN_DIR={RUN_DIR}", f"BIND_ADDR={BIND}"]
+"""Every make command of the session stack names its place: a variable given after it wins."""
 UP_TIMEOUT_S = 1800  # a cold machine builds everything first
 # Every target up and a first step seen: seconds on an idle machine, minutes when the 2 cores are shared.
 TARGETS_TIMEOUT_S = 600
@@ -59,9 +64,13 @@ class Stack:
     def query(self, expr: str) -> dict[tuple[str, str], float]:
         return query(self.prometheus_url, expr)
 
+    @staticmethod
+    def container(service: str) -> str:
+        return f"{PROJECT}-{service}-1"
+
     def make(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run(
-            ["make", "--no-print-directory", *args],
+            ["make", "--no-print-directory", *PLACE, *args],
             cwd=self.root,
             capture_output=True,
             text=True,
@@ -89,15 +98,18 @@ def engine_ready() -> None:
 
 @pytest.fixture(scope="session")
 def stack(docker_engine) -> Iterator[Stack]:
-    url = f"http://127.0.0.1:{contract.PROMETHEUS_PORT}"
+    url = f"http://{BIND}:{contract.PROMETHEUS_PORT}"
     # A new job and a new history: `make up` after `make down` resumes from the checkpoint volume, and
     # Prometheus would still hold earlier runs' tasks (e.g. a WORKERS=3 run) inside the tests' windows.
     subprocess.run(
-        ["make", "--no-print-directory", "clean", "FORCE=1"], cwd=ROOT, capture_output=True, timeout=300
+        ["make", "--no-print-directory", "clean", "FORCE=1", *PLACE],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
     )
     start, started = time.monotonic(), time.time()
     up = subprocess.run(
-        ["make", "--no-print-directory", "up", *MAKE_ARGS],
+        ["make", "--no-print-directory", "up", *PLACE, *MAKE_ARGS],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -121,7 +133,7 @@ def stack(docker_engine) -> Iterator[Stack]:
             prometheus_url=url,
             workers=WORKERS,
             steps=STEPS,
-            run_dir=ROOT / ".run",
+            run_dir=RUN_DIR,
             root=ROOT,
             up_output=up.stdout + up.stderr,
             up_seconds=up_seconds,
@@ -130,10 +142,14 @@ def stack(docker_engine) -> Iterator[Stack]:
         )
     finally:
         down = subprocess.run(
-            ["make", "--no-print-directory", "down"], cwd=ROOT, capture_output=True, text=True, timeout=300
+            ["make", "--no-print-directory", "down", *PLACE],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         left = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=mwms"],
+            ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={PROJECT}"],
             capture_output=True,
             text=True,
         ).stdout.split()
@@ -142,4 +158,4 @@ def stack(docker_engine) -> Iterator[Stack]:
         ).stdout.split()
         # Reported as an error of the last test: `make down` must leave no containers and keep history.
         assert down.returncode == 0 and not left, f"make down left {left}: {down.stderr[-2000:]}"
-        assert "mwms_prometheus-data" in volumes, "make down removed the Prometheus history volume"
+        assert f"{PROJECT}_prometheus-data" in volumes, "make down removed the Prometheus history volume"

@@ -20,7 +20,9 @@ class Net(NamedTuple):
     subnet: str  # the first three octets
 
 
-SESSION = Place("mwms", "127.0.0.1")  # the session stack: make up's own defaults
+# The session stack. Not make up's own defaults: those are the user's (`make up WORKERS=3` before `make
+# test` is the README's quickstart), and the session's `make clean` stopped and emptied that job.
+SESSION = Place("mwms-session", "127.0.0.13")
 FAULTS = Place("mwms-faults", "127.0.0.2")
 DIAGNOSE = Place("mwms-diagnose", "127.0.0.3")
 CHAOS = Place("mwms-chaos", "127.0.0.4")

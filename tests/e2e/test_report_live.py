@@ -1,6 +1,5 @@
 """`make report` draws a PNG of the run from the live stack's Prometheus."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,9 @@ def test_make_report_writes_a_png(stack):
     wait_for_data(Prometheus(url=stack.prometheus_url), rules.OTHER, tasks=stack.workers + 1, timeout=240)
     out = Path(stack.run_dir) / "report.png"  # kept with the run: a CI artifact
     out.unlink(missing_ok=True)
-    result = subprocess.run(
-        ["make", "report", f"PROMETHEUS_URL={stack.prometheus_url}", f"RUN_DIR={stack.run_dir}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = stack.make(
+        "report", f"PROMETHEUS_URL={stack.prometheus_url}", timeout=120
+    )  # its PROJECT, RUN_DIR
     assert result.returncode == 0, result.stdout + result.stderr
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

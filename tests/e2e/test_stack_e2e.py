@@ -43,7 +43,7 @@ def test_every_task_starts_with_the_allocator_settings_and_its_glibc_takes_them(
     from trainer.cluster import server_config
 
     inspect = subprocess.run(
-        ["docker", "inspect", "mwms-chief-1", "--format", "{{json .Config.Env}} {{.Config.Image}}"],
+        ["docker", "inspect", stack.container("chief"), "--format", "{{json .Config.Env}} {{.Config.Image}}"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -129,7 +129,9 @@ def test_status_steps_per_second_matches_the_chiefs_log(stack) -> None:
     # Columns are aligned and cells may hold spaces ("exited (0)"): read the cell under the header.
     start = header.index("steps/s")
     chief = next(row[start:].split()[0] for row in rows if row.split()[0] == "chief")
-    logs = subprocess.run(["docker", "logs", "mwms-chief-1"], capture_output=True, text=True, check=True)
+    logs = subprocess.run(
+        ["docker", "logs", stack.container("chief")], capture_output=True, text=True, check=True
+    )
     logged = [float(m) for m in re.findall(r"\| ([0-9.]+) steps/s \|", logs.stdout + logs.stderr)]
     assert len(logged) >= 3, f"the chief logged {len(logged)} progress lines"
     # The first interval holds the function tracing; the median of the rest is the chief's own pace.

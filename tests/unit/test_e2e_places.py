@@ -21,6 +21,18 @@ def test_every_place_is_its_own():
     assert len(places.PLACES) >= 13 and len(places.NETS) == 3
 
 
+def test_no_stack_is_the_users_own():
+    """`make up`'s defaults (project mwms on 127.0.0.1) are the user's job: the README's quickstart runs
+    `make test` after `make up WORKERS=3`, and the session stack's `make clean` stopped and emptied it."""
+    import contract
+
+    default_bind = re.search(
+        r"\),(127\.0\.0\.\d+)\)", (E2E.parents[1] / "compose" / "compose.mk").read_text()
+    )[1]
+    assert all(p.project != contract.DEFAULT_PROJECT for p in places.PLACES), places.PLACES
+    assert all(p.bind != default_bind for p in places.PLACES), places.PLACES
+
+
 def test_no_module_writes_an_address_of_its_own():
     found = {
         f.name: LITERAL.findall(f.read_text())
