@@ -22,7 +22,7 @@ SECONDS = {
     # Each module's span in the side-by-side stage of a cold clean-clone trial (2026-12-06 12:09, 4e7320c;
     # make test prints each lane's spans at the stage's end: tests/lanes.py).
     "tests/e2e/test_swarm.py": 793,  # mlp on the nodes; with the node-loss job that shrinks and grows back
-    "tests/e2e/test_compare_tune.py": 741,  # with APPLY=1 and SCRIPT=; its jobs at a 25 ms input delay
+    "tests/e2e/test_compare_tune.py": 741,  # with APPLY=1 and SCRIPT=; its jobs at a 50 ms input delay
     "tests/e2e/test_chaos.py": 475,
     "tests/e2e/test_alerts.py": 409,
     "tests/e2e/test_engine_faults.py": 397,  # a DinD node's start and image load, then three engine faults
