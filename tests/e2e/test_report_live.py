@@ -18,9 +18,8 @@ def test_make_report_writes_a_png(stack):
     wait_for_data(Prometheus(url=stack.prometheus_url), rules.OTHER, tasks=stack.workers + 1, timeout=240)
     out = Path(stack.run_dir) / "report.png"  # kept with the run: a CI artifact
     out.unlink(missing_ok=True)
-    result = stack.make(
-        "report", f"PROMETHEUS_URL={stack.prometheus_url}", timeout=120
-    )  # its PROJECT, RUN_DIR
+    # stack.make names the stack's PROJECT and RUN_DIR, as a user of another project types them.
+    result = stack.make("report", f"PROMETHEUS_URL={stack.prometheus_url}", timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
