@@ -19,27 +19,27 @@ HEAVY_AT_ONCE = 2
 test's E2E_JOBS=4) take only the modules that wait."""
 
 SECONDS = {
-    # Each module's span in the side-by-side stage of a cold clean-clone trial (2026-12-06 12:09, 4e7320c;
+    # Each module's span in the side-by-side stage of a cold clean-clone trial (2026-12-06 19:00, 1662cda;
     # make test prints each lane's spans at the stage's end: tests/lanes.py).
-    "tests/e2e/test_swarm.py": 793,  # mlp on the nodes; with the node-loss job that shrinks and grows back
-    "tests/e2e/test_compare_tune.py": 741,  # with APPLY=1 and SCRIPT=; its jobs at a 50 ms input delay
-    "tests/e2e/test_chaos.py": 475,
-    "tests/e2e/test_alerts.py": 409,
-    "tests/e2e/test_engine_faults.py": 397,  # a DinD node's start and image load, then three engine faults
-    "tests/e2e/test_faults.py": 320,
-    "tests/e2e/test_stuck.py": 293,
-    "tests/e2e/test_resize.py": 150,  # its end sized from its first resize's wall time (81 s to a failure)
-    "tests/cluster/test_resume_cluster.py": 147,
-    "tests/e2e/test_runs.py": 140,
-    "tests/e2e/test_tensorboard.py": 115,
-    "tests/cluster/test_trainer_cluster.py": 98,
-    "tests/cluster/test_compression.py": 82,
-    "session-stack": 75,
-    "tests/cluster/test_resize_cluster.py": 68,
-    "tests/e2e/test_gpu_image.py": 56,  # its image built before the stage (make test-images)
+    "tests/e2e/test_swarm.py": 788,  # mlp on the nodes; with the node-loss job that shrinks and grows back
+    "tests/e2e/test_compare_tune.py": 731,  # with APPLY=1 and SCRIPT=; its jobs paced (50 ms, 100 ms)
+    "tests/e2e/test_chaos.py": 418,
+    "tests/e2e/test_alerts.py": 410,
+    "tests/e2e/test_faults.py": 309,
+    "tests/e2e/test_engine_faults.py": 290,  # a DinD node's start and image load, then three engine faults
+    "tests/e2e/test_stuck.py": 224,
+    "tests/e2e/test_resize.py": 186,  # its end sized from its first resize's wall time
+    "tests/cluster/test_resume_cluster.py": 125,
+    "tests/e2e/test_runs.py": 91,
+    "session-stack": 65,
+    "tests/e2e/test_tensorboard.py": 57,
+    "tests/e2e/test_gpu_image.py": 54,  # its image built before the stage (make test-images)
+    "tests/cluster/test_compression.py": 51,
+    "tests/cluster/test_resize_cluster.py": 51,
+    "tests/cluster/test_trainer_cluster.py": 45,
     "tests/cluster/test_resume_after_a_cut_save.py": 34,
-    "tests/cluster/test_k8s_names.py": 24,
-    "tests/cluster/test_final_export.py": 20,
+    "tests/cluster/test_k8s_names.py": 18,
+    "tests/cluster/test_final_export.py": 16,
 }
 """Units not listed are taken as short (DEFAULT_SECONDS): add a new long module here."""
 
@@ -53,6 +53,9 @@ WAITING = frozenset(
         "tests/e2e/test_chaos.py",  # one job at --input-delay-ms 40, waiting out each fault's recovery
         "tests/e2e/test_engine_faults.py",  # a 600-step job at --input-delay-ms 40 (its node: 71 CPU-s
         # of its ~200 s, 2026-12-05 profile), waiting out each engine's recovery
+        "tests/e2e/test_resize.py",  # a job at --input-delay-ms 20 waiting out two resizes' saves and
+        # restarts (62 CPU-s in its 244 s, 2026-12-06 15:22 profile). On a core lane it ran after the
+        # Swarm while both waiting lanes sat idle for the stage's last 6 minutes (1662cda trial).
     }
 )
 """Units that mostly wait (their containers used 0.1-0.4 of a core on average over their span)."""
