@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, replace
 
 import pytest
 
+from bench.tune.job import PAUSE_WAITS
 from compose.deployment import STOP_GRACE_SECONDS
 from tests.e2e import places
 from tests.e2e.conftest import engine_ready
@@ -217,8 +218,7 @@ class Chaos:
             self.docker("restart", "-t", "60", stack.container(fault.target))
             return at, self.current_step(), note
         elif fault.kind == "pause-worker":
-            at = time.time()
-            self.docker("pause", stack.container(fault.target))
+            at = pause(stack.container(fault.target), env=stack.env)
             try:
                 noticed = wait_until(lambda: restarts_since(stack, "chief", at) > 0, self.recovery_timeout())
             finally:
@@ -314,6 +314,23 @@ class Chaos:
 def docker(*args: str, env: dict[str, str] | None = None) -> None:
     out = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 0, f"docker {' '.join(args)}: {out.stderr}"
+
+
+def pause(container: str, env: dict[str, str] | None = None, run=subprocess.run, sleep=time.sleep) -> float:
+    """`docker pause`, tried again after make tune's PAUSE_WAITS when runc could not freeze it: runc
+    gives every thread ~0.2 s to stop, then thaws the cgroup back and fails ("unable to freeze"), as a
+    loaded machine's TensorFlow threads made it do in a clean-clone make test (b64bed3, chaos beside
+    the Swarm and compare/tune). Returns when the try that froze it began: the fault's start."""
+    for wait in (*PAUSE_WAITS, None):
+        at = time.time()
+        out = run(["docker", "pause", container], capture_output=True, text=True, timeout=180, env=env)
+        if out.returncode == 0:
+            return at
+        assert wait is not None and "unable to freeze" in out.stderr, (
+            f"docker pause {container}: {out.stderr}"
+        )
+        sleep(wait)
+    raise AssertionError("unreachable: the last try returns or fails")
 
 
 def wait_until(ready, timeout: float) -> float:

@@ -161,3 +161,22 @@ def test_images_variant_gpu_hands_up_sh_its_gpu_layout(tmp_path: Path) -> None:
         "1",
         ".run/images-gpu",
     )
+
+
+def test_a_second_make_test_images_waits_for_the_first_and_builds_nothing(tmp_path: Path) -> None:
+    """.ci/run starts make test-images during its set-up and make test starts its own: the second
+    checked every image again once the first was done (20 s for the GPU one's context, with the unit
+    tests done and waiting for it)."""
+    log, lock = tmp_path / "logs" / "images.log", tmp_path / "images.lock"
+    started = tmp_path / "started"
+    build = f"touch {started}; sleep 2; echo built"
+    cmd = ["make", "--no-print-directory", "test-images", f"PREBUILD={build}"]
+    cmd += [f"TEST_IMAGES_LOG={log}", f"TEST_IMAGES_LOCK={lock}"]
+    first = subprocess.Popen(cmd, cwd=ROOT)
+    while not started.exists():  # the first holds the lock
+        assert first.poll() is None, "the first make test-images ended before its build began"
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "built" in log.read_text(), "the second returned while the first still built"
+    assert first.wait() == 0 and second.returncode == 0, second.stderr
+    assert log.read_text().count("built") == 1, log.read_text()
+    assert "waiting for it" in log.read_text()
