@@ -53,8 +53,8 @@ WAITING = frozenset(
         "tests/e2e/test_chaos.py",  # one job at --input-delay-ms 40, waiting out each fault's recovery
         "tests/e2e/test_engine_faults.py",  # a 600-step job at --input-delay-ms 40 (its node: 71 CPU-s
         # of its ~200 s, 2026-12-05 profile), waiting out each engine's recovery
-        "tests/e2e/test_resize.py",  # a job at --input-delay-ms 20 waiting out two resizes' saves and
-        # restarts (62 CPU-s in its 244 s, 2026-12-06 15:22 profile). On a core lane it ran after the
+        "tests/e2e/test_resize.py",  # a job at --input-delay-ms 40 waiting out two resizes' saves and
+        # restarts (at 20 ms 62 CPU-s in its 244 s, 2026-12-06 15:22 profile). On a core lane it ran after the
         # Swarm while both waiting lanes sat idle for the stage's last 6 minutes (1662cda trial).
     }
 )

@@ -36,6 +36,8 @@ B = FaultStack(
     SETTINGS,
 )
 TASKS = ["chief", "worker-0", "worker-1"]
+RUN_DELAY_MS = "100"
+"""The two mlp runs' input delay: 10 steps a second, a rate for `make status` and diagnose's windows."""
 
 
 def up(stack: FaultStack, **settings: str) -> None:
@@ -85,9 +87,11 @@ def stacks():
         # over, keeping the Prometheus history whose series must not mix with the new run's.
         _forget_checkpoints(A)
         # Both then run for the module's length: an input delay keeps their six tasks from taking the
-        # cores the modules beside this one need (what is judged here is whose series is whose).
-        up(A, TASK="mlp", STEPS="100000000", INPUT_DELAY_MS="25")  # a new run of the same project
-        up(B, TASK="mlp", STEPS="100000000", INPUT_DELAY_MS="25")
+        # cores the modules beside this one need (what is judged here is whose series is whose). At 25 ms
+        # (40 steps a second) each task took ~0.23 of a core (5.8 CPU-ms a step, a paced mlp job's), the
+        # six ~1.4 of the 2 cores the side-by-side stage is bound by; at 100 ms a quarter of that.
+        up(A, TASK="mlp", STEPS="100000000", INPUT_DELAY_MS=RUN_DELAY_MS)  # a new run of the same project
+        up(B, TASK="mlp", STEPS="100000000", INPUT_DELAY_MS=RUN_DELAY_MS)
         yield
     finally:
         for s in (A, B):

@@ -39,9 +39,10 @@ STACK = [f"PROJECT={PROJECT}", f"BIND_ADDR={BIND}", "OFFLINE=1", "GPUS=0"] + (
 )
 # Running for the whole test (it ends with `make clean`); scalars every 20 steps. The light task
 # (mlp), as the session stack: its traces are small and its steps many on 2 shared cores; an input
-# delay, as the session stack's, keeps it from taking both cores for the whole module (it trained flat
-# out: 185 CPU-seconds in 129 s), which the tests beside it need.
-JOB = [f"WORKERS={WORKERS}", "TASK=mlp", "STEPS=10000000", "LOG_EVERY=20", "INPUT_DELAY_MS=20"]
+# delay keeps it from taking both cores for the whole module (it trained flat out: 185 CPU-seconds in
+# 129 s), which the tests beside it need: 40 ms, 25 steps a second, as the fault modules' jobs (a scalar
+# every 0.8 s; a 2 s trace of 50 steps a task to convert).
+JOB = [f"WORKERS={WORKERS}", "TASK=mlp", "STEPS=10000000", "LOG_EVERY=20", "INPUT_DELAY_MS=40"]
 UP_TIMEOUT_S = 1800  # a cold machine builds the image first
 # TensorBoard up and a few intervals of scalars: seconds idle, minutes on 2 shared cores.
 READY_TIMEOUT_S = 600
