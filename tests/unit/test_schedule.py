@@ -3,8 +3,6 @@ count only for the modules that wait, and every unit it names is one that exists
 
 from __future__ import annotations
 
-import heapq
-
 from tests import schedule
 from tests.conftest import ROOT, SESSION_STACK_GROUP
 
@@ -43,26 +41,3 @@ def test_a_waiting_lane_takes_the_units_with_nodes_after_the_others():
 def test_every_unit_named_exists():
     named = (set(schedule.SECONDS) | schedule.WAITING | schedule.NODES) - {SESSION_STACK_GROUP}
     assert [u for u in sorted(named) if not (ROOT / u).is_file()] == []
-
-
-def _lane_ends(seconds: dict[str, float], lanes: int) -> list[float]:
-    """When each of `lanes` lanes would end if every unit took its measured span: each lane, as it comes
-    free, takes what schedule.pick gives it (the first HEAVY_AT_ONCE lanes are the core lanes)."""
-    queue, free, ends = list(seconds), [(0.0, lane) for lane in range(lanes)], [0.0] * lanes
-    heapq.heapify(free)
-    while free:
-        now, lane = heapq.heappop(free)
-        unit = schedule.pick(queue, waiting_lane=lane >= schedule.HEAVY_AT_ONCE)
-        if unit is None:
-            ends[lane] = now
-            continue
-        queue.remove(unit)
-        heapq.heappush(free, (now + seconds[unit], lane))
-    return ends
-
-
-def test_the_measured_units_keep_every_lane_busy_to_near_the_end():
-    # make test's E2E_JOBS=4. With resize on a core lane the waiting lanes ended 6 minutes before the core
-    # lanes (823 and 828 s of 1191 in the 1662cda trial), idle while a core lane still ran 7 modules.
-    ends = _lane_ends(schedule.SECONDS, lanes=4)
-    assert min(ends) >= 0.75 * max(ends), ends
