@@ -50,7 +50,7 @@ def job():
     STACK.make("clean", "FORCE=1", timeout=300)
     # An input delay: flat out the job took 0.75 of a core for the module's 152 s (115 CPU-s), which the
     # modules beside it need; a resize's saves and restarts are the same. At 40 ms (25 steps a second,
-    # as the fault modules' jobs) it waits on a waiting lane (tests/schedule.py) at half 20 ms's CPU.
+    # as the fault modules' jobs) it takes half 20 ms's CPU.
     up = STACK.make("up", "WORKERS=1", "STEPS=10000000", "INPUT_DELAY_MS=40", timeout=1800)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     yield STACK

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -175,6 +176,7 @@ def test_a_second_make_test_images_waits_for_the_first_and_builds_nothing(tmp_pa
     first = subprocess.Popen(cmd, cwd=ROOT)
     while not started.exists():  # the first holds the lock
         assert first.poll() is None, "the first make test-images ended before its build began"
+        time.sleep(0.05)
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "built" in log.read_text(), "the second returned while the first still built"
     assert first.wait() == 0 and second.returncode == 0, second.stderr
