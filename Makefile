@@ -4,7 +4,12 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-PYTHON ?= python3
+# The host's Python 3, resolved once: a version manager's shim (pyenv's) costs ~0.12 CPU-s at every
+# call, and a make up makes six. Exported, so nested makes and scripts take it as resolved.
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell python3 -c 'import sys; print(sys.executable)' 2>/dev/null || echo python3)
+endif
+export PYTHON
 
 # Variables given on make's command line, taken as typed: make would otherwise expand a `$` in them, and
 # a recipe that pastes one into a shell line runs what its quotes let through (ARGS="--note 'a b'" split,
