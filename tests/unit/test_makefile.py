@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +183,25 @@ def test_a_second_make_test_images_waits_for_the_first_and_builds_nothing(tmp_pa
     assert first.wait() == 0 and second.returncode == 0, second.stderr
     assert log.read_text().count("built") == 1, log.read_text()
     assert "waiting for it" in log.read_text()
+
+
+def test_a_version_managers_python_shim_runs_once_per_make(tmp_path: Path) -> None:
+    """pyenv's `python3` is a shell shim that finds the interpreter at every call (~0.12 CPU-s of bash
+    each; a make up made six calls). make resolves it once: a counting shim first on PATH runs once,
+    however many Python steps up.sh takes before its refusal (STEPS=0, before any docker)."""
+    count = tmp_path / "shim-calls"
+    shim = tmp_path / "bin" / "python3"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\necho call >>{count}\nexec {sys.executable} "$@"\n')
+    shim.chmod(0o755)
+    environ = {"PATH": f"{shim.parent}:{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/root")}
+    result = subprocess.run(
+        ["make", "--no-print-directory", "up", f"PROJECT={PROJECT}", f"RUN_DIR={tmp_path}/run", "STEPS=0"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "STEPS=0" in result.stderr, result.stderr
+    assert count.read_text().splitlines() == ["call"], f"the shim ran {len(count.read_text().split())} times"
