@@ -119,18 +119,14 @@ def _bad_inputs() -> list[tuple[str, str]]:
     ]
 
 
-@pytest.mark.parametrize("setting,named", _bad_inputs())
-def test_bad_settings_are_refused_in_one_line_before_docker(tmp_path: Path, setting: str, named: str) -> None:
-    """Issue 29: WORKERS, STEPS, TASK, SCRIPT and DATA were checked after the engine check and the image
-    builds; WORKERS=abc printed argparse's usage naming --workers. A `docker` that records being run
-    stands first on PATH: nothing may reach it."""
-    called = tmp_path / "docker-called"
-    stub = tmp_path / "bin" / "docker"
+def up_with_stub(tmp_path: Path, command: str, body: str, setting: str) -> subprocess.CompletedProcess:
+    """`make up setting` with a stand-in `command` (a shell script of `body`) first on PATH."""
+    stub = tmp_path / "bin" / command
     stub.parent.mkdir()
-    stub.write_text(f'#!/bin/sh\necho "$@" >>{called}\nexit 1\n')
+    stub.write_text(f"#!/bin/sh\n{body}\n")
     stub.chmod(0o755)
     environ = {"PATH": f"{stub.parent}:{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/root")}
-    result = subprocess.run(
+    return subprocess.run(
         ["make", "--no-print-directory", "up", f"PROJECT={PROJECT}", f"RUN_DIR={tmp_path}/run", setting],
         cwd=ROOT,
         env=environ,
@@ -138,6 +134,15 @@ def test_bad_settings_are_refused_in_one_line_before_docker(tmp_path: Path, sett
         text=True,
         timeout=120,
     )
+
+
+@pytest.mark.parametrize("setting,named", _bad_inputs())
+def test_bad_settings_are_refused_in_one_line_before_docker(tmp_path: Path, setting: str, named: str) -> None:
+    """Issue 29: WORKERS, STEPS, TASK, SCRIPT and DATA were checked after the engine check and the image
+    builds; WORKERS=abc printed argparse's usage naming --workers. A `docker` that records being run
+    stands first on PATH: nothing may reach it."""
+    called = tmp_path / "docker-called"
+    result = up_with_stub(tmp_path, "docker", f'echo "$@" >>{called}\nexit 1', setting)
     lines = [line for line in result.stderr.splitlines() if not line.startswith("make: ***")]
     assert result.returncode != 0 and len(lines) == 1 and named in lines[0], result.stderr
     assert "usage:" not in result.stderr and not called.exists(), (
@@ -190,18 +195,6 @@ def test_a_version_managers_python_shim_runs_once_per_make(tmp_path: Path) -> No
     each; a make up made six calls). make resolves it once: a counting shim first on PATH runs once,
     however many Python steps up.sh takes before its refusal (STEPS=0, before any docker)."""
     count = tmp_path / "shim-calls"
-    shim = tmp_path / "bin" / "python3"
-    shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\necho call >>{count}\nexec {sys.executable} "$@"\n')
-    shim.chmod(0o755)
-    environ = {"PATH": f"{shim.parent}:{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/root")}
-    result = subprocess.run(
-        ["make", "--no-print-directory", "up", f"PROJECT={PROJECT}", f"RUN_DIR={tmp_path}/run", "STEPS=0"],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = up_with_stub(tmp_path, "python3", f'echo call >>{count}\nexec {sys.executable} "$@"', "STEPS=0")
     assert result.returncode != 0 and "STEPS=0" in result.stderr, result.stderr
     assert count.read_text().splitlines() == ["call"], f"the shim ran {len(count.read_text().split())} times"
