@@ -7,6 +7,7 @@
 #   nodes.sh load IMAGE...         docker save | docker load into every node, in parallel
 #   nodes.sh registry              start Debian's docker-registry (distribution 2.8) on BIND_ADDR:REGISTRY_PORT
 #   nodes.sh push IMAGE REGISTRY   push IMAGE to REGISTRY, print its pinned reference (repo@sha256:...)
+#   nodes.sh pull REF...           docker pull REF... on every node, in parallel
 #   nodes.sh kill N | start N      SIGKILL a node's container (a host crash) / start it again
 #   nodes.sh run N [OPTS] -- [ARGS]  only node N (its network too), no swarm: docker run OPTS, ARGS after the image
 # Settings (environment): SWARM_NAME (names of everything), NODES, MANAGERS, SWARM_SUBNET, GPU_NODE.
@@ -157,6 +158,15 @@ load() {
   return $rc
 }
 
+pull() {
+  local pids=() ref n
+  for n in $(seq "$NODES"); do
+    (for ref in "$@"; do in_node "$n" pull -q "$ref" >/dev/null || exit 1; done) & pids+=($!)
+  done
+  local rc=0 p; for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
+}
+
 registry_addr() { echo "$SUBNET.10:5000"; }
 
 registry() {
@@ -200,6 +210,7 @@ case "${1:-}" in
   load) shift; load "$@" ;;
   registry) registry ;;
   push) push "$2" "$3" ;;
+  pull) shift; pull "$@" ;;
   run) shift; n=$1; shift; build_image >/dev/null; docker network inspect "$NAME" >/dev/null 2>&1 || net
        run_node "$n" "$@" && wait_engine "$n" ;;
   kill) docker kill "$(node "$2")" >/dev/null ;;

@@ -46,6 +46,10 @@ if [ "${TRANSPORT:-registry}" = registry ]; then
   trainer_ref=${NODE_REGISTRY:-$registry}/${trainer_ref#*/}
   prometheus_ref=${NODE_REGISTRY:-$registry}/${prometheus_ref#*/}
   alertmanager_ref=${NODE_REGISTRY:-$registry}/${alertmanager_ref#*/}
+  # Pulled on every node before the deploy, not by each task as it is scheduled: Prometheus and
+  # Alertmanager are small and start first, so a trainer image still pulling (1.7 GB, over a minute
+  # on a loaded CI machine) was a target down for TrainerDown's 1 minute: a page for a normal deploy.
+  "$NODES_SH" pull "$trainer_ref" "$prometheus_ref" "$alertmanager_ref"
 else
   "$NODES_SH" load "$trainer" "$prometheus" "$alertmanager"
   trainer_ref=$trainer prometheus_ref=$prometheus alertmanager_ref=$alertmanager

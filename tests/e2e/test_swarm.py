@@ -64,6 +64,7 @@ HEARTBEAT_S = 5
 CLUSTER_TIMEOUT_S = 180
 TRAINER_ARGS = f"--input-delay-ms 40 --log-every 1 --heartbeat-timeout {HEARTBEAT_S}"
 RUN_DIR = ".run/swarm-e2e"
+NODES = 3
 ALERTS_FILE = f"{RUN_DIR}/alertmanager.yml"
 """The Alertmanager config a user would edit, receiver pointed at this module's webhook (`make stack-up
 ALERTMANAGER_CONFIG=`): the shipped routing and timings."""
@@ -78,7 +79,7 @@ VARS = [
     # Not make up's default (cnn): what is judged here is placement, the overlay, alerts and recovery,
     # and the cnn's 4500 steps took ~300 CPU-seconds of the nodes' ~700 beside the other modules.
     "TASK=mlp",
-    "NODES=3",
+    f"NODES={NODES}",
     "OFFLINE=1",
     "GPUS=0",
     f"STEPS={STEPS}",
@@ -170,6 +171,8 @@ class Deployed:
     """When `make stack-up` began (wall clock)."""
     inbox: Inbox
     """The webhook the swarm's Alertmanager delivers to, on the nodes' network gateway."""
+    missing: dict[int, list[str]]
+    """Node -> the stack's images it did not hold when `make stack-up` returned."""
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +190,7 @@ def swarm() -> Iterator[Deployed]:
     try:
         assert up.returncode == 0, f"make stack-up failed:\n{up.stdout[-3000:]}\n{up.stderr[-3000:]}"
         figure("stack-up seconds (images on nodes included)", time.time() - started)
-        yield Deployed(started=started, inbox=inbox)
+        yield Deployed(started=started, inbox=inbox, missing=images_missing(STACK))
     finally:
         inbox.close()
         make("stack-down", timeout=300)
@@ -198,6 +201,24 @@ def swarm() -> Iterator[Deployed]:
             text=True,
         ).stdout.split()
         assert down.returncode == 0 and not left, f"make nodes-down left {left}: {down.stderr[-2000:]}"
+
+
+def images_missing(stack: str) -> dict[int, list[str]]:
+    """Node -> the images of `stack`'s services it does not hold (by the digest the stack runs)."""
+    services = node(1, "stack", "services", stack, "--format", "{{.Image}}").stdout.split()
+    assert services, f"no services in stack {stack}"
+    held = {
+        n: {ref for ref in set(services) if node(n, "image", "inspect", ref).returncode == 0}
+        for n in range(1, NODES + 1)
+    }
+    return {n: sorted(set(services) - refs) for n, refs in held.items() if set(services) - refs}
+
+
+def test_stack_up_returns_with_every_image_on_every_node(swarm: Deployed) -> None:
+    """Each node pulls before the deploy: pulled by each task as it was scheduled, the 1.7 GB trainer
+    image took over a minute on a loaded CI machine while the small Prometheus had started, and the
+    trainer targets it could not scrape paged TrainerDown for a normal deploy."""
+    assert not swarm.missing, f"not on the nodes when make stack-up returned: {swarm.missing}"
 
 
 def test_host_engine_stays_out_of_swarm_mode(swarm: Deployed) -> None:
@@ -302,9 +323,12 @@ def test_an_unscrapable_task_is_alerted_by_the_swarms_alertmanager_and_resolved(
     )
     assert resolved, f"no resolution once reachable again; received: {swarm.inbox.received}"
     figure("metrics reachable again -> TrainerDown resolution delivered, seconds", resolved[0] - unblocked)
-    # Only the cut-off task paged: the job trained on meanwhile (the next test needs it mid-run).
+    # Only the cut-off task paged, then or since the deploy: the job trained on meanwhile (the next
+    # test needs it mid-run).
     others = [
-        b["commonLabels"] for _, b in swarm.inbox.received if b["commonLabels"].get("task_type") == "chief"
+        (f"{at - blocked:+.0f} s from the block", b["status"], b["commonLabels"])
+        for at, b in swarm.inbox.received
+        if b["commonLabels"].get("task_type") == "chief"
     ]
     assert not others, others
     step_after = prom("trainer_global_step")["chief0"]
