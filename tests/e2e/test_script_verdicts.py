@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import pytest
 
 from contract import ALLREDUCE_BYTES, COMPUTE, RUN_LABEL, STEP, STEPS
+from monitoring.verdict import SEVERITY
 from tests.e2e import places
 from tests.e2e.conftest import ROOT, engine_ready
 from tests.e2e.faultstack import FaultStack
@@ -137,18 +138,27 @@ def diagnose(stack: FaultStack) -> dict:
 def wait_for(
     stack: FaultStack, verdict: str, tasks: tuple[str, ...] | None = None, slower_than: float = 0.0
 ) -> dict:
-    """Poll `make diagnose` until it says `verdict` (naming `tasks`) about all three tasks, and the
-    steps of the last MEASURE_WINDOW take `slower_than` seconds or more (the fault has bitten)."""
-    start, seen = time.monotonic(), []
+    """Poll `make diagnose` until it says `verdict` (naming `tasks`) about all three tasks, the steps of
+    the last MEASURE_WINDOW take `slower_than` seconds or more (the fault has bitten), and the recording
+    rule the Training overview's verdict panel reads (cluster:trainer_verdict:code) has said it too."""
+    start, seen, rule_agreed = time.monotonic(), [], False
+    this_run = f'{{{RUN_LABEL}="{run_id(stack)}"}}'
     while True:
         report = diagnose(stack)
-        if slower_than and rate_ratio(stack, f"{STEP.name}_sum", f"{STEP.name}_count") < slower_than:
-            report = {**report, "verdict": f"{report['verdict']} (steps not slowed yet)"}
-        elapsed = time.monotonic() - start
-        seen.append(f"{elapsed:.0f}s {report['verdict']} {report['cluster']['tasks']}")
         assert report["verdict"] != "mismatch", f"runs mixed: {json.dumps(report)[:3000]}"
+        rule_agreed = (
+            rule_agreed
+            or SEVERITY.index(verdict) in _safe(stack, f"cluster:trainer_verdict:code{this_run}").values()
+        )
+        slowed = not slower_than or rate_ratio(stack, f"{STEP.name}_sum", f"{STEP.name}_count") >= slower_than
+        elapsed = time.monotonic() - start
+        notes = ("" if rule_agreed else " (the dashboard's rule not yet)") + (
+            "" if slowed else " (steps not slowed yet)"
+        )
+        seen.append(f"{elapsed:.0f}s {report['verdict']}{notes} {report['cluster']['tasks']}")
         if (
             report["verdict"] == verdict
+            and not notes
             and (tasks is None or tuple(report["cluster"]["tasks"]) == tasks)
             and len(report["tasks"]) == len(TASKS)
         ):
@@ -276,3 +286,4 @@ def test_fit_script_with_a_slow_input_map_is_input_bound(fit_run):
     assert report["exit_code"] == 1
     named = report["cluster"]["tasks"]
     assert named and all(report["tasks"][t]["verdict"] == "input-bound" for t in named)
+    assert any("prefetch" in a.lower() for a in report["cluster"]["advice"]), report["cluster"]["advice"]
