@@ -93,7 +93,7 @@ BOTH_PASSED = { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; } && { [ $$2 -eq 0 ] || [ $$2 -e
 FETCH = PYTHON=$(PYTHON) images/images.sh fetch images/requirements-$(1).lock build/wheelhouse-$(1)
 PREBUILD = ($(call FETCH,gpu)) & gpu=$$!; ($(call FETCH,cpu)) & \
   if compose/engine.sh check >/dev/null 2>&1; then $(MAKE) --no-print-directory images VARIANT=cpu OFFLINE=1 \
-    && wait $$gpu && $(MAKE) --no-print-directory images VARIANT=gpu OFFLINE=1; \
+    && wait $$gpu && $(MAKE) --no-print-directory images VARIANT=gpu OFFLINE=1 && date >$(GPU_BUILT); \
   else echo "test: no Docker engine: the end-to-end tests build the images themselves"; fi; built=$$?; \
   wait; exit $$built
 
@@ -101,6 +101,11 @@ PREBUILD = ($(call FETCH,gpu)) & gpu=$$!; ($(call FETCH,cpu)) & \
 # then checked every image again (the GPU one's 3.3 GB build context: 20 s after its 139 s build, with
 # the unit tests done and waiting). The second now waits for the first and takes its images as built.
 TEST_IMAGES_LOCK = build/test-images.lock
+# Written when this make test's make test-images (or the one it waited for) built the GPU image: the side-by-
+# side stage's test_gpu_image takes that image rather than build it again, a warm build that resent its
+# 3.5 GB context because the CPU stacks' builds had replaced the builder's copy (60-90 s of a CPU-bound lane
+# on CI). make test removes it first; run on its own, the test builds.
+GPU_BUILT = build/test-images.gpu-built
 TEST_IMAGES_LOG = build/logs/test-images.log
 .PHONY: test-images
 test-images: ## Download the images' wheelhouses and build the CPU stack's and the GPU trainer's images, as make test does beside its unit tests (.ci/run starts it during its set-up, whose installs wait on the network; a second one waits for it)
@@ -111,11 +116,11 @@ test-images: ## Download the images' wheelhouses and build the CPU stack's and t
 
 .PHONY: test
 test: $(VENV)/.stamp ## Run every test: unit (on every core, the images downloading and building meanwhile), then the local clusters and the Docker end-to-end suite (those that judge what they time alone, the rest E2E_JOBS side by side)
-	@mkdir -p build/logs; $(MAKE) --no-print-directory test-images & images=$$!; \
+	@mkdir -p build/logs; rm -f $(GPU_BUILT); $(MAKE) --no-print-directory test-images & images=$$!; \
 	  $(UNIT) $(PYTEST_ARGS); unit=$$?; \
 	  wait $$images || echo "test: the images' download or build failed (build/logs/test-images.log): the tests that need them do it again"; \
 	  exit $$unit
-	@$(MEASURED) $(PYTEST_ARGS); measured=$$?; $(SIDE_BY_SIDE) $(PYTEST_ARGS); rest=$$?; \
+	@export TEST_IMAGES_GPU_BUILT=$(GPU_BUILT); $(MEASURED) $(PYTEST_ARGS); measured=$$?; $(SIDE_BY_SIDE) $(PYTEST_ARGS); rest=$$?; \
 	  set -- $$measured $$rest; $(BOTH_PASSED)
 
 FAULTS ?= 20
