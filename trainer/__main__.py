@@ -52,7 +52,14 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
     try:
         run.run(config, spec)
     except TrainerError as err:
-        return failed(str(err), err.exit_code, env)
+        code = failed(str(err), err.exit_code, env)
+        if is_retryable(code):
+            # Before this block ends: the end of the block frees the traceback, and with it the training
+            # loop's frames and their TensorFlow datasets and collectives, whose teardown waited for peers
+            # already gone. A preempted task (make down) took 20-40 s to exit in 4 of 9 tries, its main
+            # thread asleep on this line; exit_now skips that teardown.
+            exit_now(code)
+        return code
     except Exception as err:
         log.exception("training failed")
         return failed(f"training failed: {type(err).__name__}: {err}", EXIT_FAILED, env, logged=True)
