@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] = os.environ)
         if is_retryable(code):
             # Before this block ends: the end of the block frees the traceback, and with it the training
             # loop's frames and their TensorFlow datasets and collectives, whose teardown waited for peers
-            # already gone. A preempted task (make down) took 20-40 s to exit in 4 of 9 tries, its main
+            # already gone. A preempted task (make down) took 20-40 s to exit in 5 of 9 tries, its main
             # thread asleep on this line; exit_now skips that teardown.
             exit_now(code)
         return code

@@ -47,7 +47,7 @@ def test_exit_now_exits_with_the_code(code):
 def test_a_retryable_failure_exits_before_the_loops_objects_are_freed(tmp_path, error, code):
     """What the training loop's frames hold (TensorFlow's datasets, iterators, collectives) is freed when
     the traceback is: after a lost peer or a preemption that teardown waited for peers already gone (a
-    `make down` took 20-40 s in 4 of 9 tries). A retryable exit leaves before it; another exit frees them."""
+    `make down` took 20-40 s in 5 of 9 tries). A retryable exit leaves before it; another exit frees them."""
     freed = tmp_path / "freed"
     script = f"""
 from trainer import errors, run
