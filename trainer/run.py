@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 
 from trainer.cluster import preflight
 from trainer.cluster.spec import CHIEF, ClusterSpec, TaskId
@@ -36,8 +35,7 @@ def run(config: Config, spec: ClusterSpec | None) -> None:
         if server and config.metrics_linger:
             # The process is about to vanish with its /metrics endpoint: without this, the last scrape
             # predates the final steps and Prometheus never sees `done` (TrainerDown would then fire).
-            log.info("done; serving metrics %.0fs more for the last scrapes", config.metrics_linger)
-            time.sleep(config.metrics_linger)
+            server.linger(config.metrics_linger)
     except BaseException:
         metrics.state("failed")
         raise

@@ -183,3 +183,44 @@ def test_run_settings_export_every_label_missing_ones_empty():
     (sample,) = fams["trainer_run_settings_info"].samples
     assert set(sample.labels) == {*contract.LABELS, *contract.RUN_SETTING_LABELS}
     assert sample.labels["bytes_per_pack"] == "0" and sample.labels["allreduce_dtype"] == ""
+
+
+LINGERING_TASK = """
+import logging, signal, sys
+from prometheus_client import CollectorRegistry
+from trainer.telemetry import metrics
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+server = metrics.Server(CollectorRegistry(), 0, addr="127.0.0.1")
+signal.signal(signal.SIGTERM, lambda *_: None)  # as TensorFlow's preemption notifier: SIGTERM only recorded
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # it lands on a server thread, as on TensorFlow's
+server.linger(600)
+server.close()
+print("linger ended")
+"""
+
+
+def test_sigterm_ends_a_finished_tasks_metrics_linger():
+    """A finished job's `make down` waited out the whole linger: TensorFlow held SIGTERM by then, and
+    the signal lands on whichever thread the kernel picks. Bounded by the 600 s linger, not timed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    task = subprocess.Popen(
+        [sys.executable, "-c", LINGERING_TASK],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in task.stderr:
+            if "SIGTERM ends it" in line:
+                break
+        task.send_signal(signal.SIGTERM)
+        out, err = task.communicate(timeout=300)
+    finally:
+        task.kill()
+    assert task.returncode == 0 and out == "linger ended\n", (task.returncode, out, err)

@@ -27,7 +27,6 @@ import logging
 import os
 import runpy
 import sys
-import time
 import traceback
 from collections.abc import Mapping, Sequence
 
@@ -149,8 +148,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
     if server and linger and status == 0:
         # As the built-in trainer does (trainer/run.py): without it the last scrape predates the final
         # steps, and a finished worker read `step 110 of 200 (55%)` in `make status` for good.
-        log.info("done; serving metrics %.0fs more for the last scrapes", linger)
-        time.sleep(linger)
+        server.linger(linger)
     if server:
         server.close()
     return status

@@ -8,6 +8,9 @@ same interface doing nothing, for --metrics-port 0.
 from __future__ import annotations
 
 import logging
+import signal
+import threading
+import time
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -213,6 +216,10 @@ class NullMetrics:
     world_size = type("NullGauge", (), {"set": staticmethod(lambda value: None)})()
 
 
+LINGER_POLL_S = 0.25
+"""How soon a lingering task notices SIGTERM: a wake-up costs nothing, a late exit delays `make down`."""
+
+
 class Server:
     """The /metrics endpoint; `close()` stops it."""
 
@@ -225,6 +232,22 @@ class Server:
                 "pick a free port or 0 to disable metrics"
             ) from None
         log.info("metrics on http://%s:%d/metrics", addr, port)
+
+    def linger(self, seconds: float) -> None:
+        """Keep serving `seconds` more for Prometheus' last scrapes, or until SIGTERM (`make down`).
+
+        By then TensorFlow holds SIGTERM (MWMS's preemption notifier, PreemptionCheckpointHandler) and only
+        records it, so a finished task's `make down` waited out the whole linger (17 s measured). The
+        signal may land on any thread, whose C handler only flags it for the main thread: the main thread
+        wakes every LINGER_POLL_S to run its handler, as one long sleep would not.
+        """
+        log.info("done; serving metrics %.0fs more for the last scrapes (SIGTERM ends it)", seconds)
+        stop = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        deadline = time.monotonic() + seconds
+        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            stop.wait(min(left, LINGER_POLL_S))
 
     def close(self) -> None:
         self._server.shutdown()
