@@ -66,6 +66,10 @@ FINAL_NOTICE = b"mwms-final "
 connect read `mwms-final <code> <why>` and end too (exit 5) instead of waiting for it."""
 REASON_ENV = "SUPERVISE_REASON_FILE"
 """Where a task writes its one-line error for trainer.supervise.supervisor, whose last line repeats it."""
+JOINING_ENV = "SUPERVISE_JOINING_FILE"
+"""A file that exists while a task is inside MultiWorkerMirroredStrategy's constructor (trainer.cluster.joining),
+which waits for every peer with SIGTERM held by TensorFlow and the GIL taken (its /metrics cannot answer):
+trainer.supervise.supervisor SIGKILLs a task signalled then, which has nothing to save."""
 DUMP_SIGNAL_NAME = "SIGUSR2"
 """On it a task writes every thread's Python stack to its log (faulthandler): trainer.supervise.supervisor sends
 it to a task whose step is stuck, before ending it."""

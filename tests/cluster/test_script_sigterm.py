@@ -4,7 +4,8 @@ MWMS's coordination service swallows SIGTERM (TensorFlow's preemption notifier o
 `docker stop` of a SCRIPT task waited out the stop grace for the engine's SIGKILL (`make down` took
 61 s on a fit script). Two local processes under the wrapper; worker-0 gets SIGTERM mid-run, as its
 supervisor forwards `docker stop`'s: it must end well within the grace, and a handler the script
-set before building its strategy must be the one that runs.
+set before building its strategy must be the one that runs. A task still inside that constructor,
+waiting for a peer that is gone, cannot act on SIGTERM at all: its supervisor must end it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 
 import contract
 from compose.deployment import STOP_GRACE_SECONDS
-from tests.cluster.local import start_script
+from tests.cluster.local import ROOT, start_script
 from tests.cluster.test_script_stuck import scrape
 from tests.unit.test_monitoring_live import free_port
 
@@ -99,3 +101,55 @@ def test_sigterm_ends_a_script_task_within_the_stop_grace(tmp_path, own_handler)
     finally:
         launcher.kill()
         launcher.wait()
+
+
+def test_sigterm_ends_a_script_task_still_waiting_for_a_missing_peer(tmp_path) -> None:
+    """`make down` of a job with a task gone (killed, its node lost) took 61 s: its peers' scripts
+    sat in MWMS's constructor waiting for it, where TensorFlow holds SIGTERM and the GIL (not even
+    /metrics answers). The chief of a chief + 1 worker runs under its supervisor; the worker never starts."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    cluster = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    tf_config = {
+        "cluster": {"chief": cluster[:1], "worker": cluster[1:]},
+        "task": {"type": "chief", "index": 0},
+    }
+    log = tmp_path / "chief.log"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
+    env = {**clean, "TF_CONFIG": json.dumps(tf_config), "TRAINER_METRICS_PORT": str(free_port())}
+    command = [
+        sys.executable,
+        "-m",
+        "trainer.supervise.supervisor",
+        "--",
+        sys.executable,
+        "-m",
+        "trainer.script.wrapper",
+    ]
+    with log.open("w") as out:  # no stdout: a wrapper left behind by a failure must not hold pytest's
+        chief = subprocess.Popen(
+            [*command, str(script)],
+            cwd=ROOT,
+            env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"},
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+    try:
+        deadline = time.monotonic() + 900  # the run's bound, not a time: a loaded machine imports slowly
+        while "Waiting for 1/2 tasks to connect" not in log.read_text():  # TensorFlow's coordination service
+            assert chief.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        sent = time.monotonic()
+        chief.send_signal(signal.SIGTERM)
+        try:
+            chief.wait(timeout=STOP_GRACE_SECONDS / 2)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the chief still waits for its peer: SIGTERM was swallowed") from None
+        print(f"the chief ended {time.monotonic() - sent:.1f} s after SIGTERM")
+        assert "SIGTERM while joining its cluster (nothing to save): SIGKILL" in log.read_text()
+    finally:
+        wrapper = Path(f"/proc/{chief.pid}/task/{chief.pid}/children")
+        for pid in map(int, wrapper.read_text().split() if wrapper.exists() else ()):
+            os.killpg(pid, signal.SIGKILL)  # its own session (the supervisor's start_new_session)
+        chief.kill()
+        chief.wait()

@@ -20,6 +20,8 @@ import logging
 import signal
 import threading
 
+from trainer.cluster import joining
+
 log = logging.getLogger("trainer.script.sigterm")
 
 
@@ -32,7 +34,8 @@ def install() -> None:
     @functools.wraps(built)
     def init(self, *args, **kwargs):
         before = signal.getsignal(signal.SIGTERM)
-        built(self, *args, **kwargs)
+        with joining.joining():  # the supervisor SIGKILLs a task signalled now: nothing else could end it
+            built(self, *args, **kwargs)
         restore(before)
 
     strategy.__init__ = init

@@ -79,6 +79,7 @@ from trainer.errors import (
     EXIT_OK,
     EXIT_PEER_FAILED,
     FINAL_NOTICE,
+    JOINING_ENV,
     REASON_ENV,
     STUCK_ENV,
     is_retryable,
@@ -381,6 +382,7 @@ class Supervisor:
         self.state = State.load(settings.state_file)
         self.budget = Budget(settings.max_restarts, **self.state.budget)
         self._reason = os.path.join(tempfile.gettempdir(), f"supervise-reason-{os.getpid()}")
+        self._joining = Path(tempfile.gettempdir(), f"supervise-joining-{os.getpid()}")
 
     def on_signal(self, signum: int, _frame=None) -> None:
         self._stopping = signum
@@ -482,7 +484,8 @@ class Supervisor:
 
     def _run_once(self) -> int:
         Path(self._reason).unlink(missing_ok=True)
-        env = {**os.environ, REASON_ENV: self._reason} | (
+        self._joining.unlink(missing_ok=True)
+        env = {**os.environ, REASON_ENV: self._reason, JOINING_ENV: str(self._joining)} | (
             {STUCK_ENV: self.state.stuck} if self.state.stuck else {}
         )
         self._child = subprocess.Popen(self._s.command, start_new_session=True, env=env)
@@ -493,12 +496,28 @@ class Supervisor:
             try:
                 return self._child.wait(timeout=self._s.poll)
             except subprocess.TimeoutExpired:
+                if self._stopping is not None:
+                    self._end_joining()
+                    continue
                 best = self.budget.best
                 self.budget.saw(self._progress(self._s.metrics_url))
                 if self.budget.best != best:  # kept at once: a kill of the container must not forget it
                     self._save()
                 if (why := watch.saw(*self._steps(self._s.metrics_url))) and not self.stuck:
                     self._on_stuck(why, watch)
+
+    def _end_joining(self) -> None:
+        """A signalled child still joining its cluster cannot act on the signal and has nothing to save:
+        SIGKILL it (trainer/cluster/joining.py). Otherwise it is saving or leaving: let it."""
+        if not self._joining.exists():
+            return
+        self._log(
+            f"{signal.Signals(self._stopping).name} while joining its cluster (nothing to save): SIGKILL"
+        )
+        try:
+            os.killpg(self._child.pid, signal.SIGKILL)
+        except OSError:  # already gone
+            pass
 
     def _on_stuck(self, why: str, watch: StallWatch) -> None:
         """Name the task behind; end this one if it is behind, or if nobody is and every peer answers;

@@ -19,7 +19,7 @@ from functools import partial
 import tensorflow as tf
 
 import trainer
-from trainer.cluster import agreement, device, server_config
+from trainer.cluster import agreement, device, joining, server_config
 from trainer.cluster.spec import ClusterSpec, TaskId
 from trainer.config import Config
 from trainer.data import position, records
@@ -69,7 +69,10 @@ def make_strategy(config: Config, spec: ClusterSpec | None) -> tf.distribute.Str
         )
         configure_coordination(config, resolver.cluster_spec())
         server_config.apply(server_config.DEFAULT)  # before MWMS: it starts the gRPC server
-    return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
+    with joining.joining():
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
 
 
 def configure_coordination(config: Config, cluster: tf.train.ClusterSpec) -> None:
