@@ -498,8 +498,7 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 if self._stopping is not None:
                     self._end_joining()
-                    continue
-                best = self.budget.best
+                best = self.budget.best  # a preempted task's last save still renews the budget
                 self.budget.saw(self._progress(self._s.metrics_url))
                 if self.budget.best != best:  # kept at once: a kill of the container must not forget it
                     self._save()
