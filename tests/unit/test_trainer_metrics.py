@@ -186,10 +186,15 @@ def test_run_settings_export_every_label_missing_ones_empty():
 
 
 LINGERING_TASK = """
-import logging, signal, sys
+import logging, signal, sys, time
 from prometheus_client import CollectorRegistry
 from trainer.telemetry import metrics
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+class Paused(logging.Handler):  # a busy machine may pause the task right after it writes a line (CI did)
+    def emit(self, record):
+        sys.stderr.flush()
+        time.sleep(1)
+logging.getLogger().addHandler(Paused())
 server = metrics.Server(CollectorRegistry(), 0, addr="127.0.0.1")
 signal.signal(signal.SIGTERM, lambda *_: None)  # as TensorFlow's preemption notifier: SIGTERM only recorded
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # it lands on a server thread, as on TensorFlow's
@@ -201,7 +206,8 @@ print("linger ended")
 
 def test_sigterm_ends_a_finished_tasks_metrics_linger():
     """A finished job's `make down` waited out the whole linger: TensorFlow held SIGTERM by then, and
-    the signal lands on whichever thread the kernel picks. Bounded by the 600 s linger, not timed."""
+    the signal lands on whichever thread the kernel picks; and the line that says SIGTERM ends it must
+    come only once it does (CI sent SIGTERM in between). Bounded by the 600 s linger, not timed."""
     import os
     import signal
     import subprocess

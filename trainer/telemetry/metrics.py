@@ -241,10 +241,11 @@ class Server:
         signal may land on any thread, whose C handler only flags it for the main thread: the main thread
         wakes every LINGER_POLL_S to run its handler, as one long sleep would not.
         """
-        log.info("done; serving metrics %.0fs more for the last scrapes (SIGTERM ends it)", seconds)
         stop = threading.Event()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        # Logged only once the handler is set: a SIGTERM sent on seeing this line must end the linger.
+        log.info("done; serving metrics %.0fs more for the last scrapes (SIGTERM ends it)", seconds)
         deadline = time.monotonic() + seconds
         while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
             stop.wait(min(left, LINGER_POLL_S))
