@@ -1,113 +1,76 @@
 # The Docker stack: a chief plus WORKERS workers, Prometheus, and Grafana when its image is available.
 # Included by the top Makefile (which defines PYTHON, VENV and PY).
 #
-# Two kinds of variables reach compose/up.sh, each one way:
-#  - stack settings: STACK_VARS below, the one list (defaults here);
-#  - trainer knobs: any trainer flag upper-cased (STEPS=, TASK=, PER_REPLICA_BATCH=, INPUT_DELAY_MS=, ...,
-#    see `python -m trainer --help`) given on make's command line, or TRAINER_<NAME> in the environment.
-#    make exports command-line variables to every recipe, so they pass untouched to the Compose target
-#    (python -m compose.emit --target compose), which reads them from its environment (compose/knobs.py
-#    derives the names from trainer/config.py); MAKE_COMMAND_LINE (the top Makefile) names them, so a
-#    shell variable that only shares a flag's name is not a knob.
+# Every recipe here is one call of compose/lifecycle.py: make hands it every variable in its environment
+# (pass_env, the top Makefile), never inside shell text, and it parses them once (compose/settings.py).
+#  - stack settings: STACK_VARS below, the one list; their defaults are compose/settings.py's;
+#  - trainer knobs: any trainer flag upper-cased (STEPS=, TASK=, PER_REPLICA_BATCH=, ..., see `python -m trainer
+#    --help`) given on make's command line, or TRAINER_<NAME> in the environment: MAKE_COMMAND_LINE (the top
+#    Makefile) names them, so a shell variable that only shares a flag's name is not a knob (compose/knobs.py).
 
-WORKERS ?= $(DEFAULT_WORKERS)
-GPUS ?= auto
-GPUS_PER_WORKER ?= 1
-OFFLINE ?= auto
-# Unless given, the address the project's last `make up` published on, so status, diagnose and report
-# (PROMETHEUS_URL) find that project's Prometheus.
-BIND_ADDR ?= $(or $(shell sed -n 's/^BIND_ADDR=//p' $(RUN_DIR)/stack.env 2>/dev/null),127.0.0.1)
-MAX_RESTARTS ?= $(DEFAULT_MAX_RESTARTS)
-# The run status, diagnose and report show: unless given, the id the project's last `make up` created
-# (every series carries it, contract.TARGET_LABELS); empty: the project's latest run in Prometheus.
-RUN ?= $(shell sed -n 's/^RUN=//p' $(RUN_DIR)/stack.env 2>/dev/null)
-SECRETS_DIR ?= secrets
 # Compose project: a second stack on the same engine (the fault tests) needs its own name and BIND_ADDR.
 PROJECT ?= $(DEFAULT_PROJECT)
 # Generated files of the project's last `make up`: the default project's in .run, another's in .run/PROJECT.
 RUN_DIR ?= .run$(if $(filter-out $(DEFAULT_PROJECT),$(PROJECT)),/$(PROJECT))
+# What the project's last `make up` recorded, read without a shell: its address (so status, diagnose and
+# report find its Prometheus, PROMETHEUS_URL) and its run id (every series carries it, contract.TARGET_LABELS).
+stack_env = $(patsubst $(1)=%,%,$(filter $(1)=%,$(file <$(RUN_DIR)/stack.env)))
+BIND_ADDR ?= $(or $(call stack_env,BIND_ADDR),127.0.0.1)
+RUN ?= $(call stack_env,RUN)
 # Trainer image repository (tag <version>-cpu|gpu): stacks built from different checkouts need their own.
 IMAGE_REPO ?= mwms/trainer
-# Your own MWMS script, run in every task instead of the built-in trainer (its folder is mounted).
-SCRIPT ?=
-DATA ?=
-# Host folder where the chief copies the final model and the run summary at the end of the job; kept by
-# `make clean` (which refuses to delete a final model never copied out, unless FORCE=1).
-OUTPUT ?= .run/output/$(PROJECT)
-FORCE ?=
-# Extra arguments for every task: trainer flags (ARGS="--input-delay-ms 20") or your SCRIPT's own.
-ARGS ?=
-# Prometheus' history: empty keeps compose/services.py's defaults (15d, 2GB; docs/security.md).
-PROMETHEUS_RETENTION_TIME ?=
-PROMETHEUS_RETENTION_SIZE ?=
-# 1: enable Prometheus' unauthenticated lifecycle API (POST /-/reload, /-/quit); off by default.
-PROMETHEUS_LIFECYCLE ?= 0
-
+WORKERS ?= $(DEFAULT_WORKERS)
+MAX_RESTARTS ?= $(DEFAULT_MAX_RESTARTS)
+# OUTPUT (default .run/output/PROJECT): the host folder the chief copies the final model and summary into;
+# kept by `make clean`, which refuses to delete a final model never copied out, unless FORCE=1.
+# The rest (GPUS, SCRIPT, DATA, ARGS, SECRETS_DIR, OFFLINE, PROMETHEUS_RETENTION_*, ...): compose/settings.py.
 STACK_VARS = PROJECT IMAGE_REPO WORKERS GPUS GPUS_PER_WORKER OFFLINE BIND_ADDR MAX_RESTARTS SECRETS_DIR RUN_DIR PYTHON \
-             SCRIPT DATA OUTPUT ARGS PROMETHEUS_RETENTION_TIME PROMETHEUS_RETENTION_SIZE PROMETHEUS_LIFECYCLE
-# Every docker compose call sees the files and settings the project's last `make up` generated, and
-# names the project itself: a RUN_DIR of another project's stack must not redirect down or clean.
-DC = docker compose -p $(PROJECT) --project-directory $(CURDIR) --env-file $(RUN_DIR)/stack.env $$(cat $(RUN_DIR)/compose.args)
-STACK_UP = test -f $(RUN_DIR)/stack.env
+             SCRIPT DATA OUTPUT ARGS PROMETHEUS_RETENTION_TIME PROMETHEUS_RETENTION_SIZE PROMETHEUS_LIFECYCLE FORCE \
+             SERVICE GRAFANA_IMAGE
+LIFECYCLE = $(PYTHON) -m compose.lifecycle
 UV := build/uv/bin/uv
 UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
-$(call pass_env,up images resize,$(STACK_VARS))
+$(call pass_env,up images resize down clean output logs config wait profile alerts-reload,$(STACK_VARS))
 $(call pass_env,status,RUN)
 
 ##@ Cluster
 
 .PHONY: up
-up: ## Start a chief + WORKERS workers with Prometheus/Grafana; GPUS=auto|0|N, SCRIPT=, DATA=, OFFLINE=1; any trainer flag: STEPS=, TASK=, ...
-	@compose/up.sh
+up: ## Start a chief + WORKERS workers with Prometheus/Grafana; GPUS=, SCRIPT=, DATA=, any trainer flag (STEPS=, TASK=, ...)
+	@$(LIFECYCLE) up
 
 .PHONY: resize
-resize: ## Resize the running job to WORKERS workers: every task saves the same step, stops, and the job goes on from it at the new size (RESIZE_KEEP=global-batch keeps the global batch)
-	@test -n "$(filter WORKERS,$(MAKE_COMMAND_LINE))" || { echo "resize: WORKERS=N is required (the new number of workers besides the chief)" >&2; exit 2; }
-	@compose/resize.sh
+resize: ## Resize the running job to WORKERS workers from a checkpoint every task saves (RESIZE_KEEP=global-batch)
+	@$(LIFECYCLE) resize
 
 .PHONY: down
 down: ## Stop and remove the containers; keep volumes (the next `make up` resumes from the last checkpoint)
-	@if $(STACK_UP); then $(DC) down --remove-orphans; else docker compose -p $(PROJECT) down --remove-orphans; fi
-
-# The chief's service, run once with another command: it mounts the checkpoint volume and OUTPUT.
-CHIEF_RUN = $(DC) run --rm --no-deps -T chief python -m trainer.state.output
+	@$(LIFECYCLE) down
 
 .PHONY: clean
-clean: ## Like down, and also remove the volumes (checkpoints, Prometheus history) and .run/ but OUTPUT; FORCE=1 even if the final model was never copied out
-	@if [ -z "$(FORCE)" ] && $(STACK_UP) && ! $(CHIEF_RUN) check --checkpoint-dir /checkpoints; then exit 2; fi
-	@if $(STACK_UP); then $(DC) down --volumes --remove-orphans; \
-	 else docker compose -p $(PROJECT) down --volumes --remove-orphans; fi
-	@# Everything in RUN_DIR but the models and the folders of other projects (.run/PROJECT): one with a
-	@# stack, or one whose make up is starting (it holds .up.lock before it writes stack.env).
-	@test ! -d $(RUN_DIR) || find $(RUN_DIR) -mindepth 1 -maxdepth 1 ! -name output ! -exec test -f {}/stack.env \; \
-	  ! -exec test -f {}/.up.lock \; -exec rm -rf {} +
+clean: ## Like down, and remove volumes and .run/ files; keeps OUTPUT folders and refuses an uncopied model (FORCE=1)
+	@$(LIFECYCLE) clean
 
 .PHONY: output
 output: ## Copy the final model and summary out of the checkpoint volume into OUTPUT (each job's end does it)
-	@$(STACK_UP) || { echo "no stack: run make up"; exit 1; }
-	@test -n "$(OUTPUT)" || { echo "OUTPUT= is empty: name a host folder to copy the final model into"; exit 2; }
-	@test -d $(OUTPUT) || { mkdir -p $(OUTPUT) && if [ "$$(id -u)" = 0 ]; then chown 1000:1000 $(OUTPUT); fi; }
-	@$(DC) run --rm --no-deps -T -v $(abspath $(OUTPUT)):/copy-to chief \
-	  python -m trainer.state.output copy --checkpoint-dir /checkpoints --to /copy-to
-	@rmdir $(RUN_DIR) 2>/dev/null || true
+	@$(LIFECYCLE) output
 
 .PHONY: logs
 logs: ## Follow the logs of every service (SERVICE=worker-1 for one)
-	@$(STACK_UP) || { echo "no stack: run make up"; exit 1; }
-	$(DC) logs --follow --tail=50 $(SERVICE)
+	@$(LIFECYCLE) logs
 
 .PHONY: status
-status: ## Table per task of the last run (RUN=<id> for an earlier one): state, step, steps/s, step time, all-reduce and input-wait share, checkpoint
+status: ## Table per task of the last run (RUN=<id> for an earlier one): state, step, steps/s, time shares, checkpoint
 	@$(PYTHON) -m monitoring.status --project $(PROJECT) --run "$$RUN" --prometheus $(PROMETHEUS_URL)
 
 .PHONY: wait
 wait: ## Block until the job is over (done, or failed for good across restarts); exit with the chief's code
-	@$(PYTHON) -m compose.wait $(PROJECT)
+	@$(LIFECYCLE) wait
 
 .PHONY: config
 config: ## Validate the generated compose files of the last `make up` (docker compose config -q)
-	$(DC) config -q
+	@$(LIFECYCLE) config
 
 ##@ Setup
 
@@ -117,7 +80,7 @@ engine: ## Install and start the Docker engine and Compose v2, and the docker CL
 
 .PHONY: images
 images: ## Build the base, Prometheus and trainer images without starting anything (OFFLINE=1 forces Debian builds)
-	@compose/up.sh --build-only
+	@$(LIFECYCLE) images
 
 .PHONY: prune
 prune: ## Reclaim disk: Docker build cache and dangling images

@@ -392,23 +392,6 @@ def config_files(config: ConfigDir, root: Path) -> list[Path]:
     return [p.relative_to(base) for p in dict.fromkeys(found)]
 
 
-def shell_lines(listed: tuple[Service, ...] | None = None) -> list[str]:
-    """What `make up` (compose/up.sh) reads of the description, as shell assignments: the optional
-    services (each started only when its image is present or pullable) and their images, unless the
-    environment names one (`make up GRAFANA_IMAGE=...`)."""
-    listed = SERVICES if listed is None else listed
-    optional = [s for s in listed if s.optional]
-    lines = [f"OPTIONAL_SERVICES='{' '.join(s.name for s in optional)}'"]
-    lines += [
-        f'{image_variable(s)}="${{{image_variable(s)}:-{s.image}}}"' for s in optional
-    ]  # a given one wins
-    return lines
-
-
 def image_variable(s: Service) -> str:
     """The variable that names a service's image in make and the shell: GRAFANA_IMAGE, ..."""
     return s.name.upper().replace("-", "_") + "_IMAGE"
-
-
-if __name__ == "__main__":  # python3 -m compose.services: eval'd by compose/up.sh
-    print("\n".join(shell_lines()))

@@ -40,8 +40,7 @@ check-alerts: ## Validate the Alertmanager config you edit (amtool check-config)
 
 .PHONY: alerts-reload
 alerts-reload: ## Make the running Alertmanager re-read monitoring/config/alertmanager/alertmanager.yml (SIGHUP)
-	@$(STACK_UP) || { echo "no stack: run make up"; exit 1; }
-	$(DC) kill -s HUP alertmanager
+	@$(LIFECYCLE) compose kill -s HUP alertmanager
 
 $(call pass_env,report,RUN)
 $(call pass_env,publish-dashboards,GRAFANA_URL GRAFANA_TOKEN GRAFANA_DATASOURCE_UID)

@@ -13,7 +13,6 @@ failed (one line), the job left running as it was.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import shutil
 import signal
@@ -28,6 +27,10 @@ import contract as c
 from bench.tune import candidates as cand
 from bench.tune import job as job_lib
 from bench.tune import table, trial, winner
+from compose import lifecycle
+from compose.engine import Engine, EngineError
+from compose.projectlock import LockHeld, ProjectLock
+from compose.settings import Settings
 from monitoring import diagnose, rules, runlist, runs, verdict
 from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
 
@@ -49,7 +52,6 @@ MAX_CANDIDATES = 3
 RESUMES = "its tasks restart: TensorFlow's heartbeats stopped while it was paused"
 """Why a job paused longer than its heartbeat timeout (10 s) goes on from its checkpoint, not its step."""
 ROOT = Path(__file__).resolve().parents[2]
-APPLY_SCRIPT = Path(__file__).with_name("apply.sh")
 
 
 def current_verdict(prom: Prometheus, project: str, run: str) -> tuple[int, str, dict[str, str]]:
@@ -171,19 +173,24 @@ def tabulate(clusters: list[trial.Cluster], chosen: list[cand.Candidate], failed
     return current, null, rows
 
 
-def apply(job: job_lib.Job, args) -> int:
-    """Restart the job with the winner at once (bench/tune/apply.sh): every task saves the same step and
-    stops, and `make up` starts it again with its own knobs but the winner's, resuming from that save."""
-    env = {
-        **os.environ,
-        "RUN_DIR": os.path.relpath(args.run_dir.resolve(), ROOT),
-        "PROJECT": job.project,
-        "WORKERS": str(job.workers),
-        "PYTHON": sys.executable,
-    }
+def apply(args) -> int:
+    """Restart the job with the winner at once (compose/lifecycle.py's apply_tuned, under this tune's
+    lock): every task saves the same step and stops, and `make up` starts it again with its own knobs but
+    the winner's, resuming from that save, at the size it has now."""
     for sig in (signal.SIGTERM, signal.SIGHUP):  # the job is unpaused: no unwinding to do, stop with it
         signal.signal(sig, signal.SIG_DFL)
-    return subprocess.run(["bash", str(APPLY_SCRIPT)], env=env, cwd=ROOT).returncode
+    environ = {
+        **os.environ,
+        "RUN_DIR": os.path.relpath(args.run_dir.resolve(), ROOT),
+        "PROJECT": args.project,
+    }
+    try:
+        return lifecycle.apply_tuned(Settings.parse(environ), Engine(), environ)
+    except (lifecycle.Refused, ValueError, EngineError) as err:
+        print(f"tune: {err}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as err:
+        return err.returncode or 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,14 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.failed = set()
     args.run_dir.mkdir(parents=True, exist_ok=True)
-    lock = open(args.run_dir / ".tune.lock", "w")  # noqa: SIM115 - held until the process exits
+    typed = f"make tune{'' if args.project == c.DEFAULT_PROJECT else f' PROJECT={args.project}'}"
+    lock = ProjectLock(
+        args.run_dir, typed, args.project, say=lambda line: print(f"tune: {line}", file=sys.stderr)
+    )
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        print(
-            f"tune: another make tune of project {args.project} is running ({args.run_dir}/.tune.lock)",
-            file=sys.stderr,
-        )
+        lock.acquire()  # held until the process exits: the apply at its end included
+    except LockHeld as err:
+        print(f"tune: {err}", file=sys.stderr)
         return 2
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupted)
@@ -280,7 +287,7 @@ def tune(args) -> int:
         + ("restarts with the winner" if applied else f"continues from {where} ({RESUMES})"),
         flush=True,
     )
-    return apply(job, args) if applied else 0
+    return apply(args) if applied else 0
 
 
 def keep(best: table.Row, chosen: list[cand.Candidate], run: str, run_dir: Path) -> None:

@@ -25,7 +25,7 @@ fi
 
 "$NODES_SH" up
 # The trainer and Prometheus images, built offline exactly as `make up` builds them.
-compose/up.sh --build-only
+"${PYTHON:-python3}" -m compose.lifecycle images
 version=$("${PYTHON:-python3}" -c 'import trainer; print(trainer.__version__)')
 trainer=${IMAGE_REPO:-mwms/trainer}:$version-cpu
 prometheus=${PROMETHEUS_IMAGE:-mwms/prometheus:2.42.0-bookworm}

@@ -6,8 +6,8 @@ built it: two ids under one tag, and make stack-up's push could not untag the on
 
 from __future__ import annotations
 
+import fcntl
 import os
-import re
 import subprocess
 from pathlib import Path
 
@@ -35,19 +35,52 @@ def test_two_fetches_side_by_side_download_once_and_leave_a_whole_wheelhouse(tmp
     assert (dest / "requirements.lock").read_text() == lock.read_text()
 
 
-def test_up_stages_the_build_context_under_the_build_lock_only():
-    lines = (ROOT / "compose/up.sh").read_text().splitlines()
-    code = [ln.split("#", 1)[0] for ln in lines]
-    staged = [i for i, ln in enumerate(code) if re.search(r"images\.sh\"? stage\b", ln)]
-    locked = next(i for i, ln in enumerate(code) if re.fullmatch(r"\s*flock 8\s*", ln))
-    released = next(i for i, ln in enumerate(code) if "flock -u 8" in ln)
-    built = next(i for i, ln in enumerate(code) if "build_chief" in ln and "quietly" in ln)
-    assert len(staged) == 1 and locked < staged[0] < built < released, (staged, locked, built, released)
-    assert not any(re.search(r"images\.sh\"? wheelhouse\b", ln) for ln in code), "stages outside the lock"
+class _Recorder:
+    """An engine and subprocess.run stand-in: records each call and whether the build lock was held."""
+
+    def __init__(self, lock: Path) -> None:
+        self.lock, self.calls = lock, []
+
+    def _held(self) -> bool:
+        with open(self.lock, "a") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(probe, fcntl.LOCK_UN)
+            return False
+
+    def __call__(self, cmd, **kw):
+        self.calls.append((list(cmd), self._held()))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
 
 
-def test_the_image_is_built_under_one_project_whatever_the_stacks():
-    code = [ln.split("#", 1)[0] for ln in (ROOT / "compose/up.sh").read_text().splitlines()]
-    build = next(ln for ln in code if re.match(r"\s*build_chief\(\)", ln))
-    fixed = next(ln for ln in code if ln.startswith("BUILD_PROJECT="))
-    assert '-p "$BUILD_PROJECT"' in build and "$" not in fixed.split("=", 1)[1], (build, fixed)
+def _build(tmp_path, monkeypatch, project: str) -> _Recorder:
+    from compose import up
+    from compose.engine import Engine
+    from compose.settings import Settings
+
+    rec = _Recorder(tmp_path / "build.lock")
+    monkeypatch.setattr(up, "BUILD_LOCK", rec.lock)
+    monkeypatch.setattr(up.subprocess, "run", rec)
+    up.build(Settings(project=project, run_dir=tmp_path / project), Engine(run=rec), "cpu")
+    return rec
+
+
+def test_up_stages_the_build_context_under_the_build_lock_only(tmp_path, monkeypatch):
+    rec = _build(tmp_path, monkeypatch, "one")
+    staged = [held for cmd, held in rec.calls if cmd[1:2] == ["stage"]]
+    built = [held for cmd, held in rec.calls if "build" in cmd and "compose" in cmd]
+    assert staged == [True] and built == [True], rec.calls
+    assert rec.calls[0][0][1:2] == ["stage"], "the build read a context staged before it"
+
+
+def test_the_image_is_built_under_one_project_whatever_the_stacks(tmp_path, monkeypatch):
+    from compose import up
+
+    projects = set()
+    for stack in ("one", "two"):
+        rec = _build(tmp_path, monkeypatch, stack)
+        (build,) = [cmd for cmd, _ in rec.calls if "build" in cmd and "compose" in cmd]
+        projects.add(build[build.index("-p") + 1])
+    assert projects == {up.BUILD_PROJECT}

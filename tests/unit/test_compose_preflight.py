@@ -1,6 +1,6 @@
 """`make up` refuses early, each fault in one line, before any download, build or container: a PROJECT
 Compose would reject, GPUs the host does not have, a published port already taken, a second `make up`
-of a project that is starting. The refusals run through compose/up.sh itself, with `docker` and
+of a project that is starting. The refusals run through `python -m compose.lifecycle up` itself, with `docker` and
 `nvidia-smi` replaced by stubs that record being called: nothing may reach them but queries."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import random
 import socket
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,7 +73,7 @@ def test_a_taken_port_is_refused_unless_this_project_holds_it():
     assert preflight.port_problem("127.0.0.1", "prometheus", port, "mine", other) is None, "free again"
 
 
-# --- Through compose/up.sh, with stubs for every tool that could download, build or start ---
+# --- Through compose/lifecycle.py, with stubs for every tool that could download, build or start ---
 
 
 @pytest.fixture
@@ -96,7 +97,7 @@ def free_loopback() -> str:
     raise AssertionError("no free loopback address")
 
 
-def up(stubs: Path, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+def up(stubs: Path, tmp_path: Path, command: str = "up", **env: str) -> subprocess.CompletedProcess:
     environ = {
         **os.environ,
         "PATH": f"{stubs}:{os.environ['PATH']}",
@@ -108,7 +109,12 @@ def up(stubs: Path, tmp_path: Path, *args: str, **env: str) -> subprocess.Comple
         **env,
     }
     return subprocess.run(
-        ["bash", "compose/up.sh", *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "compose.lifecycle", command],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -143,8 +149,8 @@ def test_up_refuses_a_taken_port_first(stubs, tmp_path):
 
 @contextlib.contextmanager
 def lock_held(tmp_path: Path, seconds: float) -> Iterator[subprocess.Popen]:
-    """Another `make up` of the project: a process holding its .up.lock for `seconds`."""
-    lock = tmp_path / "run" / ".up.lock"
+    """Another `make up` of the project: a process holding its lock (compose/projectlock.py) for `seconds`."""
+    lock = tmp_path / "run" / ".lock"
     lock.parent.mkdir(exist_ok=True)
     holder = subprocess.Popen(["flock", str(lock), "sleep", str(seconds)])
     try:
@@ -160,15 +166,15 @@ def lock_held(tmp_path: Path, seconds: float) -> Iterator[subprocess.Popen]:
 
 def test_up_refuses_a_second_start_of_the_same_project(stubs, tmp_path):
     with lock_held(tmp_path, 30):
-        refused(up(stubs, tmp_path), tmp_path, "PROJECT=alerts-preflight is already starting")
+        refused(up(stubs, tmp_path), tmp_path, "PROJECT=alerts-preflight is busy")
 
 
 def test_a_build_only_waits_for_another_make_up_of_the_project(stubs, tmp_path):
-    """`make images` (up.sh --build-only) beside another build of the project waits, then goes on: a
+    """`make images` (compose.lifecycle images) beside another build of the project waits, then goes on: a
     refusal had left make test's images to its tests (.ci/run's own make test-images held the lock)."""
     with lock_held(tmp_path, 2) as holder:
-        built = up(stubs, tmp_path, "--build-only")
-        assert "is already starting" not in built.stderr, built.stderr
+        built = up(stubs, tmp_path, "images")
+        assert "is busy" not in built.stderr, built.stderr
         assert holder.poll() is not None, "it went on while the other held the lock"
 
 

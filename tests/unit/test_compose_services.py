@@ -89,19 +89,25 @@ def test_compose_and_swarm_run_the_same_service(tmp_path: Path, service: Service
     ]
 
 
-def test_up_sh_reads_the_optional_services_from_the_description() -> None:
-    done = subprocess.run(
-        ["bash", "-c", 'eval "$(python3 -m compose.services)"; echo "$OPTIONAL_SERVICES|$GRAFANA_IMAGE"'],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    optional = [s for s in services.SERVICES if s.optional]
-    assert done.stdout.strip() == f"{' '.join(s.name for s in optional)}|{services.GRAFANA.image}", (
-        done.stderr
-    )
-    assert 'eval "$("${PYTHON:-python3}" -m compose.services)"' in (ROOT / "compose/up.sh").read_text()
+def test_up_starts_each_optional_service_whose_image_is_here(tmp_path: Path, monkeypatch) -> None:
+    """make up asks images.sh whether each optional service's image (the description's, or the one the
+    environment names) is present or pullable, and starts only those (their Compose profiles)."""
+    from compose import up
+    from compose.settings import Settings
+
+    asked = []
+
+    def run(cmd, **kw):
+        asked.append(cmd[-1])
+        return subprocess.CompletedProcess(cmd, 0 if cmd[-1] == "my/grafana:1" else 1)
+
+    monkeypatch.setattr(up.subprocess, "run", run)
+    s = Settings(secrets_dir=tmp_path / "secrets")
+    optional = [x for x in services.SERVICES if x.optional]
+    assert up.optional_services(s, {}) == [] and asked == [x.image for x in optional]
+    assert up.optional_services(s, {"GRAFANA_IMAGE": "my/grafana:1"}) == ["grafana"]
+    password = tmp_path / "secrets" / "grafana_admin_password"
+    assert len(password.read_text()) == 24 and oct(password.stat().st_mode)[-3:] == "644"
 
 
 def test_compose_publishes_every_port_on_bind_addr_only(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ RUNTIME_FILES = {
     "tuned.env": "what `make tune` writes to RUN_DIR when it finds a winner",
     "tune.json": "what `make tune` writes to RUN_DIR: every candidate's figures",
     "compare.json": "what `make compare` writes to RUN_DIR: its last verdict, for make diagnose",
-    "knobs.env": "what `make up` writes to RUN_DIR: the knobs it was given",
+    "up.json": "what `make up` writes to RUN_DIR: the settings it was given (compose/settings.py)",
     "trainers.json": "the file_sd targets the emitter writes per run",
     "train.py": "the user's own script in SCRIPT= examples",
     "path.yml": "the user's own Alertmanager file in an example",

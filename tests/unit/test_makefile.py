@@ -18,7 +18,9 @@ import contract
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = f"mwms-unit-makefile-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
 """One per test process: make test runs the unit tests on every core, each its own run folder."""
-COMMANDS = ("status", "wait", "diagnose", "report", "bench-comm", "logs", "down", "clean", "config")
+COMMANDS = ("status", "diagnose", "report", "bench-comm")
+LIFECYCLE = ("wait", "logs", "down", "clean", "config", "output", "resize")
+"""Targets that are one call of compose/lifecycle.py: the project reaches it in the environment."""
 
 
 def dry_run(*args: str) -> str:
@@ -48,14 +50,27 @@ def test_project_reaches_every_command(project_stack: Path, command: str) -> Non
     assert "-p mwms " not in out and "mwms/bench" not in out
 
 
+@pytest.mark.parametrize("command", LIFECYCLE)
+def test_project_reaches_every_lifecycle_command(project_stack: Path, command: str, tmp_path: Path) -> None:
+    python, seen = recording_python(tmp_path)
+    result = subprocess.run(
+        ["make", "--no-print-directory", command, f"PROJECT={PROJECT}", f"PYTHON={python}"],
+        cwd=ROOT, env={"PATH": os.environ["PATH"]}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    got = json.loads(seen.read_text())
+    assert (got["PROJECT"], got["RUN_DIR"]) == (PROJECT, f".run/{PROJECT}"), got
+
+
 @pytest.mark.parametrize("command", ["status", "diagnose", "report"])
 def test_the_projects_prometheus_is_asked(project_stack: Path, command: str) -> None:
     assert f"http://127.0.0.9:{contract.PROMETHEUS_PORT}" in dry_run(command, f"PROJECT={PROJECT}")
 
 
 def test_no_value_is_pasted_into_the_shell_line() -> None:
-    """Stack settings and trainer knobs reach compose/up.sh in its environment, not re-quoted in its line."""
-    assert dry_run("up", "STEPS=5", "WORKERS=3", "ARGS=--x 1").strip() == "compose/up.sh"
+    """Stack settings and trainer knobs reach compose/lifecycle.py in its environment, not re-quoted in its line."""
+    line = dry_run("up", "STEPS=5", "WORKERS=3", "ARGS=--x 1").strip()
+    assert line.endswith(" -m compose.lifecycle up") and "STEPS" not in line and "--x" not in line, line
 
 
 HOSTILE = {
@@ -70,8 +85,8 @@ HOSTILE = {
 
 
 def recording_python(folder: Path) -> tuple[Path, Path]:
-    """A PYTHON for compose/up.sh: its first command (`eval "$($PYTHON -m contract --shell)"`) records
-    the environment up.sh got in a JSON file and makes it exit 0, so nothing else runs."""
+    """A PYTHON for make's recipes: it records the environment it got in a JSON file and exits 0, so
+    nothing else runs."""
     seen, python = folder / "env.json", folder / "python"
     python.write_text(
         f'#!/bin/sh\n{shutil.which("python3")} -c \'import json, os; json.dump(dict(os.environ), open("{seen}", "w"))\'\n'
@@ -82,9 +97,9 @@ def recording_python(folder: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("target", ["up", "images"])
-def test_values_reach_up_sh_as_typed(tmp_path: Path, target: str) -> None:
-    """compose/up.sh's first command runs $PYTHON: a stand-in records the environment it got and
-    tells up.sh to stop, so the real make -> up.sh path is what is checked, nothing started."""
+def test_values_reach_the_lifecycle_as_typed(tmp_path: Path, target: str) -> None:
+    """make up runs $PYTHON -m compose.lifecycle: a stand-in records the environment it got, so the real
+    make -> Python path is what is checked, nothing started."""
     python, seen = recording_python(tmp_path)
     environ = {"PATH": os.environ["PATH"], "TRAINER_INPUT_DELAY_MS": HOSTILE["TRAINER_INPUT_DELAY_MS"]}
     typed = [f"{k}={v}" for k, v in HOSTILE.items() if not k.startswith("TRAINER_")]

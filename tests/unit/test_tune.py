@@ -128,7 +128,7 @@ def test_a_script_is_tried_on_what_its_wrapper_controls_and_make_up_gives_the_wi
     assert ks[0].settings == (("GLIBC_TUNABLES", ""),)
     taken = {"allocator": "tuned", "intraop_threads": "1", "interop_threads": "1"}  # recorded by its run
     assert [k.name for k in candidates.script_candidates(taken, cores=2)] == ["allocator=stock"]
-    # tuned.env -> compose/tuned.sh exports TRAINER_<NAME> -> every task's process environment
+    # tuned.env -> compose/settings.py's with_tuned: TRAINER_<NAME> -> every task's process environment
     environ = {"TRAINER_" + k: v for k, v in ks[0].settings + ks[1].settings}
     d = deployment.Deployment(workers=1, script="train.py", process=deployment.process_settings(environ))
     env = deployment.trainer_env(d)
@@ -164,72 +164,75 @@ def test_a_script_jobs_host_path_comes_from_its_mounts():
         job._script(cmd, {})
 
 
-def _use_tuned(tmp_path, text, env=None, quiet=0):
-    import os
-    import subprocess
+def _use_tuned(tmp_path, text, **environ):
+    """compose/up.py's step 0: the winner in tuned.env as TRAINER_<NAME>, each setting not given."""
+    from compose import settings
 
-    path = tmp_path / "tuned.env"
-    path.write_text(text)
-    script = f'. compose/tuned.sh; use_tuned "{path}" {quiet}; env | grep ^TRAINER_ | sort'
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "BYTES_PER_PACK"}
-    return subprocess.run(
-        ["bash", "-c", script], capture_output=True, text=True, env={**clean, **(env or {})}
-    )
+    (tmp_path / "tuned.env").write_text(text)
+    env, used = settings.with_tuned(environ, settings.read_tuned(tmp_path / "tuned.env"))
+    return {k: v for k, v in env.items() if k.startswith("TRAINER_")}, used
 
 
-def test_make_up_uses_the_winner_and_says_how_to_undo(tmp_path):
+def test_make_up_uses_the_winner_and_says_how_to_undo(tmp_path, capsys):
+    from compose import up
+    from compose.settings import Settings
+
     text = winner.lines((("ALLREDUCE_DTYPE", "bfloat16"),), "make tune: 1.2x", changes_optimisation=True)
-    r = _use_tuned(tmp_path, text)
-    assert r.stdout.split() == ["TRAINER_ALLREDUCE_DTYPE=bfloat16", "TRAINER_RESUME_NEW_SETTINGS=1"]
-    assert "using make tune's winner" in r.stderr and "undo: rm" in r.stderr
-    # up.sh --check (APPLY=1 checks, then starts): the same settings, the line said once, by the start
-    checked = _use_tuned(tmp_path, text, quiet=1)
-    assert checked.stdout == r.stdout and checked.stderr == ""
+    env, used = _use_tuned(tmp_path, text)
+    assert env == {"TRAINER_ALLREDUCE_DTYPE": "bfloat16", "TRAINER_RESUME_NEW_SETTINGS": "1"}
+    assert used == ["ALLREDUCE_DTYPE=bfloat16", "RESUME_NEW_SETTINGS=1"]
+    s = Settings(project="p", run_dir=tmp_path, output="", bind_addr="127.0.0.250", gpus="0")
+    described, _ = up.check(s, _NoEngine(), {"STEPS": "5", "MAKE_COMMAND_LINE": "STEPS"})
+    assert described["TRAINER_ALLREDUCE_DTYPE"] == "bfloat16"
+    said = capsys.readouterr().err
+    assert "using make tune's winner" in said and "undo: rm" in said
+    # the refusals a restart runs first (quiet=True) take the same settings and say nothing
+    checked, _ = up.check(s, _NoEngine(), {"STEPS": "5", "MAKE_COMMAND_LINE": "STEPS"}, quiet=True)
+    assert checked == described and capsys.readouterr().err == ""
+
+
+class _NoEngine:
+    def query(self, *args):
+        return ""
 
 
 def test_a_setting_given_on_the_command_line_wins_over_the_winner(tmp_path):
-    r = _use_tuned(tmp_path, "BYTES_PER_PACK=1048576\n", env={"BYTES_PER_PACK": "4096"})
-    assert r.stdout == "" and r.stderr == ""
+    given = {"BYTES_PER_PACK": "4096", "MAKE_COMMAND_LINE": "BYTES_PER_PACK"}
+    assert _use_tuned(tmp_path, "BYTES_PER_PACK=1048576\n", **given) == ({}, [])
+    assert _use_tuned(tmp_path, "BYTES_PER_PACK=1048576\n", TRAINER_BYTES_PER_PACK="4096") == (
+        {"TRAINER_BYTES_PER_PACK": "4096"},
+        [],
+    )
 
 
 def test_apply_puts_the_winner_over_the_knobs_the_job_started_with(tmp_path):
     """`make tune APPLY=1` on a job started with `make up INPUT_DELAY_MS=28`: the restart takes the
     winner (INPUT_DELAY_MS=0), not the job's own value, and keeps the job's other knobs. Before
     bench/tune/apply.sh the restart was given the job's TRAINER_* environment, which won over tuned.env."""
-    import os
-    import subprocess
+    from compose import knobs, settings
 
-    from compose import knobs
-
-    (tmp_path / "knobs.env").write_text(
-        "INPUT_DELAY_MS=28\nSTEPS=5000\nTRAINER_TASK=cnn\nTRAINER_INPUT_DELAY_MS=28\nUP_KNOBS=INPUT_DELAY_MS\\ STEPS\n"
-    )
+    started = {"INPUT_DELAY_MS": "28", "STEPS": "5000", "WORKERS": "1", "TRAINER_TASK": "cnn",
+               "MAKE_COMMAND_LINE": "INPUT_DELAY_MS STEPS WORKERS"}  # fmt: skip
+    settings.record(started, tmp_path / settings.RECORD)
     winner.write(tmp_path, (("INPUT_DELAY_MS", "0"),), "make tune: 4.7x", changes_optimisation=False)
-    script = (
-        f". bench/tune/apply.sh; . compose/tuned.sh; WORKERS=3; "
-        f'winner_over_knobs "{tmp_path}/knobs.env" "{tmp_path}/tuned.env"; '
-        f'use_tuned "{tmp_path}/tuned.env"; env -0'
+    tuned = settings.read_tuned(tmp_path / settings.TUNED)
+    now = {"WORKERS": "3", "MAKE_COMMAND_LINE": ""}
+    env, used = settings.with_tuned(
+        settings.restart_environ(now, tmp_path / settings.RECORD, tuple(tuned)), tuned
     )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_")}
-    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=clean)
-    assert r.returncode == 0, r.stderr
-    env = dict(kv.split("=", 1) for kv in r.stdout.split("\0") if "=" in kv)
     got = dict(knobs.from_environ(env))
     assert (got["input_delay_ms"], got["steps"], got["task"]) == ("0", "5000", "cnn")
-    assert env["WORKERS"] == "3"
-    assert "using make tune's winner" in r.stderr and "INPUT_DELAY_MS=0" in r.stderr
+    assert env["WORKERS"] == "3" and used == ["INPUT_DELAY_MS=0"]
 
 
 def test_a_second_tune_of_the_project_is_one_line_and_exit_2(tmp_path, capsys):
-    import fcntl
-
     from bench.tune.__main__ import main
+    from compose.projectlock import ProjectLock
 
-    with open(tmp_path / ".tune.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with ProjectLock(tmp_path, "make resize PROJECT=p WORKERS=3", "p"):
         assert main(["--project", "p", "--run-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "another make tune of project p is running" in err[0]
+    assert len(err) == 1 and "PROJECT=p is busy: `make resize PROJECT=p WORKERS=3`" in err[0], err
 
 
 def _exiting(tmp_path, name, code, *lines):
