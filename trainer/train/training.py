@@ -22,6 +22,7 @@ import trainer
 from trainer.cluster import agreement, device, joining, server_config
 from trainer.cluster.spec import ClusterSpec, TaskId
 from trainer.config import Config
+from trainer.core.timing import CallOutput
 from trainer.data import position, records
 from trainer.data import synthetic as data
 from trainer.errors import ConfigError, MissingPeersError, PeerLostError, PreemptedError
@@ -43,7 +44,6 @@ from trainer.tasks import spec as taskspec
 from trainer.tasks import task as tasks
 from trainer.telemetry import run_settings, tensorboard
 from trainer.train import fault, loop, progress, step
-from trainer.train.timing import CallOutput
 
 log = logging.getLogger(__name__)
 # How long a finishing task waits at exit for the others to finish too (TF default: 10 min... of nothing).
