@@ -53,8 +53,8 @@ def test_the_input_step_moves_inside_a_call_and_stops_below_the_blocked_batch(tm
     import tensorflow as tf
 
     import trainer  # noqa: F401 (TF_USE_LEGACY_KERAS)
+    from trainer.assembly import task as tasks
     from trainer.config import Config
-    from trainer.tasks import task as tasks
     from trainer.train import step
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
