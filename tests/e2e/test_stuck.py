@@ -26,7 +26,7 @@ import pytest
 from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.faultstack import FaultStack, stamp
-from trainer.supervise.supervisor import StallBound
+from trainer.supervise.stall import StallBound
 
 pytestmark = pytest.mark.docker
 
