@@ -17,15 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import contract
+from trainer.core import fault
 from trainer.errors import ConfigError
-from trainer.state import resize
 from trainer.tasks import spec as taskspec
-from trainer.train import fault
 
 ENV_PREFIX = "TRAINER_"
 STRATEGIES = ("mwms", "mirrored")
 LR_SCALINGS = ("none", "linear")
-RESIZE_KEEPS = resize.KEEPS
+RESIZE_KEEPS = ("per-replica-batch", "global-batch")
+"""--resize-keep's policies (trainer/state/resize.py applies them); the first is the default."""
 ALLREDUCE_MODES = ("serial", "overlap")
 ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -99,7 +99,7 @@ class Config:
     heartbeat_timeout: float = 10.0
     """Seconds without a heartbeat after which a task is declared dead and every collective aborts (exit 200)."""
     fault: str = ""
-    """Fault-injection hook of the fault tests, not a setting (trainer/train/fault.py, docs/faults.md):
+    """Fault-injection hook of the fault tests, not a setting (trainer/core/fault.py, docs/faults.md):
     `TASK:input-block@STEP` or `TASK:hang@STEP` makes that task stuck there, once per container."""
 
     def __post_init__(self) -> None:

@@ -51,8 +51,8 @@ IN_PROCESS = {
     "metrics": "trainer.telemetry.metrics",
     "progress": "trainer.train.progress",
     "step": "trainer.train.step",
-    "tasks": "trainer.tasks.task",
-    "training": "trainer.train.training",
+    "tasks": "trainer.assembly.task",
+    "training": "trainer.assembly.training",
 }
 """Name -> module of the in-process parts (`from trainer.host import training`)."""
 

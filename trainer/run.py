@@ -28,7 +28,7 @@ def run(config: Config, spec: ClusterSpec | None) -> None:
             metrics.state("waiting_for_peers")
             listener = preflight.Listener(preflight.own_port(spec))
             preflight.wait_for_peers(spec, config.cluster_timeout)
-        from trainer.train import training  # TensorFlow is imported here, after the cheap checks
+        from trainer.assembly import training  # TensorFlow is imported here, after the cheap checks
 
         training.run(config, spec, task, metrics, release_port=listener.close if listener else lambda: None)
         metrics.state("done")

@@ -21,7 +21,7 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import trainer
 from trainer import config as config_lib
 from trainer.cluster import server_config
-from trainer.train import training
+from trainer.assembly import training
 from trainer.cluster.spec import parse_tf_config
 wanted = json.loads(sys.argv[1])
 server_config.DEFAULT = wanted

@@ -1,6 +1,6 @@
 """Stuck, not dead: a task alive and heartbeating whose step never ends, on a real stack.
 
-Two faults (the trainer's --fault hook, trainer/train/fault.py), each on worker-1 of its own small job:
+Two faults (the trainer's --fault hook, trainer/core/fault.py), each on worker-1 of its own small job:
 its input never delivers a batch (`input-block`), or its host loop stops before the next call, so
 it never enters the collective its peers wait in (`hang`). Each run asserts, from outside the trainer,
 what an operator sees: the supervisors name worker-1 (and only its supervisor ends it), its Python
@@ -26,7 +26,7 @@ import pytest
 from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.faultstack import FaultStack, stamp
-from trainer.supervise.supervisor import StallBound
+from trainer.supervise.stall import StallBound
 
 pytestmark = pytest.mark.docker
 
@@ -130,10 +130,10 @@ def test_a_stuck_task_is_named_dumped_alerted_and_the_job_resumes(stuck_stack) -
             assert lost and named_at < stamp(lost[0]) < frozen_at + BOUND.ceiling + 30, (peer, said)
         ended = [ln for ln in said if " supervise: stuck: " in ln]
         assert all("still frozen" in ln and stamp(ln) > named_at for ln in ended), (peer, said)
-    # Its stack: every thread, with the frame where it blocks (trainer/train/fault.py's fire).
+    # Its stack: every thread, with the frame where it blocks (trainer/core/fault.py's fire).
     dump = text[text.index(line) :]
     assert "Current thread" in dump or "Thread 0x" in dump, dump[:3000]
-    assert re.search(r'trainer/train/fault\.py", line \d+ in fire', dump), dump[:3000]
+    assert re.search(r'trainer/core/fault\.py", line \d+ in fire', dump), dump[:3000]
 
     # The job resumed from its last checkpoint and finished.
     starts = s.resumes()

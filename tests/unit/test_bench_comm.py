@@ -99,7 +99,7 @@ def test_payloads_are_the_models_variables():
     import math
 
     from bench import payloads
-    from trainer.tasks import task as tasks
+    from trainer.assembly import task as tasks
 
     mlp = tasks.build(tasks.load("mlp"), per_replica_batch=1, seed=0).model
     assert payloads.task_shapes("mlp") == [tuple(v.shape) for v in mlp.trainable_variables]

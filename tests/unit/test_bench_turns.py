@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bench import overhead, turns
-from trainer.train.timing import StepFns
+from trainer.core.timing import StepFns
 
 
 def _recording(log: list, name: str, running: list):

@@ -6,6 +6,10 @@ imports it back, and the top-level folders form layers that import only downward
     monitoring/  host: rules, dashboards, status, diagnose, report (its config/ is mounted, not imported)
     compose/     host: the deployment description, its emitters, up/wait
     bench/       host: the local launcher and the benchmarks
+
+Inside trainer/ the same holds one level down: its subfolders (trainer/train/, trainer/state/, ...) and
+top-level modules (trainer/config.py, ...) form no cycle either, so a folder below never imports the
+folder that uses it (STYLE.md 21; trainer/README.md gives their order).
 """
 
 from __future__ import annotations
@@ -78,6 +82,36 @@ def test_cycle_finder_finds_a_cycle():
 
 def test_no_module_imports_one_that_imports_it_back():
     assert _cycle(graph()) is None, f"import cycle: {' -> '.join(_cycle(graph()))}"
+
+
+def folder(module: str, package: str = "trainer") -> str | None:
+    """The subfolder or top-level module of `package` that `module` belongs to (None: outside it)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == package and len(parts) > 1 else None
+
+
+def folder_graph(edges: dict[str, set[str]], package: str = "trainer") -> dict[str, set[str]]:
+    """`edges` folded onto `package`'s subfolders: a -> b if any module under a imports one under b."""
+    folded: dict[str, set[str]] = {}
+    for src, dsts in edges.items():
+        if (a := folder(src, package)) is not None:
+            folded.setdefault(a, set()).update(b for d in dsts if (b := folder(d, package)) not in (None, a))
+    return folded
+
+
+def test_the_folder_graph_folds_modules_onto_subfolders():
+    edges = {"trainer.a.x": {"trainer.b.y", "contract"}, "trainer.b.z": {"trainer.a.w"}, "trainer.c": set()}
+    assert _cycle(edges) is None, "no module cycle here"
+    assert folder_graph(edges) == {"trainer.a": {"trainer.b"}, "trainer.b": {"trainer.a"}, "trainer.c": set()}
+    assert _cycle(folder_graph(edges)) == ["trainer.a", "trainer.b", "trainer.a"], "but a folder cycle"
+    real = folder_graph(graph())
+    assert "trainer.train" in real["trainer.assembly"] and "trainer.assembly" in real["trainer.run"]
+
+
+def test_trainer_subfolders_import_one_way():
+    folders = folder_graph(graph())
+    cycle = _cycle(folders)
+    assert cycle is None, f"trainer/'s subfolders import each other in a cycle: {' -> '.join(cycle)}"
 
 
 def _layer(module: str) -> int:

@@ -26,8 +26,8 @@ from monitoring import diagnose, rules, status
 from monitoring.prom_client import Prometheus, PrometheusError
 from tests.conftest import need
 from trainer.cluster.spec import TaskId
+from trainer.core.timing import StepWork
 from trainer.telemetry.metrics import Metrics, Server, StepTiming
-from trainer.train.timing import StepWork
 
 STEP = StepTiming(step=0.0125, input=0.000625, compute=0.01, allreduce=0.001875)
 """80 steps per second of step time; shares 5 %, 80 %, 15 %: a healthy task."""

@@ -14,8 +14,8 @@ import contract
 from compose import profile, services
 from compose.deployment import LOG_DIR, Deployment
 from compose.targets import compose as compose_target
+from trainer.core.timing import CallOutput, StepTiming
 from trainer.telemetry import profile_capture, tensorboard
-from trainer.train.timing import CallOutput, StepTiming
 
 
 def _call(step: int, n: int, loss: float, ms: float | None = 20.0) -> CallOutput:

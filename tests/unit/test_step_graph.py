@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
+from trainer.assembly import task as tasks
 from trainer.config import Config
-from trainer.tasks import task as tasks
 from trainer.train import step
 
 # Ops that write a variable: the model's, the optimizer's (Adam's moments, the iteration count) and

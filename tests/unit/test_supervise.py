@@ -17,6 +17,8 @@ import pytest
 from trainer.cluster import preflight
 from trainer.cluster.spec import TaskId
 from trainer.errors import EXIT_GAVE_UP
+from trainer.supervise import budget, exits, probe, stall
+from trainer.supervise import settings as supervise_settings
 from trainer.supervise import supervisor as supervise
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,17 +161,17 @@ def free_port() -> int:
 def test_reads_the_checkpoint_step_from_the_trainers_own_metrics() -> None:
     from trainer.telemetry import metrics as metrics_lib
 
-    assert supervise.checkpoint_step("") is None  # metrics disabled: no progress is ever seen
+    assert probe.checkpoint_step("") is None  # metrics disabled: no progress is ever seen
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     metrics, server = metrics_lib.for_task(TaskId("worker", 1), port=port)
     try:
-        assert supervise.checkpoint_step(url) == 0
+        assert probe.checkpoint_step(url) == 0
         metrics.checkpointed(300)
-        assert supervise.checkpoint_step(url) == 300
+        assert probe.checkpoint_step(url) == 300
     finally:
         server.close()
-    assert supervise.checkpoint_step(url) is None  # the child is gone
+    assert probe.checkpoint_step(url) is None  # the child is gone
 
 
 def test_a_metrics_page_cut_short_by_the_childs_exit_reads_as_no_answer() -> None:
@@ -192,9 +194,9 @@ def test_a_metrics_page_cut_short_by_the_childs_exit_reads_as_no_answer() -> Non
 
     threading.Thread(target=answer_cut_short, daemon=True).start()
     try:
-        assert supervise.step_and_p99(url) == (None, None)
-        assert supervise.checkpoint_step(url) is None
-        assert supervise.input_step(url) is None
+        assert probe.step_and_p99(url) == (None, None)
+        assert probe.checkpoint_step(url) is None
+        assert probe.input_step(url) is None
     finally:
         listener.close()
 
@@ -209,19 +211,19 @@ def test_the_step_counts_as_frozen_only_while_the_trainer_trains() -> None:
         metrics.state("training")
         metrics.global_step.set(600)
         metrics.watch_input(lambda: 601)
-        assert supervise.step_and_p99(url)[0] == 600 and supervise.input_step(url) == 601
+        assert probe.step_and_p99(url)[0] == 600 and probe.input_step(url) == 601
         for state in ("checkpointing", "done"):  # the final save and export, the metrics linger
             metrics.state(state)
-            assert supervise.step_and_p99(url)[0] is None, state
+            assert probe.step_and_p99(url)[0] is None, state
         metrics.state("training")
         metrics.target(600)  # the last step done: the end of the job waits for the slowest task
-        assert supervise.step_and_p99(url)[0] is None
+        assert probe.step_and_p99(url)[0] is None
         metrics.target(700)
-        assert supervise.step_and_p99(url)[0] == 600
+        assert probe.step_and_p99(url)[0] == 600
     finally:
         server.close()
     clock = [0.0]
-    watch = supervise.StallWatch(supervise.StallBound(20, 10, 60), lambda: clock[0])
+    watch = stall.StallWatch(stall.StallBound(20, 10, 60), lambda: clock[0])
     for t, step in ((0, 1), (1, 2), (5, None), (14, 2), (15, 2)):  # saving from 5 s: the clock starts at 14
         clock[0] = t
         assert watch.saw(step, 0.01) == ""
@@ -245,7 +247,7 @@ def test_the_step_counts_as_frozen_only_while_the_trainer_trains() -> None:
     ],
 )
 def test_meaning(code: int, words: str) -> None:
-    assert supervise.meaning(code) == words
+    assert exits.meaning(code) == words
 
 
 def stateful(tmp_path: Path, command: tuple[str, ...], **kw) -> supervise.Supervisor:
@@ -339,7 +341,7 @@ def test_a_stuck_step_gets_every_threads_stack_written_and_the_trainer_restarted
         max_restarts=1,
         restart_delay=0.01,
         poll=0.05,
-        stall=supervise.StallBound(multiple=20, floor=1.0, ceiling=2.0),
+        stall=stall.StallBound(multiple=20, floor=1.0, ceiling=2.0),
     )
 
     def steps(_url: str) -> tuple[int | None, float | None]:
@@ -363,20 +365,20 @@ def test_a_stuck_step_gets_every_threads_stack_written_and_the_trainer_restarted
 @pytest.mark.parametrize(
     ("text", "bound"),
     [
-        ("20,60,900", supervise.StallBound(20, 60, 900)),
+        ("20,60,900", stall.StallBound(20, 60, 900)),
         ("0", None),
-        ("5,1,10", supervise.StallBound(5, 1, 10)),
+        ("5,1,10", stall.StallBound(5, 1, 10)),
     ],
 )
-def test_stall_bound_from_the_environment(text: str, bound: supervise.StallBound | None) -> None:
-    assert supervise.StallBound.parse(text) == bound
+def test_stall_bound_from_the_environment(text: str, bound: stall.StallBound | None) -> None:
+    assert stall.StallBound.parse(text) == bound
 
 
 def test_stall_bound_is_a_multiple_of_the_p99_step_within_floor_and_ceiling() -> None:
-    bound = supervise.StallBound(20, 60, 900)
+    bound = stall.StallBound(20, 60, 900)
     assert [bound.seconds(p) for p in (0.05, 4.0, 100.0, None)] == [60, 80, 900, 900]
-    assert supervise.p99([(0.01, 50), (0.1, 99), (1.0, 100), (float("inf"), 100)]) == 0.1
-    assert supervise.p99([(0.01, 0), (float("inf"), 0)]) is None
+    assert probe.p99([(0.01, 50), (0.1, 99), (1.0, 100), (float("inf"), 100)]) == 0.1
+    assert probe.p99([(0.01, 0), (float("inf"), 0)]) is None
 
 
 @pytest.mark.parametrize(
@@ -390,7 +392,7 @@ def test_stall_bound_is_a_multiple_of_the_p99_step_within_floor_and_ceiling() ->
     ],
 )
 def test_the_task_behind_is_the_one_whose_input_step_is_lowest(inputs: dict, late: tuple) -> None:
-    assert supervise.behind(inputs) == late
+    assert stall.behind(inputs) == late
 
 
 def stuck_supervisor(tmp_path: Path, task: str, inputs: dict[str, int]) -> tuple[supervise.Supervisor, list]:
@@ -409,7 +411,7 @@ def stuck_supervisor(tmp_path: Path, task: str, inputs: dict[str, int]) -> tuple
         max_restarts=1,
         restart_delay=0.01,
         poll=0.05,
-        stall=supervise.StallBound(multiple=20, floor=1.0, ceiling=2.0),
+        stall=stall.StallBound(multiple=20, floor=1.0, ceiling=2.0),
         state_file=str(tmp_path / "state.json"),
         metrics_url="own",
         task=task,
@@ -443,7 +445,7 @@ def test_the_supervisor_of_the_task_behind_names_it_and_ends_it(tmp_path: Path) 
     assert stuck and "worker-1 is behind its peers, not in the collective (input steps: " in stuck[0], lines
     assert "worker-1 2, chief 3, worker-0 3" in stuck[0]
     assert time.monotonic() - started < 2 * 2.0 + 10  # within the bound, not the peers' second one
-    assert supervise.State.load(str(tmp_path / "state.json")).stuck == "2 1234.500"
+    assert budget.State.load(str(tmp_path / "state.json")).stuck == "2 1234.500"
 
 
 def test_a_supervisor_whose_task_is_not_behind_waits_one_more_bound_then_ends_it(tmp_path: Path) -> None:
@@ -477,7 +479,7 @@ def test_the_next_run_is_told_where_its_task_was_stuck(tmp_path: Path) -> None:
         sys.exit(0)
         """
     state = tmp_path / "state.json"
-    supervise.State(stuck="40 1234.500").save(str(state))
+    budget.State(stuck="40 1234.500").save(str(state))
     settings = supervise.Settings(command=child(tmp_path, body), state_file=str(state), poll=0.05)
     supervise.Supervisor(
         settings, log=lambda _m: None, probes=supervise.Probes(progress=lambda _u: None)
@@ -490,7 +492,9 @@ def test_peers_metrics_are_read_on_the_same_port_at_their_tf_config_hosts() -> N
 
     spec = from_template(2, "{service}:{port}")
     tf_config = spec.with_task(TaskId("worker", 1)).to_tf_config()
-    s = supervise.settings_from(["--", "true"], {"TF_CONFIG": tf_config, "TRAINER_METRICS_PORT": "8000"})
+    s = supervise_settings.settings_from(
+        ["--", "true"], {"TF_CONFIG": tf_config, "TRAINER_METRICS_PORT": "8000"}
+    )
     assert s.task == "worker-1"
     assert dict(s.peer_metrics) == {
         "chief": "http://chief:8000/metrics",
@@ -514,7 +518,7 @@ def test_reads_the_input_step_from_an_exposition() -> None:
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        assert supervise.input_step(f"http://127.0.0.1:{server.server_port}/metrics") == 41
+        assert probe.input_step(f"http://127.0.0.1:{server.server_port}/metrics") == 41
     finally:
         server.shutdown()
-    assert supervise.input_step("") is None
+    assert probe.input_step("") is None

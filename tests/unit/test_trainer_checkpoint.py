@@ -13,11 +13,11 @@ import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is impo
 
 # isort: split
 from tests.unit.test_trainer_training import Recorder
+from trainer.assembly import training
 from trainer.cluster.spec import TaskId
 from trainer.config import Config
 from trainer.errors import ConfigError
 from trainer.state import checkpoint, manifest, output
-from trainer.train import training
 
 
 def _run(out, **overrides) -> dict:

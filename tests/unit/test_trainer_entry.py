@@ -89,7 +89,7 @@ def test_config_path_does_not_import_tensorflow():
     code = (
         "import sys; from trainer import config, errors; "
         "from trainer.cluster import spec, preflight, agreement; from trainer.telemetry import metrics; "
-        "from trainer.train import progress, timing, loop; from trainer.state import summary; "
+        "from trainer.train import progress, loop; from trainer.core import timing, fault; from trainer.state import summary; "
         "assert 'tensorflow' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)

@@ -1,4 +1,5 @@
-"""The stuck-task fault hook (trainer/train/fault.py) and the input step it is found by (trainer/train/step.py)."""
+"""The stuck-task fault hook (trainer/core/fault.py, acting in trainer/train/fault.py) and the input step it is found by
+(trainer/train/step.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from trainer.config import from_args
+from trainer.core import fault
 from trainer.errors import ConfigError
-from trainer.train import fault
+from trainer.train import fault as fault_hooks
 
 
 def test_a_fault_names_a_task_a_kind_and_a_step() -> None:
@@ -51,8 +53,8 @@ def test_the_input_step_moves_inside_a_call_and_stops_below_the_blocked_batch(tm
     import tensorflow as tf
 
     import trainer  # noqa: F401 (TF_USE_LEGACY_KERAS)
+    from trainer.assembly import task as tasks
     from trainer.config import Config
-    from trainer.tasks import task as tasks
     from trainer.train import step
 
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
@@ -65,7 +67,7 @@ def test_the_input_step_moves_inside_a_call_and_stops_below_the_blocked_batch(tm
     fns = step.build(strategy, task, opt, 8, dataclasses.replace(step.StepOptions.of(cfg), first_step=start))
     iterator = iter(
         strategy.distribute_datasets_from_function(
-            lambda ctx: fault.block_input(task.dataset_fn(ctx), start, blocked)
+            lambda ctx: fault_hooks.block_input(task.dataset_fn(ctx), start, blocked)
         )
     )
     assert fns.input_step() == start

@@ -4,9 +4,9 @@ import logging
 
 import numpy as np
 
+from trainer.core.timing import CallOutput, Interval, StepFns
 from trainer.train import loop, progress
 from trainer.train.loop import Controller, LoopSettings
-from trainer.train.timing import CallOutput, StepFns
 
 
 def _settings(**kw):
@@ -182,7 +182,7 @@ def test_measure_every_times_one_call_in_k():
 
 
 def test_progress_line_fixed_fields():
-    interval = progress.Interval(start_time=0.0, steps=10)
+    interval = Interval(start_time=0.0, steps=10)
     out = CallOutput(step=120, timings=(None,) * 10, loss=0.412, accuracy=None, ids=None, now=1.2)
     line = progress.line(progress.Job("worker-1", 1000, 64), interval, out, now=1.2)
     assert line.startswith("worker-1 | step 120/1000 | 8.3 steps/s | 533 ex/s | loss 0.412 | eta 1m46s")

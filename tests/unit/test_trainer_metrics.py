@@ -5,9 +5,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import contract
 from trainer.cluster.spec import TaskId
+from trainer.core.timing import StepTiming, StepWork
 from trainer.telemetry import metrics, netdev
 from trainer.telemetry.metrics import Metrics, NullMetrics
-from trainer.train.timing import StepTiming, StepWork
 
 # Frozen: the series names as Prometheus stores them. Changing one breaks users' queries and alerts.
 CONTRACT = {

@@ -12,9 +12,9 @@ from bench import launch
 from trainer.cluster import agreement
 from trainer.cluster.spec import TaskId, on_ports
 from trainer.config import Config
+from trainer.core.timing import LoopResult
 from trainer.errors import ConfigError
 from trainer.state import summary
-from trainer.train.loop import LoopResult
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -15,13 +15,14 @@ import trainer  # noqa: F401 (sets TF_USE_LEGACY_KERAS before TensorFlow is impo
 # isort: split
 import tensorflow as tf  # after trainer: Keras 2 under MWMS
 
+from trainer.assembly import task as tasks
+from trainer.assembly import training
 from trainer.cluster.spec import TaskId
 from trainer.config import Config
 from trainer.data import records
 from trainer.data import synthetic as data
 from trainer.errors import ConfigError
-from trainer.tasks import task as tasks
-from trainer.train import step, training
+from trainer.train import step
 
 
 class Recorder:

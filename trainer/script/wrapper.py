@@ -50,7 +50,7 @@ LINGER_ENV = "TRAINER_METRICS_LINGER"
 
 
 PEER_LOST = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")
-"""trainer.train.training.PEER_LOST by name: this module must not import TensorFlow before the script does."""
+"""trainer.state.checkpoint.PEER_LOST by name: this module must not import TensorFlow before the script does."""
 
 
 def peer_lost(err: BaseException) -> bool:

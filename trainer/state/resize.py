@@ -11,7 +11,8 @@ policy (`--resize-keep`, `make ... RESIZE_KEEP=`):
 
 The rate is always `--learning-rate` times (global batch / `--per-replica-batch`) under
 `--lr-scaling linear`: the rule of the start, applied to the batch trained now. The warm-up is not
-repeated: it follows the step counter, which a resize continues. Standard library only.
+repeated: it follows the step counter, which a resize continues. No TensorFlow; trainer/config.py names
+the policies.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from trainer.config import RESIZE_KEEPS as KEEPS
 from trainer.errors import ConfigError
-
-KEEPS = ("per-replica-batch", "global-batch")
 
 
 @dataclass(frozen=True, kw_only=True)

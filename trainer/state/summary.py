@@ -17,7 +17,7 @@ import numpy as np
 from trainer.state import atomic
 
 if TYPE_CHECKING:
-    from trainer.train.loop import LoopResult
+    from trainer.core.timing import LoopResult
 
 MAX_IDS = 200_000
 

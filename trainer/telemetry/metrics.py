@@ -26,9 +26,9 @@ from prometheus_client import (
 
 import contract as c
 from trainer.cluster.spec import TaskId
+from trainer.core.timing import StepTiming, StepWork
 from trainer.errors import ConfigError
 from trainer.telemetry.netdev import LabelledCollector, NetworkCollector
-from trainer.train.timing import StepTiming, StepWork
 
 log = logging.getLogger(__name__)
 

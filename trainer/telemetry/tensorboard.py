@@ -19,8 +19,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from trainer.train.progress import Interval
-from trainer.train.timing import CallOutput
+from trainer.core.timing import CallOutput, Interval
 
 log = logging.getLogger(__name__)
 

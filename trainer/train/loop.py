@@ -21,9 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
-
-from trainer.train.timing import CallOutput, StepFns, StepTiming, StepWork
+from trainer.core.timing import CallOutput, LoopResult, StepFns, StepTiming, StepWork
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +39,6 @@ that size, from its later half. The first call's step ran on a batch the input p
 while the step function traced: with slow input it understates the steady step (a trial cluster of a
 103 ms input-bound step measured ~17 ms: calls of 30 steps, 3.8 s, in which make tune's 1 s turns often
 saw no call end and so no step at all)."""
-
-
-@dataclass
-class LoopResult:
-    start_step: int
-    final_step: int
-    loss: float = float("nan")
-    accuracy: float | None = None
-    ids: list[np.ndarray] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

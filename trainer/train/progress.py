@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from trainer.train.timing import CallOutput, StepTiming
+from trainer.core.timing import CallOutput, Interval
 
 log = logging.getLogger(__name__)
 
@@ -25,26 +25,6 @@ def format_eta(seconds: float) -> str:
     if hours:
         return f"{hours}h{minutes:02d}m"
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
-@dataclass
-class Interval:
-    """Accumulates steps between two progress lines."""
-
-    start_time: float
-    steps: int = 0
-    timings: list[StepTiming] = field(default_factory=list)
-
-    def mean(self) -> StepTiming | None:
-        if not self.timings:
-            return None
-        n = len(self.timings)
-        return StepTiming(
-            step=sum(t.step for t in self.timings) / n,
-            input=sum(t.input for t in self.timings) / n,
-            compute=sum(t.compute for t in self.timings) / n,
-            allreduce=sum(t.allreduce for t in self.timings) / n,
-        )
 
 
 @dataclass(frozen=True)

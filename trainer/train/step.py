@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from trainer.core.timing import StepFns
 from trainer.tasks.task import Task
-from trainer.train.timing import StepFns
 
 # The step's last timestamp (named so that tests can find it in the traced graph).
 END_MARK = "step_end"

@@ -1,5 +1,7 @@
-"""What a step function returns and what the host makes of one call: the types that the step
-(trainer/train/step.py), the host loop (trainer/train/loop.py), the progress lines and the metrics share.
+"""What a step function returns, what the host makes of one call, of an interval and of the whole loop:
+the types that the step (trainer/train/step.py), the host loop (trainer/train/loop.py), the progress
+lines, the metrics, TensorBoard's scalars and the summary share. Here, below all of them, so none
+imports another's folder for a type.
 
 Standard library only: importing it loads no TensorFlow and no exporter.
 """
@@ -7,7 +9,7 @@ Standard library only: importing it loads no TensorFlow and no exporter.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -70,3 +72,34 @@ class CallOutput:
     @property
     def steps(self) -> int:
         return len(self.timings)
+
+
+@dataclass
+class Interval:
+    """Accumulates steps between two progress lines (or two TensorBoard writes)."""
+
+    start_time: float
+    steps: int = 0
+    timings: list[StepTiming] = field(default_factory=list)
+
+    def mean(self) -> StepTiming | None:
+        if not self.timings:
+            return None
+        n = len(self.timings)
+        return StepTiming(
+            step=sum(t.step for t in self.timings) / n,
+            input=sum(t.input for t in self.timings) / n,
+            compute=sum(t.compute for t in self.timings) / n,
+            allreduce=sum(t.allreduce for t in self.timings) / n,
+        )
+
+
+@dataclass
+class LoopResult:
+    """What the host loop returns: where it started and ended, the last loss, the example ids of each call."""
+
+    start_step: int
+    final_step: int
+    loss: float = float("nan")
+    accuracy: float | None = None
+    ids: list[np.ndarray] = field(default_factory=list)
