@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 
+from compose.engine import Engine
 from contract import CHIEF, PROJECT_LABEL, RUN_LABEL, STATE, WORKER, task_of
 
 WORKER_RE = re.compile(rf"^{WORKER}-(\d+)$")
@@ -34,7 +34,7 @@ EXITED_RE = re.compile(r"^Exited \((\d+)\)")
 
 def states(project: str, run: Callable[[list[str]], str] | None = None) -> dict[str, str]:
     """Each task's container status as `docker ps` words it ("Up 3 minutes", "Exited (0) ...")."""
-    run = run or (lambda cmd: subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    run = run or (lambda cmd: Engine().docker(*cmd[1:]))
     out = run(
         ["docker", "ps", "-a", "--filter", f"label=com.docker.compose.project={project}",
          "--format", '{{.Label "com.docker.compose.service"}}\t{{.Status}}']

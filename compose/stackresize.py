@@ -30,6 +30,7 @@ from pathlib import Path
 
 from compose import emit, knobs, resize, swarmstate
 from compose.deployment import STOP_GRACE_SECONDS
+from compose.engine import Engine
 from compose.knobs import COMMAND_LINE
 from compose.swarmstate import Manager
 from contract import CHIEF, WORKER
@@ -165,7 +166,7 @@ def _follow(m: Manager, service: str, limit: float) -> Callable[[], str]:
     """`docker service logs -f` on the manager from now on, ended by `timeout` there at the latest."""
     cmd = ["docker", "exec", m.container(), "timeout", f"{limit:.0f}", "docker", "service", "logs", "-f",
            "--raw", "--since", f"{time.time():.0f}", service]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = Engine().popen(*cmd[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def finish() -> str:
         proc.terminate()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from compose.engine import Engine
 from contract import CHIEF, WORKER
 
 NODE_LABEL = "org.mwms.node"
@@ -29,8 +30,10 @@ Run = Callable[..., subprocess.CompletedProcess]
 
 
 def _run(cmd: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """`docker ...` through the engine adapter (compose/engine.py)."""
+    assert cmd[0] == "docker", cmd
     try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+        return Engine().result(*cmd[1:], timeout=timeout)
     except subprocess.TimeoutExpired:  # an engine that stopped answering: one line, asked again later
         raise RuntimeError(f"{' '.join(cmd[:6])} did not answer within {timeout:.0f} s") from None
 

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import contract
+from compose.engine import Engine
 from contract import CHIEF, task_order
 from trainer.host import EXIT_PEER_FAILED, supervisor
 
@@ -45,6 +46,8 @@ Runner = Callable[[Sequence[str]], str]
 SETTLE_TRIES = 10
 """Updates of a task's restart policy to `no` before settle() gives up on it (~11 s of backoff)."""
 SERVICE = "com.docker.compose.service"
+ENGINE = Engine()
+"""compose/engine.py: every docker call of this module goes through it."""
 # The trainer's log format (trainer/__main__.py): "2026-01-01 12:00:00,000 E <message>".
 ERROR_LINE = re.compile(r"^\S+ \S+ E (.+)$")
 SUPERVISOR_PREFIX = "supervise:"
@@ -53,9 +56,12 @@ ENGINE_RETRY_S = 1.0
 STOPPED = "stopped with every task (make up resumes)"
 
 
-def docker(cmd: Sequence[str]) -> str:
-    """stdout and stderr of one docker command (`docker logs` replays the container's stderr there)."""
-    out = subprocess.run(["docker", *cmd], capture_output=True, text=True, check=True)
+def docker(cmd: Sequence[str], engine: Engine = ENGINE) -> str:
+    """stdout and stderr of one docker command (`docker logs` replays the container's stderr there);
+    CalledProcessError when it fails."""
+    out = engine.result(*cmd, timeout=None)
+    if out.returncode:
+        raise subprocess.CalledProcessError(out.returncode, ["docker", *cmd], out.stdout, out.stderr)
     return (out.stdout + out.stderr).strip()
 
 
@@ -255,9 +261,8 @@ def engine_up(run: Runner = docker) -> bool:
 
 
 def docker_events(project: str) -> tuple[subprocess.Popen, Iterable[dict]]:
-    proc = subprocess.Popen(
-        [
-            "docker",
+    proc = ENGINE.popen(
+        *[
             "events",
             "--format",
             "{{json .}}",

@@ -9,6 +9,8 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from compose.engine import Engine
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -65,7 +67,11 @@ def _in_netns(e: Endpoint, *cmd: str) -> list[str]:
 
 
 def _docker(*args: str) -> str:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=True).stdout.strip()
+    """stdout of `docker ARGS` through the engine adapter (compose/engine.py); CalledProcessError on failure."""
+    r = Engine().result(*args, timeout=None)
+    if r.returncode:
+        raise subprocess.CalledProcessError(r.returncode, ["docker", *args], r.stdout, r.stderr)
+    return r.stdout.strip()
 
 
 def stack_containers(project: str) -> dict[str, tuple[str, str]]:
@@ -125,7 +131,7 @@ def temporary_endpoints(
 
     def cleanup() -> None:
         if started:
-            subprocess.run(["docker", "rm", "-f", *started], capture_output=True)
+            Engine().result("rm", "-f", *started, timeout=None)
 
     try:
         for task in tasks:
@@ -171,11 +177,11 @@ def bridge_endpoints(image: str, project: str, workers: int) -> tuple[list[Endpo
             image, network, ["chief"] + [f"worker-{i}" for i in range(workers)], project
         )
     except BaseException:
-        subprocess.run(["docker", "network", "rm", network], capture_output=True)
+        Engine().result("network", "rm", network, timeout=None)
         raise
 
     def cleanup() -> None:
         remove()
-        subprocess.run(["docker", "network", "rm", network], capture_output=True)
+        Engine().result("network", "rm", network, timeout=None)
 
     return endpoints, cleanup

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import contract as c
 from compose import deployment
+from compose.engine import Engine
 from trainer.host import ENV_PREFIX, server_config
 
 OWN = {
@@ -64,7 +65,14 @@ Docker = Callable[[list[str]], subprocess.CompletedProcess]
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
+    """`docker ARGS` through the engine adapter (compose/engine.py); a docker that does not answer in two
+    minutes is a JobError, not a traceback."""
+    try:
+        return Engine().result(*args, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise JobError(
+            f"docker {' '.join(args[:2])} did not answer in 120 s: is the engine overloaded?"
+        ) from None
 
 
 def _last_line(r: subprocess.CompletedProcess) -> str:
@@ -233,9 +241,8 @@ def refuse_unsaved_script(job: Job, restart_ok: bool, docker: Docker = _run) -> 
 def copy_checkpoint(job: Job, dest: Path) -> None:
     """The checkpoint volume's files into dest, read by a throwaway container of the job's image."""
     dest.mkdir(parents=True, exist_ok=True)
-    tar = subprocess.Popen(
-        [
-            "docker",
+    tar = Engine().popen(
+        *[
             "run",
             "--rm",
             "-v",
