@@ -20,8 +20,10 @@ from pathlib import Path
 
 import contract as c
 from contract.benchcomm import Result, ResultError
-from monitoring import measured, rules, runs, verdict
-from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring import runs
+from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring.rules import recording as rules
+from monitoring.verdicts import measured, verdict
 
 LOOKBACK = "5m"
 """How far back a target, state or build counts: a task that vanished minutes ago is still named."""

@@ -20,8 +20,9 @@ import sys
 from collections.abc import Callable, Mapping
 
 import contract as c
-from monitoring import rules, runs
-from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring import runs
+from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring.rules import recording as rules
 
 Query = Callable[[str], dict[str, float]]
 """PromQL -> task name -> value."""

@@ -1,8 +1,8 @@
 """Training overview: is the cluster training, how fast, and where does each task's step time go?"""
 
 import contract as c
-from monitoring import rules as r
-from monitoring import verdict
+from monitoring.rules import recording as r
+from monitoring.verdicts import verdict
 
 from .panels import (
     GREEN,

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 import contract
-from monitoring import verdict as v
-from monitoring import verdict_cases as vc
-from monitoring.verdict import TaskSample
+from monitoring.verdicts import cases as vc
+from monitoring.verdicts import verdict as v
+from monitoring.verdicts.verdict import TaskSample
 
 BUILD = vc.BUILD
 CASES = {case.name: case for case in vc.CASES}

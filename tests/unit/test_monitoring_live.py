@@ -22,8 +22,9 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 import contract
-from monitoring import diagnose, rules, status
-from monitoring.prom_client import Prometheus, PrometheusError
+from monitoring import diagnose, status
+from monitoring.prom.client import Prometheus, PrometheusError
+from monitoring.rules import recording as rules
 from tests.conftest import need
 from trainer.cluster.spec import TaskId
 from trainer.telemetry.metrics import Metrics, Server, StepTiming

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from monitoring.verdict import TaskSample
+from monitoring.verdicts.verdict import TaskSample
 
 BUILD = ("2.21.0", "0.1.0", "mwms", "AUTO", "mlp")
 THREE = ("chief", "worker-0", "worker-1")

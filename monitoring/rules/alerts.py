@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import contract as c
-from monitoring import rules as r
-from monitoring import verdict as v
+from monitoring.rules import recording as r
+from monitoring.verdicts import verdict as v
 
 TASK = (
     f'{{{{ if eq $labels.task_type "{c.CHIEF}" }}}}{c.CHIEF}{{{{ else }}}}'

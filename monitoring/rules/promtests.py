@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 
 import contract as c
-from monitoring import alerts
-from monitoring import rules as r
-from monitoring import verdict as v
-from monitoring.verdict_cases import BUILD, CASES, COMM, THREE, Case, Task, cluster, sample
+from monitoring.rules import alerts
+from monitoring.rules import recording as r
+from monitoring.verdicts import verdict as v
+from monitoring.verdicts.cases import BUILD, CASES, COMM, THREE, Case, Task, cluster, sample
 
 INTERVAL = 5
 END = 240

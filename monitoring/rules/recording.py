@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import contract as c
-from monitoring import verdict as v
+from monitoring.verdicts import verdict as v
 
-PROM_DIR = Path(__file__).resolve().parent / "config" / "prometheus"
+PROM_DIR = Path(__file__).resolve().parents[1] / "config" / "prometheus"
 JOB_SELECTOR = f'{{job="{c.JOB}"}}'
 BY_TASK = ", ".join(c.TASK_BY)
 BY_RUN = ", ".join(c.RUN_BY)
