@@ -1,14 +1,14 @@
 """`make compare`: did a change make the job faster? One run (RUN=, default the last `make up`'s)
 against another (WITH=, default the project's run before it), per task and for the cluster: steps/s,
 examples/s, the step and each part, each a median with its interquartile range over the run's steady
-part (monitoring/steady.py), the settings that differ, and one verdict line.
+part (monitoring/verdicts/steady.py), the settings that differ, and one verdict line.
 
     python -m monitoring.compare [--prometheus URL] [--project P] [--run ID] [--with ID] [--skip S] [--json] [--out FILE]
 
 Figures are of step time (the step histogram), so checkpoints' pauses between steps are left out, and
 the first --skip seconds after a run's first step (tracing, warm-up). Runs of different tasks or world
 sizes compare examples/s, and say so. --out keeps the verdict for `make diagnose` to quote
-(monitoring/measured.py). Exit 0 compared, 2 bad input (one line).
+(monitoring/verdicts/measured.py). Exit 0 compared, 2 bad input (one line).
 """
 
 from __future__ import annotations

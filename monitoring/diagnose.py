@@ -4,7 +4,7 @@
 
 Reads the task-level recording rules (1 minute windows) and the targets, states and build info of
 the last few minutes, of one run only (--run, by default the project's latest: monitoring/runs.py;
-an earlier run's tasks in the same Prometheus are not this run's), then judges with monitoring/verdict.py (which the dashboard's generated rules
+an earlier run's tasks in the same Prometheus are not this run's), then judges with monitoring/verdicts/verdict.py (which the dashboard's generated rules
 implement in PromQL). Exit 0 healthy (or finished), 1 a problem, 2 no data.
 """
 

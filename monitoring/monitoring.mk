@@ -18,7 +18,7 @@ check-dashboards: $(VENV)/.stamp ## Fail if the committed dashboard JSON differs
 	$(PY) -m monitoring.dashboards --check
 
 .PHONY: rules
-rules: $(VENV)/.stamp ## Regenerate the Prometheus rules, alerts and promtool tests from contract/__init__.py and monitoring/verdict.py
+rules: $(VENV)/.stamp ## Regenerate the Prometheus rules, alerts and promtool tests from contract/__init__.py and monitoring/verdicts/verdict.py
 	$(PY) -m monitoring.rules
 
 .PHONY: check-rules

@@ -1,5 +1,5 @@
 """Grafana-side query handling the report and the live dashboard tests share, and finding the last
-run in Prometheus' data. The HTTP client itself is monitoring/prom_client.py."""
+run in Prometheus' data. The HTTP client itself is monitoring/prom/client.py."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""The alerts: conditions from monitoring/rules.py, thresholds and advice from monitoring/verdict.py.
+"""The alerts: conditions from monitoring/rules/recording.py, thresholds and advice from monitoring/verdicts/verdict.py.
 
 Each annotation is a function of the task's name and the alert's value, called with Go template
 text for the rule file and with real values for the generated promtool tests (`render`), so the

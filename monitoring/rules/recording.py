@@ -1,7 +1,7 @@
 """The Prometheus side of the contract: recording-rule names and their PromQL, built from
-contract/__init__.py (metric names) and monitoring/verdict.py (thresholds, codes). Dashboards,
+contract/__init__.py (metric names) and monitoring/verdicts/verdict.py (thresholds, codes). Dashboards,
 alerts, `make status`, `make diagnose` and `make report` take rule names and raw queries from here;
-monitoring/rulegen.py (`make rules`) writes the rule files.
+monitoring/rules/rulegen.py (`make rules`) writes the rule files.
 
 Rule names are level:metric:operation; `task:` rules are by contract.TASK_BY (job, project, run,
 instance, task_type, task_index), `cluster:` rules by contract.RUN_BY (job, project, run): runs never
@@ -230,7 +230,7 @@ def recording_rules() -> dict:
     return {"groups": [{"name": "trainer_recording", "rules": [{"record": r, "expr": e} for r, e in rules]}]}
 
 
-# --- The verdict in PromQL (monitoring/verdict.py) ---
+# --- The verdict in PromQL (monitoring/verdicts/verdict.py) ---
 
 
 def _task_code(condition: str, code: int) -> str:

@@ -1,4 +1,4 @@
-"""make compare's statistics (monitoring/steady.py) and its pure parts (monitoring/compare.py): the
+"""make compare's statistics (monitoring/verdicts/steady.py) and its pure parts (monitoring/compare.py): the
 spread, the steady part, "beyond the spread", the verdict and the refusals of bad input."""
 
 import pytest

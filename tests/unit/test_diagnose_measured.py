@@ -1,4 +1,4 @@
-"""make diagnose cites what make tune measured on this job (monitoring/measured.py)."""
+"""make diagnose cites what make tune measured on this job (monitoring/verdicts/measured.py)."""
 
 from monitoring.verdicts import measured
 

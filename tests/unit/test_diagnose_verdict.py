@@ -1,4 +1,4 @@
-"""Table tests of monitoring/verdict.py over monitoring/verdict_cases.py, the cases `make rules` also
+"""Table tests of monitoring/verdicts/verdict.py over monitoring/verdicts/cases.py, the cases `make rules` also
 turns into the promtool tests of the generated verdict rules: `make diagnose` and the dashboard agree."""
 
 from __future__ import annotations
