@@ -41,7 +41,7 @@ def _listed(readme: Path) -> set[str]:
     return {n for n in names if not n.startswith(("tests/", "contract/", "bench/", "trainer/"))}
 
 
-@pytest.mark.parametrize("folder", ["", *PACKAGES])
+@pytest.mark.parametrize("folder", ["", *PACKAGES], ids=lambda f: f or "top")
 def test_readme_names_the_modules_that_exist(folder):
     base = MONITORING / folder
     readme = base / "README.md"
