@@ -19,7 +19,7 @@ import yaml
 
 import contract
 from bench.launch import die_with_parent
-from monitoring.rules import PROM_DIR
+from monitoring.rules.recording import PROM_DIR
 
 STACK_CONFIG = PROM_DIR / "prometheus.yml"
 

@@ -1,14 +1,14 @@
 """`make compare`: did a change make the job faster? One run (RUN=, default the last `make up`'s)
 against another (WITH=, default the project's run before it), per task and for the cluster: steps/s,
 examples/s, the step and each part, each a median with its interquartile range over the run's steady
-part (monitoring/steady.py), the settings that differ, and one verdict line.
+part (monitoring/verdicts/steady.py), the settings that differ, and one verdict line.
 
     python -m monitoring.compare [--prometheus URL] [--project P] [--run ID] [--with ID] [--skip S] [--json] [--out FILE]
 
 Figures are of step time (the step histogram), so checkpoints' pauses between steps are left out, and
 the first --skip seconds after a run's first step (tracing, warm-up). Runs of different tasks or world
 sizes compare examples/s, and say so. --out keeps the verdict for `make diagnose` to quote
-(monitoring/measured.py). Exit 0 compared, 2 bad input (one line).
+(monitoring/verdicts/measured.py). Exit 0 compared, 2 bad input (one line).
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import contract as c
-from monitoring import rules, runlist, steady
-from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring import runs
+from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring.rules import recording as rules
+from monitoring.verdicts import steady
 
 WINDOW_S = 15
 """Seconds per sample: three scrapes (every 5 s), so each window's increase has its own samples."""
@@ -42,7 +44,7 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True)
 class Side:
-    run: runlist.Run
+    run: runs.Run
     figures: dict[str, dict[str, steady.Spread]]
     """Level (`cluster`, `chief`, `worker-0`, ...) -> figure -> spread over the steady windows."""
     windows: int
@@ -52,7 +54,7 @@ def _windowed(m: c.Metric, sel: str, window: int) -> str:
     return f"sum by ({BY}) (increase({m.sum}{sel}[{window}s])) / sum by ({BY}) (increase({m.count}{sel}[{window}s]))"
 
 
-def window_samples(prom: Prometheus, run: runlist.Run, project: str, skip: float, window: int = WINDOW_S):
+def window_samples(prom: Prometheus, run: runs.Run, project: str, skip: float, window: int = WINDOW_S):
     """Task -> figure -> steady per-window values, in seconds (step, parts) or examples per step."""
     sel = rules.selector(project, run.id)
     start = run.first_step + skip + window
@@ -123,7 +125,7 @@ def summarize(tasks: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, s
     }
 
 
-def side(prom: Prometheus, run: runlist.Run, project: str, skip: float) -> Side:
+def side(prom: Prometheus, run: runs.Run, project: str, skip: float) -> Side:
     tasks = {t: per_window(s) for t, s in window_samples(prom, run, project, skip).items()}
     figures = summarize({t: f for t, f in tasks.items() if f["steps/s"]})
     if "cluster" not in figures:
@@ -229,10 +231,10 @@ def verdict(old: Side, new: Side) -> dict:
     }
 
 
-def pick(known: list[runlist.Run], run: str, other: str, project: str) -> tuple[runlist.Run, runlist.Run]:
+def pick(known: list[runs.Run], run: str, other: str, project: str) -> tuple[runs.Run, runs.Run]:
     """(old, new): --with and --run, or the latest run and the one before it."""
     ids = ", ".join(r.id for r in known) or "none"
-    new = runlist.find(known, run) if run else (known[-1] if known else None)
+    new = runs.find(known, run) if run else (known[-1] if known else None)
     if new is None:
         raise CompareError(
             f"no run {run!r} of project {project} in Prometheus (runs: {ids}; make runs)"
@@ -240,7 +242,7 @@ def pick(known: list[runlist.Run], run: str, other: str, project: str) -> tuple[
             else f"project {project} has no run in Prometheus"
         )
     if other:
-        old = runlist.find(known, other)
+        old = runs.find(known, other)
         if old is None:
             raise CompareError(
                 f"no run {other!r} of project {project} in Prometheus (runs: {ids}; make runs)"
@@ -322,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     prom = Prometheus(url=args.prometheus, timeout=20.0)
     try:
-        old, new = pick(runlist.describe(prom, args.project), args.run, args.other, args.project)
+        old, new = pick(runs.describe(prom, args.project), args.run, args.other, args.project)
         a, b = side(prom, old, args.project, args.skip), side(prom, new, args.project, args.skip)
     except PrometheusError as err:
         print(f"compare: cannot query Prometheus at {args.prometheus}: {err}", file=sys.stderr)

@@ -14,7 +14,7 @@ COMPARE_SKIP ?=
 
 .PHONY: runs
 runs: ## List the project's runs Prometheus holds, which make compare can compare: id, first step, steps, tasks, settings; JSON=1
-	@$(PYTHON) -m monitoring.runlist --prometheus $(PROMETHEUS_URL) --project $(PROJECT) $(if $(JSON),--json)
+	@$(PYTHON) -m monitoring.runs --prometheus $(PROMETHEUS_URL) --project $(PROJECT) $(if $(JSON),--json)
 
 .PHONY: compare
 compare: ## The last run (RUN=<id>) against the one before (WITH=<id>): steps/s, examples/s, step parts, median and spread over the steady part, settings that differ, verdict (kept in RUN_DIR/compare.json for make diagnose); COMPARE_SKIP=s, JSON=1

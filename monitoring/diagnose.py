@@ -4,7 +4,7 @@
 
 Reads the task-level recording rules (1 minute windows) and the targets, states and build info of
 the last few minutes, of one run only (--run, by default the project's latest: monitoring/runs.py;
-an earlier run's tasks in the same Prometheus are not this run's), then judges with monitoring/verdict.py (which the dashboard's generated rules
+an earlier run's tasks in the same Prometheus are not this run's), then judges with monitoring/verdicts/verdict.py (which the dashboard's generated rules
 implement in PromQL). Exit 0 healthy (or finished), 1 a problem, 2 no data.
 """
 
@@ -20,8 +20,10 @@ from pathlib import Path
 
 import contract as c
 from contract.benchcomm import Result, ResultError
-from monitoring import measured, rules, runs, verdict
-from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring import runs
+from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring.rules import recording as rules
+from monitoring.verdicts import measured, verdict
 
 LOOKBACK = "5m"
 """How far back a target, state or build counts: a task that vanished minutes ago is still named."""

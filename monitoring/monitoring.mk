@@ -18,13 +18,13 @@ check-dashboards: $(VENV)/.stamp ## Fail if the committed dashboard JSON differs
 	$(PY) -m monitoring.dashboards --check
 
 .PHONY: rules
-rules: $(VENV)/.stamp ## Regenerate the Prometheus rules, alerts and promtool tests from contract/__init__.py and monitoring/verdict.py
-	$(PY) -m monitoring.rulegen
+rules: $(VENV)/.stamp ## Regenerate the Prometheus rules, alerts and promtool tests from contract/__init__.py and monitoring/verdicts/verdict.py
+	$(PY) -m monitoring.rules
 
 .PHONY: check-rules
 check-rules: $(VENV)/.stamp ## Generated rules up to date; promtool: check the config and rules, run the rule unit tests
 	@command -v $(PROMTOOL) >/dev/null || { echo "promtool not found: apt-get install prometheus (make engine does)"; exit 1; }
-	$(PY) -m monitoring.rulegen --check
+	$(PY) -m monitoring.rules --check
 	$(PROMTOOL) check config $(MONITORING_PROM)/prometheus.yml
 	$(PROMTOOL) check rules $(MONITORING_PROM)/rules/*.yml
 	$(PROMTOOL) test rules $(MONITORING_PROM)/tests/*.yml
@@ -51,4 +51,4 @@ report: $(VENV)/.stamp ## Write .run/report.png (RUN_DIR): a picture of the last
 
 .PHONY: publish-dashboards
 publish-dashboards: $(VENV)/.stamp ## Upload the dashboards to an existing Grafana: GRAFANA_URL=... GRAFANA_TOKEN=... [GRAFANA_DATASOURCE_UID=...]
-	@$(PY) -m monitoring.publish --url "$$GRAFANA_URL" --datasource-uid "$$GRAFANA_DATASOURCE_UID"
+	@$(PY) -m monitoring.dashboards.publish --url "$$GRAFANA_URL" --datasource-uid "$$GRAFANA_DATASOURCE_UID"

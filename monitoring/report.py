@@ -14,10 +14,10 @@ matplotlib.use("Agg")  # files only; no display on servers and in CI
 import matplotlib.pyplot as plt
 
 import contract as c
-from monitoring import rules as r
 from monitoring import runs
-from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
-from monitoring.promql import Window, find_window
+from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring.prom.promql import Window, find_window
+from monitoring.rules import recording as r
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ time goes, ETA — and the job's ETA where its number of steps is known (trainer
 
 Container state comes from Docker (with --no-docker, e.g. for a swarm whose containers run on other
 engines: the tasks and their last state as Prometheus saw them); everything else from Prometheus: raw trainer series through the
-queries of monitoring/rules.py (so it works without the recording rules and after the tasks have
+queries of monitoring/rules/recording.py (so it works without the recording rules and after the tasks have
 exited, within the lookback window), of the project's run only: the one --run names (make passes the
 last `make up`'s), else its latest (monitoring/runs.py). The generated promtool tests evaluate these
 very queries.
@@ -20,8 +20,9 @@ import sys
 from collections.abc import Callable, Mapping
 
 import contract as c
-from monitoring import rules, runs
-from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring import runs
+from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring.rules import recording as rules
 
 Query = Callable[[str], dict[str, float]]
 """PromQL -> task name -> value."""

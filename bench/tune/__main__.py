@@ -31,8 +31,10 @@ from compose import lifecycle
 from compose.engine import Engine, EngineError
 from compose.projectlock import LockHeld, ProjectLock
 from compose.settings import Settings
-from monitoring import diagnose, rules, runlist, runs, verdict
-from monitoring.prom_client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring import diagnose, runs
+from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
+from monitoring.rules import recording as rules
+from monitoring.verdicts import verdict
 
 TURN_S = 1.0
 HEARTBEAT_SAFE_S = 5.0
@@ -64,7 +66,7 @@ def current_verdict(prom: Prometheus, project: str, run: str) -> tuple[int, str,
         "input wait": statistics.median([t.input_share or 0 for t in tasks] or [0]),
         "compute": statistics.median([t.compute_share or 0 for t in tasks] or [0]),
     }
-    recorded = runlist.settings(prom, sel).get(run, {})
+    recorded = runs.settings(prom, sel).get(run, {})
     return d.cluster.code, max(shares, key=shares.get), recorded
 
 

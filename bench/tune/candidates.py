@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from monitoring import verdict
+from monitoring.verdicts import verdict
 from trainer.host import ENV_PREFIX, ConfigError, from_args, manifest, server_config
 
 ALLOCATOR = "GLIBC_TUNABLES"

@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from monitoring.generated import write_or_check
+from monitoring.rules.generated import write_or_check
 
 from . import OUT_DIR, build_all, render
 

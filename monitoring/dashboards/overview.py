@@ -1,8 +1,8 @@
 """Training overview: is the cluster training, how fast, and where does each task's step time go?"""
 
 import contract as c
-from monitoring import rules as r
-from monitoring import verdict
+from monitoring.rules import recording as r
+from monitoring.verdicts import verdict
 
 from .panels import (
     GREEN,
@@ -24,7 +24,7 @@ from .panels import (
 
 UID = "trainer-overview"
 
-# The codes of monitoring/verdict.py, which the generated verdict rules record.
+# The codes of monitoring/verdicts/verdict.py, which the generated verdict rules record.
 VERDICT_COLOURS = {
     verdict.HEALTHY: "green",
     verdict.COMMUNICATION: "orange",
@@ -41,7 +41,7 @@ VERDICTS = {code: (verdict.NAMES[code], colour) for code, colour in VERDICT_COLO
 # The graphs use Grafana's rate interval (follows zoom, reacts within 20 s); the stats above them
 # show the 1 min recording rules that alerts and `make diagnose` use.
 EXAMPLES_RATE = f"rate({c.EXAMPLES.name}{{{JOB}}}[$__rate_interval])"
-# Steps per second as the clock sees them, as the rules and `make status` compute it (monitoring/rules.py).
+# Steps per second as the clock sees them, as the rules and `make status` compute it (monitoring/rules/recording.py).
 STEPS_RATE = r.steps_per_second("$__rate_interval", RUN_SEL)
 PCT = "{:.0%}".format
 TASK_SEL = "{" + JOB + ', instance=~"$task"}'

@@ -11,7 +11,7 @@ from grafana_foundation_sdk.models import common, dashboard
 from grafana_foundation_sdk.models import prometheus as promql
 
 import contract
-from monitoring import rules
+from monitoring.rules import recording as rules
 
 DATASOURCE = dashboard.DataSourceRef(type_val="prometheus", uid="prometheus")
 TASK_LEGEND = "{{task_type}}-{{task_index}}"

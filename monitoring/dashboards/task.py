@@ -3,8 +3,8 @@
 from grafana_foundation_sdk.models import common
 
 import contract as c
-from monitoring import rules as r
-from monitoring import verdict
+from monitoring.rules import recording as r
+from monitoring.verdicts import verdict
 
 from .panels import (
     GREEN,

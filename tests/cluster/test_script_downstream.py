@@ -11,7 +11,8 @@ import time
 import pytest
 
 import contract
-from monitoring import diagnose, rules, status
+from monitoring import diagnose, status
+from monitoring.rules import recording as rules
 from tests.cluster.local import ROOT, start_script
 from tests.unit.test_monitoring_live import free_port, poll, prometheus_binary  # noqa: F401 (fixture)
 
@@ -34,7 +35,7 @@ def script_run():
 def prom(prometheus_binary, script_run, tmp_path_factory):  # noqa: F811
     import yaml
 
-    from monitoring.prom_client import Prometheus
+    from monitoring.prom.client import Prometheus
 
     work = tmp_path_factory.mktemp("prometheus")
     rule_files = sorted(str(p) for p in (rules.PROM_DIR / "rules").glob("*.yml"))

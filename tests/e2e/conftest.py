@@ -17,7 +17,7 @@ import pytest
 
 import contract
 from contract import STEPS as STEPS_METRIC
-from monitoring.prom_client import Prometheus, PrometheusError
+from monitoring.prom.client import Prometheus, PrometheusError
 from tests.conftest import ROOT, need
 from tests.e2e import places
 

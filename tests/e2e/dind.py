@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitoring.prom_client import PrometheusError
+from monitoring.prom.client import PrometheusError
 from tests.e2e.conftest import ROOT
 
 NODES_SH = ROOT / "compose/swarm/nodes.sh"

@@ -20,8 +20,8 @@ import time
 import pytest
 
 import contract as c
-from monitoring import runlist
-from monitoring.prom_client import Prometheus, PrometheusError
+from monitoring import runs
+from monitoring.prom.client import Prometheus, PrometheusError
 from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.faultstack import FaultStack
@@ -69,14 +69,14 @@ def make(*args: str, timeout: float = 600, **settings: str) -> subprocess.Comple
     return stack.make(*args, timeout=timeout)
 
 
-def steady_run(**settings: str) -> runlist.Run:
+def steady_run(**settings: str) -> runs.Run:
     """`make up`, then wait until Prometheus holds WINDOWS steady windows of this run."""
     up = make("up", timeout=1200, **settings)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     return steady()
 
 
-def steady(seconds: float | None = None) -> runlist.Run:
+def steady(seconds: float | None = None) -> runs.Run:
     """The stack's current run, once Prometheus holds `seconds` of its steps (default: WINDOWS steady
     windows after COMPARE_SKIP)."""
     from monitoring.compare import WINDOW_S
@@ -85,7 +85,7 @@ def steady(seconds: float | None = None) -> runlist.Run:
     prom, deadline = Prometheus(url=STACK.prometheus), time.time() + 600
     while True:
         try:
-            latest = (runlist.describe(prom, STACK.project) or [None])[-1]
+            latest = (runs.describe(prom, STACK.project) or [None])[-1]
         except PrometheusError:  # Prometheus of a stack just started: not answering yet
             latest = None
         fresh = latest and latest.id == _run_id()
@@ -127,9 +127,7 @@ def compare_json_first_step() -> float:
     from monitoring import compare
 
     prom = Prometheus(url=STACK.prometheus)
-    run = runlist.find(
-        runlist.describe(prom, STACK.project), _run_id()
-    )  # an earlier run may be in the history
+    run = runs.find(runs.describe(prom, STACK.project), _run_id())  # an earlier run may be in the history
     return compare.side(prom, run, STACK.project, SKIP_S).figures["cluster"]["step ms"].median
 
 
@@ -169,7 +167,7 @@ def test_tune_names_the_better_value_beyond_the_null_and_apply_restarts_the_job_
     """APPLY=1: the job continues with the winner at once, from its checkpoint: it resumes at or past
     the newest step every task had saved before the tune. A candidate whose loss is not finite (a
     rate that diverges) leaves the rotation and cannot win."""
-    from monitoring import rules
+    from monitoring.rules import recording as rules
 
     tuned = os.path.join(STACK.run_dir, "tuned.env")
     if os.path.exists(tuned):

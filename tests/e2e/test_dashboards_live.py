@@ -10,9 +10,8 @@ import time
 import pytest
 
 import contract
-from monitoring import rules
-from monitoring.prom_client import Prometheus
-from monitoring.promql import (
+from monitoring.prom.client import Prometheus
+from monitoring.prom.promql import (
     find_window,
     finite_series,
     load_dashboards,
@@ -20,6 +19,7 @@ from monitoring.promql import (
     substitute,
     wait_for_data,
 )
+from monitoring.rules import recording as rules
 
 pytestmark = pytest.mark.docker
 

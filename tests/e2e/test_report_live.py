@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from monitoring import rules
-from monitoring.prom_client import Prometheus
-from monitoring.promql import wait_for_data
+from monitoring.prom.client import Prometheus
+from monitoring.prom.promql import wait_for_data
+from monitoring.rules import recording as rules
 
 pytestmark = pytest.mark.docker
 

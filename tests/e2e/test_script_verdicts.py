@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pytest
 
 from contract import ALLREDUCE_BYTES, COMPUTE, RUN_LABEL, STEP, STEPS
-from monitoring.verdict import SEVERITY
+from monitoring.verdicts.verdict import SEVERITY
 from tests.e2e import places
 from tests.e2e.conftest import ROOT, engine_ready
 from tests.e2e.faultstack import FaultStack

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import contract
-from monitoring import alerts
+from monitoring.rules import alerts
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "monitoring" / "config" / "alertmanager" / "alertmanager.yml"

@@ -1,10 +1,11 @@
-"""make compare's statistics (monitoring/steady.py) and its pure parts (monitoring/compare.py): the
+"""make compare's statistics (monitoring/verdicts/steady.py) and its pure parts (monitoring/compare.py): the
 spread, the steady part, "beyond the spread", the verdict and the refusals of bad input."""
 
 import pytest
 
-from monitoring import compare, runlist, steady
-from monitoring.steady import Spread
+from monitoring import compare, runs
+from monitoring.verdicts import steady
+from monitoring.verdicts.steady import Spread
 
 
 def test_spread_is_median_and_interquartile_range():
@@ -35,7 +36,7 @@ def test_ratio_is_bounded_by_the_far_ends():
 
 def _run(run_id, **settings):
     base = {"task": "cnn", "world_size": "3", "per_replica_batch": "32"}
-    return runlist.Run(run_id, 0.0, 100.0, 1000, 3, {**base, **settings})
+    return runs.Run(run_id, 0.0, 100.0, 1000, 3, {**base, **settings})
 
 
 def _side(run, steps, step_ms, input_ms):

@@ -10,7 +10,8 @@ from pathlib import Path
 import yaml
 
 import contract
-from monitoring import promtests, status
+from monitoring import status
+from monitoring.rules import promtests
 
 # `promtool`: the fixture in tests/conftest.py (fails in CI, skips elsewhere when it is missing).
 

@@ -13,7 +13,9 @@ import pytest
 
 import contract
 from contract.benchcomm import Result, Row
-from monitoring import diagnose, rules, verdict
+from monitoring import diagnose
+from monitoring.rules import recording as rules
+from monitoring.verdicts import verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "20261201T090000Z"

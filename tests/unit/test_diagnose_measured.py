@@ -1,6 +1,6 @@
-"""make diagnose cites what make tune measured on this job (monitoring/measured.py)."""
+"""make diagnose cites what make tune measured on this job (monitoring/verdicts/measured.py)."""
 
-from monitoring import measured
+from monitoring.verdicts import measured
 
 ADVICE = (
     "Pack gradients: --bytes-per-pack (with make up, BYTES_PER_PACK=1048576); `make bench-comm` shows the best value.",

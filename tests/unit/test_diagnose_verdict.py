@@ -1,4 +1,4 @@
-"""Table tests of monitoring/verdict.py over monitoring/verdict_cases.py, the cases `make rules` also
+"""Table tests of monitoring/verdicts/verdict.py over monitoring/verdicts/cases.py, the cases `make rules` also
 turns into the promtool tests of the generated verdict rules: `make diagnose` and the dashboard agree."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 import contract
-from monitoring import verdict as v
-from monitoring import verdict_cases as vc
-from monitoring.verdict import TaskSample
+from monitoring.verdicts import cases as vc
+from monitoring.verdicts import verdict as v
+from monitoring.verdicts.verdict import TaskSample
 
 BUILD = vc.BUILD
 CASES = {case.name: case for case in vc.CASES}

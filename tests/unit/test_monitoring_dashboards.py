@@ -10,7 +10,7 @@ import yaml
 
 import contract
 from monitoring import dashboards
-from monitoring.promql import DASHBOARD_DIR, load_dashboards, panel_queries, substitute
+from monitoring.prom.promql import DASHBOARD_DIR, load_dashboards, panel_queries, substitute
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((ROOT / "monitoring" / "config" / "prometheus" / "rules").glob("*.yml"))
@@ -107,7 +107,7 @@ def test_overview_has_the_panels_users_asked_for():
 
 
 def test_verdict_panel_names_every_code_of_make_diagnose():
-    from monitoring import verdict
+    from monitoring.verdicts import verdict
 
     stat = next(
         p

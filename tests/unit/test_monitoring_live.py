@@ -1,6 +1,6 @@
 """The whole telemetry path without TensorFlow or Docker: the real exporter (trainer.telemetry.metrics) on
 loopback, a real Prometheus (Debian's binary) scraping it with the generated rules, and the queries
-of `make status` and the rule names of `make diagnose` read through monitoring.prom_client.
+of `make status` and the rule names of `make diagnose` read through monitoring.prom.client.
 
 Steps are recorded in bursts with idle gaps, as a run's calls are: steps per second must come out as
 the clock saw them (the steps over the wall-clock time, gaps included), not 1 / the step time."""
@@ -22,8 +22,9 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 import contract
-from monitoring import diagnose, rules, status
-from monitoring.prom_client import Prometheus, PrometheusError
+from monitoring import diagnose, status
+from monitoring.prom.client import Prometheus, PrometheusError
+from monitoring.rules import recording as rules
 from tests.conftest import need
 from trainer.cluster.spec import TaskId
 from trainer.core.timing import StepWork

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from monitoring.promql import load_dashboards
-from monitoring.publish import payload, publish, retarget
+from monitoring.dashboards.publish import payload, publish, retarget
+from monitoring.prom.promql import load_dashboards
 
 
 def uids(node) -> set[str]:

@@ -1,6 +1,6 @@
 """The report's pure parts: finding the last run, and drawing a PNG from series (no Prometheus)."""
 
-from monitoring.promql import last_run
+from monitoring.prom.promql import last_run
 from monitoring.report import PARTS, plot
 
 

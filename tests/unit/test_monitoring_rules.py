@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 
 import contract
-from monitoring import alerts as alert_defs
-from monitoring import rulegen as generator
+from monitoring.rules import alerts as alert_defs
+from monitoring.rules import rulegen as generator
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "monitoring" / "config" / "prometheus"
 RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))

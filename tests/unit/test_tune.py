@@ -11,7 +11,7 @@ import pytest
 from bench.tune import candidates, scrape, table, winner
 from bench.tune.scrape import Reading
 from bench.tune.trial import Turn
-from monitoring import verdict
+from monitoring.verdicts import verdict
 
 STOCK = {
     "bytes_per_pack": "0",

@@ -1,4 +1,4 @@
-"""The alerts: conditions from monitoring/rules.py, thresholds and advice from monitoring/verdict.py.
+"""The alerts: conditions from monitoring/rules/recording.py, thresholds and advice from monitoring/verdicts/verdict.py.
 
 Each annotation is a function of the task's name and the alert's value, called with Go template
 text for the rule file and with real values for the generated promtool tests (`render`), so the
@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import contract as c
-from monitoring import rules as r
-from monitoring import verdict as v
+from monitoring.rules import recording as r
+from monitoring.verdicts import verdict as v
 
 TASK = (
     f'{{{{ if eq $labels.task_type "{c.CHIEF}" }}}}{c.CHIEF}{{{{ else }}}}'

@@ -1,7 +1,7 @@
 """The Prometheus side of the contract: recording-rule names and their PromQL, built from
-contract/__init__.py (metric names) and monitoring/verdict.py (thresholds, codes). Dashboards,
+contract/__init__.py (metric names) and monitoring/verdicts/verdict.py (thresholds, codes). Dashboards,
 alerts, `make status`, `make diagnose` and `make report` take rule names and raw queries from here;
-monitoring/rulegen.py (`make rules`) writes the rule files.
+monitoring/rules/rulegen.py (`make rules`) writes the rule files.
 
 Rule names are level:metric:operation; `task:` rules are by contract.TASK_BY (job, project, run,
 instance, task_type, task_index), `cluster:` rules by contract.RUN_BY (job, project, run): runs never
@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import contract as c
-from monitoring import verdict as v
+from monitoring.verdicts import verdict as v
 
-PROM_DIR = Path(__file__).resolve().parent / "config" / "prometheus"
+PROM_DIR = Path(__file__).resolve().parents[1] / "config" / "prometheus"
 JOB_SELECTOR = f'{{job="{c.JOB}"}}'
 BY_TASK = ", ".join(c.TASK_BY)
 BY_RUN = ", ".join(c.RUN_BY)
@@ -230,7 +230,7 @@ def recording_rules() -> dict:
     return {"groups": [{"name": "trainer_recording", "rules": [{"record": r, "expr": e} for r, e in rules]}]}
 
 
-# --- The verdict in PromQL (monitoring/verdict.py) ---
+# --- The verdict in PromQL (monitoring/verdicts/verdict.py) ---
 
 
 def _task_code(condition: str, code: int) -> str:

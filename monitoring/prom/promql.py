@@ -1,5 +1,5 @@
 """Grafana-side query handling the report and the live dashboard tests share, and finding the last
-run in Prometheus' data. The HTTP client itself is monitoring/prom_client.py."""
+run in Prometheus' data. The HTTP client itself is monitoring/prom/client.py."""
 
 import json
 import math
@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import contract
-from monitoring import rules
-from monitoring.prom_client import Prometheus, PrometheusError  # noqa: F401  (re-exported for callers)
+from monitoring.prom.client import Prometheus, PrometheusError  # noqa: F401  (re-exported for callers)
+from monitoring.rules import recording as rules
 
-DASHBOARD_DIR = Path(__file__).resolve().parent / "config" / "grafana" / "dashboards"
+DASHBOARD_DIR = Path(__file__).resolve().parents[1] / "config" / "grafana" / "dashboards"
 
 
 def substitute(

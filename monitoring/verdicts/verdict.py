@@ -2,9 +2,9 @@
 
 The one definition of the verdicts: thresholds, codes, names and advice. `make diagnose`
 (monitoring/diagnose.py) fills `TaskSample`s from Prometheus and calls `diagnose`; `make rules`
-(monitoring/rulegen.py) generates from this module the recording rules that compute the same codes
+(monitoring/rules/rulegen.py) generates from this module the recording rules that compute the same codes
 in PromQL for the dashboards, the alerts and their prose, and the promtool tests, which run the
-cases of monitoring/verdict_cases.py that the Python tests also run. Priority (the higher code
+cases of monitoring/verdicts/cases.py that the Python tests also run. Priority (the higher code
 wins, both per task and for the cluster):
 
     7 down > 6 stuck > 5 stalled > 4 mismatch > 3 straggler > 2 input-bound > 1 communication-bound > 0 healthy

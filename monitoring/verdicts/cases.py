@@ -1,10 +1,10 @@
 """The one table of verdict cases. tests/unit/test_diagnose_verdict.py judges each with
-monitoring/verdict.py; `make rules` turns each into promtool series and expected codes and alerts
+monitoring/verdicts/verdict.py; `make rules` turns each into promtool series and expected codes and alerts
 (monitoring/config/prometheus/tests/verdict_test.yml), so the Python verdict and the PromQL rules are
 checked against the same cases.
 
 A case gives each task's steady figures (mean seconds per step and of each part, state, build);
-`sample` makes the TaskSample diagnose reads and monitoring/promtests.py the series Prometheus would
+`sample` makes the TaskSample diagnose reads and monitoring/rules/promtests.py the series Prometheus would
 scrape every 5 s, linear so that every 1 minute rate is exact.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from monitoring.verdict import TaskSample
+from monitoring.verdicts.verdict import TaskSample
 
 BUILD = ("2.21.0", "0.1.0", "mwms", "AUTO", "mlp")
 THREE = ("chief", "worker-0", "worker-1")

@@ -1,6 +1,6 @@
-"""promtool unit tests, written by `make rules` (monitoring/rulegen.py).
+"""promtool unit tests, written by `make rules` (monitoring/rules/rulegen.py).
 
-verdict_tests: every case of monitoring/verdict_cases.py as series scraped every 5 s for 4 minutes,
+verdict_tests: every case of monitoring/verdicts/cases.py as series scraped every 5 s for 4 minutes,
 with the task and cluster verdict codes the case table expects and the alerts (labels and rendered
 prose) that its figures must fire; and two stacks in one Prometheus, each judged on its own series. rate_tests: steps per second of a short finished run and a long
 one, through the recording rules and through the very queries `make status` sends.
@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 
 import contract as c
-from monitoring import alerts
-from monitoring import rules as r
-from monitoring import verdict as v
-from monitoring.verdict_cases import BUILD, CASES, COMM, THREE, Case, Task, cluster, sample
+from monitoring.rules import alerts
+from monitoring.rules import recording as r
+from monitoring.verdicts import verdict as v
+from monitoring.verdicts.cases import BUILD, CASES, COMM, THREE, Case, Task, cluster, sample
 
 INTERVAL = 5
 END = 240
@@ -125,7 +125,7 @@ def _codes(case: Case) -> list[dict]:
 
 
 def firing(case: Case) -> dict[str, dict[str, float]]:
-    """Alert -> task -> value, by the thresholds of monitoring/verdict.py."""
+    """Alert -> task -> value, by the thresholds of monitoring/verdicts/verdict.py."""
     samples = {t.name: sample(t) for t in case.tasks}
     timed = {t.name: samples[t.name] for t in case.tasks if t.stepping}
     ratios = v.compute_ratios(list(timed.values()))

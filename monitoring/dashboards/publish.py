@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 from grafana_client import GrafanaApi
 from grafana_client.client import GrafanaClientError, GrafanaException
 
-from .promql import load_dashboards
+from monitoring.prom.promql import load_dashboards
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def redact(url: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m monitoring.publish", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m monitoring.dashboards.publish", description=__doc__)
     parser.add_argument(
         "--url",
         default=os.environ.get("GRAFANA_URL"),

@@ -10,7 +10,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from monitoring import verdict
+from monitoring.verdicts import verdict
 
 TUNE_HINT = "`make tune` measures these on your job (docs/tune.md)."
 
