@@ -33,11 +33,3 @@ bench-comm: $(VENV)/.stamp iperf3 ## All-reduce sweep 4 KiB-64 MiB and mlp/cnn/R
 scaling: $(VENV)/.stamp ## Same short job at WORKERS=0..N (N=WORKERS): throughput, efficiency, breakdown, and the ring model (fitted to bench-comm) projected to 4-64 workers; writes $(RUN_DIR)/scaling.{json,png}
 	$(PY) -m bench.scaling --max-workers $(WORKERS) --seconds $(SCALING_SECONDS) --out $(RUN_DIR)/scaling --bench-comm $(RUN_DIR)/bench-comm.json $(SCALING_ARGS)
 
-TUNE_SECONDS ?=
-TUNE_CANDIDATES ?=
-# STACK_VARS: APPLY=1 starts the job again as `make up` does (compose/up.sh reads them, OUTPUT's default too).
-$(call pass_env,tune,RUN TUNE_CANDIDATES $(STACK_VARS))
-
-.PHONY: tune
-tune: $(VENV)/.stamp ## During a running job: try the settings its verdict names (TUNE_CANDIDATES=...) from its checkpoint against the current ones in turns, with a null; table, winner to RUN_DIR/tuned.env (make up reads it); TUNE_SECONDS=, APPLY=1: the job goes on with it at once, from its checkpoint; a SCRIPT= job that keeps no checkpoint is refused (TUNE_RESTART_OK=1: tune it anyway)
-	@$(PY) -m bench.tune --prometheus $(PROMETHEUS_URL) --project $(PROJECT) --run "$$RUN" --run-dir $(RUN_DIR) $(if $(TUNE_SECONDS),--seconds $(TUNE_SECONDS)) $(if $(TUNE_CANDIDATES),--candidates "$$TUNE_CANDIDATES") $(if $(APPLY),--apply) $(if $(TUNE_RESTART_OK),--restart-ok)

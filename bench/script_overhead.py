@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import scrape
+from monitoring.tune.table import active_seconds
 from trainer.host import observe_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,11 +177,6 @@ def start_one_after_another(variants: list[str], args: argparse.Namespace) -> li
                 time.sleep(0.1)
         clusters.append(Cluster(v, args))
     return clusters
-
-
-def active_seconds(turns: list[tuple[float, float]], start: float, stop: float) -> float:
-    """Seconds of the turns (start, stop) that fall between start and stop."""
-    return sum(max(0.0, min(b, stop) - max(a, start)) for a, b in turns)
 
 
 def sliced_run(

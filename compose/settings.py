@@ -146,7 +146,7 @@ def restart_environ(environ: Mapping[str, str], recorded: Path, drop: tuple[str,
 
 
 def read_tuned(path: Path) -> dict[str, str]:
-    """make tune's winner: NAME=value lines (bench/tune/winner.py writes them)."""
+    """make tune's winner: NAME=value lines (monitoring/tune/winner.py writes them)."""
     if not path.is_file():
         return {}
     pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)

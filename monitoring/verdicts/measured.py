@@ -1,4 +1,4 @@
-"""What `make tune` measured on this job (RUN_DIR/tune.json, written by bench/tune/winner.py), cited
+"""What `make tune` measured on this job (RUN_DIR/tune.json, written by monitoring/tune/winner.py), cited
 in `make diagnose`'s advice: a setting the advice names gets its ratio on this job next to it, and where
 nothing is measured yet the advice says that `make tune` measures it. `make compare`'s last verdict
 (RUN_DIR/compare.json, monitoring/compare.py) is quoted while its run is the one diagnosed. Pure apart

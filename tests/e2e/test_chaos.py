@@ -52,8 +52,8 @@ from dataclasses import asdict, dataclass, replace
 
 import pytest
 
-from bench.tune.job import PAUSE_WAITS
 from compose.deployment import STOP_GRACE_SECONDS
+from monitoring.tune.job import PAUSE_WAITS
 from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.dind import EngineNode

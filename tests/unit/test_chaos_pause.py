@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from bench.tune.job import PAUSE_WAITS
+from monitoring.tune.job import PAUSE_WAITS
 from tests.e2e import test_chaos as chaos
 
 FROZE = "Error response from daemon: Cannot pause container c: OCI runtime pause failed: unable to freeze: unknown"

@@ -3,8 +3,9 @@ imports it back, and the top-level folders form layers that import only downward
 
     contract/    the shared, stdlib-only contract (in the image and on the host)
     trainer/     runs in the container (its image holds contract/ and trainer/ only)
-    monitoring/  host: rules, dashboards, status, diagnose, report (its config/ is mounted, not imported)
-    compose/     host: the deployment description, its emitters, up/wait
+    compose/     host: the deployment description, its emitters, the lifecycle and the engine adapter
+    monitoring/  host: rules, dashboards and the commands people type (status, diagnose, compare, tune),
+                 which read the job through compose's engine adapter (its config/ is mounted, not imported)
     bench/       host: the local launcher and the benchmarks
 
 Inside trainer/ the same holds one level down: its subfolders (trainer/train/, trainer/state/, ...) and
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ("contract", "trainer", "monitoring", "compose", "bench")
+LAYERS = ("contract", "trainer", "compose", "monitoring", "bench")
 PACKAGES = LAYERS
 
 

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from bench.tune import candidates, scrape, table, winner
-from bench.tune.scrape import Reading
-from bench.tune.trial import Turn
+from monitoring.tune import candidates, scrape, table, winner
+from monitoring.tune.scrape import Reading
+from monitoring.tune.trial import Turn
 from monitoring.verdicts import verdict
 
 STOCK = {
@@ -144,7 +144,7 @@ def test_a_script_is_tried_on_what_its_wrapper_controls_and_make_up_gives_the_wi
 
 
 def test_a_script_jobs_host_path_comes_from_its_mounts():
-    from bench.tune import job
+    from monitoring.tune import job
 
     cmd = [
         "python",
@@ -208,7 +208,7 @@ def test_a_setting_given_on_the_command_line_wins_over_the_winner(tmp_path):
 def test_apply_puts_the_winner_over_the_knobs_the_job_started_with(tmp_path):
     """`make tune APPLY=1` on a job started with `make up INPUT_DELAY_MS=28`: the restart takes the
     winner (INPUT_DELAY_MS=0), not the job's own value, and keeps the job's other knobs. Before
-    bench/tune/apply.sh the restart was given the job's TRAINER_* environment, which won over tuned.env."""
+    monitoring/tune/apply.sh the restart was given the job's TRAINER_* environment, which won over tuned.env."""
     from compose import knobs, settings
 
     started = {"INPUT_DELAY_MS": "28", "STEPS": "5000", "WORKERS": "1", "TRAINER_TASK": "cnn",
@@ -226,8 +226,8 @@ def test_apply_puts_the_winner_over_the_knobs_the_job_started_with(tmp_path):
 
 
 def test_a_second_tune_of_the_project_is_one_line_and_exit_2(tmp_path, capsys):
-    from bench.tune.__main__ import main
     from compose.projectlock import ProjectLock
+    from monitoring.tune.__main__ import main
 
     with ProjectLock(tmp_path, "make resize PROJECT=p WORKERS=3", "p"):
         assert main(["--project", "p", "--run-dir", str(tmp_path)]) == 2
@@ -237,7 +237,7 @@ def test_a_second_tune_of_the_project_is_one_line_and_exit_2(tmp_path, capsys):
 
 def _exiting(tmp_path, name, code, *lines):
     """A trial cluster whose launcher prints `lines` and exits `code` (a real process)."""
-    from bench.tune import trial
+    from monitoring.tune import trial
 
     program = "".join(f"print({ln!r})\n" for ln in lines) + f"raise SystemExit({code})"
     return trial.Cluster(name, {}, tmp_path / name, 3, [__import__("sys").executable, "-c", program])
@@ -262,7 +262,7 @@ def test_a_failed_cluster_says_why_in_one_line(tmp_path):
 
 
 def test_a_candidate_that_fails_to_start_is_left_out_a_failing_current_ends_the_trial(tmp_path):
-    from bench.tune import trial
+    from monitoring.tune import trial
 
     candidate = _exiting(tmp_path, "LEARNING_RATE=x", 2, "[chief] ValueError: bad rate")
     assert set(trial.start_all([candidate], timeout=60, keep=(table.CURRENT,))) == {"LEARNING_RATE=x"}
@@ -276,7 +276,7 @@ def test_the_trial_clusters_are_stopped_together_once_every_one_steps(tmp_path):
     stopped while the others started was declared dead on its first turn (a cold trial, exit 200). And
     not before each chief has ended a second timed call: the first ones are sized from a step fed by
     prefetched batches (a 103 ms input-bound step's trial made 3.8 s calls, and turns saw no step)."""
-    from bench.tune import scrape, trial
+    from monitoring.tune import scrape, trial
 
     said: list[tuple[str, str, int]] = []  # what, to whom, after how many readings of the slow one
 
@@ -327,8 +327,8 @@ def test_a_candidate_the_trainer_refuses_is_one_line_before_any_trial():
 
 
 def test_a_finished_job_is_not_tuned():
-    from bench.tune import job
-    from bench.tune.__main__ import refuse_finished
+    from monitoring.tune import job
+    from monitoring.tune.__main__ import refuse_finished
 
     with pytest.raises(job.JobError, match="job has finished: nothing to tune"):
         refuse_finished(verdict.FINISHED, "p")
@@ -374,7 +374,7 @@ class FakeDocker:
 
 
 def _job(*cids):
-    from bench.tune import job
+    from monitoring.tune import job
 
     names = ["chief", *(f"worker-{i}" for i in range(len(cids) - 1))]
     return job.Job("p", dict(zip(names, cids, strict=True)), {}, "img", ())
@@ -382,7 +382,7 @@ def _job(*cids):
 
 def test_a_task_that_does_not_freeze_at_once_is_paused_on_a_later_try_never_half_paused_meanwhile():
     """CI, load 4-22: `docker pause` of a task failed ("unable to freeze") and make tune gave up at once."""
-    from bench.tune import job
+    from monitoring.tune import job
 
     docker, waits, said = FakeDocker(["c", "w0", "w1"], freezes_after={"w1": 2}), [], []
     sleep = lambda s: waits.append((s, set(docker.paused())))  # noqa: E731
@@ -394,7 +394,7 @@ def test_a_task_that_does_not_freeze_at_once_is_paused_on_a_later_try_never_half
 
 
 def test_a_task_that_never_freezes_is_one_line_and_the_job_runs_as_it_was():
-    from bench.tune import job
+    from monitoring.tune import job
 
     docker = FakeDocker(["c", "w0"], freezes_after={"w0": 99})
     with pytest.raises(job.JobError) as err:
@@ -406,7 +406,7 @@ def test_a_task_that_never_freezes_is_one_line_and_the_job_runs_as_it_was():
 
 
 def test_a_task_that_stopped_is_not_waited_for_and_an_already_paused_one_counts():
-    from bench.tune import job
+    from monitoring.tune import job
 
     docker = FakeDocker(["c", "w0"], status={"w0": "exited"})
     with pytest.raises(
@@ -449,7 +449,7 @@ def test_a_script_that_keeps_no_checkpoint_is_not_tuned_unless_asked():
     nothing would train again from its start. The built-in loop always saves; a script that saves is tuned."""
     from subprocess import CompletedProcess
 
-    from bench.tune import job
+    from monitoring.tune import job
 
     def volume(listing):
         return lambda args: CompletedProcess(args, 0, listing, "")
@@ -468,7 +468,7 @@ def test_a_script_that_keeps_no_checkpoint_is_not_tuned_unless_asked():
 
 
 class _Clock:
-    """A virtual clock for bench.tune.trial: `sleep` advances it and runs the cluster that holds the turn."""
+    """A virtual clock for monitoring.tune.trial: `sleep` advances it and runs the cluster that holds the turn."""
 
     def __init__(self) -> None:
         self.now, self.clusters = 1000.0, []
@@ -484,7 +484,7 @@ class _Clock:
 
 def _calls_of(seconds: float, clock: _Clock, name: str):
     """A trial cluster whose calls (10 steps each) take `seconds` of its running time."""
-    from bench.tune import trial
+    from monitoring.tune import trial
 
     class Calls(trial.Cluster):
         running, ran, calls, ended = False, 0.0, 0, 0.0
@@ -514,8 +514,8 @@ def test_turns_shorter_than_the_calls_are_made_longer_and_nothing_measured_is_on
     """4 s calls in 1 s turns: no round of the current settings (or the null) sees two call ends, and the
     table read "no better setting found" with nothing measured (a trial at load 34). The turns double
     until they do; where they cannot grow (a SCRIPT= job's heartbeat), nothing measured is an error."""
-    from bench.tune import __main__ as tune
-    from bench.tune import trial
+    from monitoring.tune import __main__ as tune
+    from monitoring.tune import trial
 
     clock = _Clock()
     monkeypatch.setattr(trial, "time", clock)

@@ -1,7 +1,7 @@
 """The trials: one local cluster per setting (bench.launch), each from its own copy of the job's
 checkpoint, run in turns (SIGSTOP/SIGCONT of its tasks, one cluster at a time, the method of
 bench/script_overhead.py) so that every setting meets the same machine. Each turn ends with a reading
-of the cluster's chief (bench/tune/scrape.py) taken while it still runs."""
+of the cluster's chief (monitoring/tune/scrape.py) taken while it still runs."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.tune import scrape
-from bench.tune.candidates import PROCESS_VARIABLES
+from monitoring.tune import scrape
+from monitoring.tune.candidates import PROCESS_VARIABLES
 
 LAUNCH = re.compile(r"^\[launch\] (\S+): pid (\d+), ([\d.]+):(\d+), metrics http://[\d.]+:(\d+)/metrics")
 ROOT = Path(__file__).resolve().parents[2]

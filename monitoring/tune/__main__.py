@@ -2,7 +2,7 @@
 checkpoint against the current settings in interleaved turns, with a plain-vs-plain null; a table,
 the winner only when it is beyond the null's spread, written where `make up` reads it (docs/tune.md).
 
-    python -m bench.tune [--project P] [--run-dir D] [--seconds S] [--candidates "NAME=v ..."] [--apply]
+    python -m monitoring.tune [--project P] [--run-dir D] [--seconds S] [--candidates "NAME=v ..."] [--apply]
 
 The job is paused while the trials run (they need the cores), then continues: its tasks restart from its
 last checkpoint (TensorFlow's heartbeats stopped while it was paused); with --apply it restarts with the
@@ -24,9 +24,6 @@ import time
 from pathlib import Path
 
 import contract as c
-from bench.tune import candidates as cand
-from bench.tune import job as job_lib
-from bench.tune import table, trial, winner
 from compose import lifecycle
 from compose.engine import Engine, EngineError
 from compose.projectlock import LockHeld, ProjectLock
@@ -34,6 +31,9 @@ from compose.settings import Settings
 from monitoring import diagnose, runs
 from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
 from monitoring.rules import recording as rules
+from monitoring.tune import candidates as cand
+from monitoring.tune import job as job_lib
+from monitoring.tune import table, trial, winner
 from monitoring.verdicts import verdict
 
 TURN_S = 1.0
@@ -196,7 +196,7 @@ def apply(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.tune", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m monitoring.tune", description=__doc__.splitlines()[0])
     p.add_argument("--prometheus", default=os.environ.get("PROMETHEUS_URL", DEFAULT_URL))
     p.add_argument("--project", default=c.DEFAULT_PROJECT)
     p.add_argument("--run", default="")

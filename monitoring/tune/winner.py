@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.tune.table import Row
+from monitoring.tune.table import Row
 
 FILE = "tuned.env"
 RESULT = "tune.json"

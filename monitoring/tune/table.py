@@ -2,7 +2,7 @@
 
 A round is `cycles` consecutive turns of every cluster; a cluster's rate in a round is its steps
 between the readings ending its first and last turn of the round, over the time it ran between those
-steps' ends (bench.script_overhead.active_seconds). Each candidate's ratio is taken against the
+steps' ends (active_seconds). Each candidate's ratio is taken against the
 current settings' rate in the same round; the null (the current settings again, a second cluster)
 measures what the method itself moves."""
 
@@ -12,8 +12,13 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from bench.script_overhead import active_seconds
-from bench.tune import scrape
+from monitoring.tune import scrape
+
+
+def active_seconds(turns: list[tuple[float, float]], start: float, stop: float) -> float:
+    """Seconds of the turns (start, stop) that fall between start and stop."""
+    return sum(max(0.0, min(b, stop) - max(a, start)) for a, b in turns)
+
 
 CURRENT, NULL = "current", "current-again"
 
