@@ -18,6 +18,10 @@ export MAKE_COMMAND_LINE := $(strip $(foreach v,$(.VARIABLES),$(if $(filter comm
 $(foreach v,$(MAKE_COMMAND_LINE),$(eval override $(v) := $$(value $(v))))
 export $(MAKE_COMMAND_LINE)
 
+# Every value a user may give (compose/values.py's table), checked here at parse time, before anything
+# runs: one line naming the variable and its rule. Environment values are taken as typed there too.
+include compose/values.mk
+
 # $(call pass_env,targets,variables): the targets' recipes get each variable's value in their environment
 # (quotes, spaces, $, backticks, ; and newlines arrive intact); recipes read them as "$$NAME".
 pass_env = $(foreach v,$(2),$(eval $(1): export $(v) := $$($(v))))
