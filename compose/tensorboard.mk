@@ -4,12 +4,14 @@
 PROFILE_SECONDS ?= 2
 PROFILE_KEEP ?= 5
 
+$(call pass_env,profile,RUN_DIR PROFILE_SECONDS PROFILE_KEEP)
+
 ##@ TensorBoard
 
 .PHONY: profile
 profile: ## Trace every task of the running job at once for PROFILE_SECONDS (2); keeps the last PROFILE_KEEP (5) per task; see TensorBoard's PROFILE tab
 	@$(STACK_UP) || { echo "no stack: run make up"; exit 1; }
-	@args=$$($(PYTHON) -m compose.profile --run-dir $(RUN_DIR) --seconds $(PROFILE_SECONDS) --keep $(PROFILE_KEEP)) \
+	@args=$$("$$PYTHON" -m compose.profile --run-dir "$$RUN_DIR" --seconds "$$PROFILE_SECONDS" --keep "$$PROFILE_KEEP") \
 	  && $(DC) exec -T $$args
 
 BROWSER_PACKAGES := chromium chromium-driver

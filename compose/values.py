@@ -385,17 +385,29 @@ def _with_args(argv: list[str]) -> int:
     return 127  # not reached
 
 
+def _check_named(names: list[str]) -> int:
+    """`--check VAR...`: each VAR of the environment against its rule; the first refusal, one line, exit 2."""
+    for name in names:
+        message = problem(name, os.environ.get(name, ""))
+        if message:
+            print(message, file=sys.stderr)
+            return 2
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--make"]:
         sys.stdout.write(make_fragment())
         return 0
     if argv[:1] == ["--with-args"] and len(argv) >= 3:
         return _with_args(argv[1:])
+    if argv[:1] == ["--check"]:
+        return _check_named(argv[1:])
     if argv[:1] == ["--table"]:
         for name, var in VARIABLES.items():
             print(f"{name:26} {var.kind:13} {KINDS[var.kind].rule}")
         return 0
-    print("usage: python -m compose.values --make | --table | --with-args VAR command [arg...]", file=sys.stderr)
+    print("usage: python -m compose.values --make | --table | --check VAR... | --with-args VAR command [arg...]", file=sys.stderr)
     return 2
 
 
