@@ -31,17 +31,25 @@ with_args = "$$PYTHON" -m compose.values --with-args $(1)
 VENV := .venv
 PY := $(VENV)/bin/python
 
+# The sections of make help, in the order a user meets them (a section of a fragment goes where its
+# name is here, its targets together; one not named here comes last). tests/unit/test_hostile_values.py.
+HELP_SECTIONS := General|Cluster|Monitoring|Diagnose|Tune|TensorBoard|Swarm (multi-host)|Kubernetes|Setup|Local runs and benchmarks|Trainer|Tests|Lint
+
 ##@ General
 
 .PHONY: help
 help: ## Show this help (WORKERS=N means a chief plus N workers)
-	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target> [VAR=value]\n"} \
-	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2 } \
-	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
-	@printf '\nDefaults (contract/__init__.py): WORKERS=%s MAX_RESTARTS=%s PROJECT=%s; published on BIND_ADDR only: Prometheus :%s, Grafana :%s, Alertmanager :%s, TensorBoard :%s\n' \
-	  $(DEFAULT_WORKERS) $(DEFAULT_MAX_RESTARTS) $(DEFAULT_PROJECT) $(PROMETHEUS_PORT) $(GRAFANA_PORT) $(ALERTMANAGER_PORT) $(TENSORBOARD_PORT)
+	@awk -v order='$(HELP_SECTIONS)' 'BEGIN {FS = ":.*##"; n = split(order, sections, "|")} \
+	  /^##@/ { section = substr($$0, 5); if (!(section in text)) { extra[++m] = section; text[section] = "" } } \
+	  /^[a-zA-Z0-9_.-]+:.*?##/ { d = $$2; sub(/^ +/, "", d); text[section] = text[section] sprintf("  \033[36m%-20s\033[0m %s\n", $$1, d) } \
+	  END { printf "Usage: make <target> [VAR=value]\n"; \
+	    for (i = 1; i <= n; i++) { s = sections[i]; done[s] = 1; if (text[s] != "") printf "\n\033[1m%s\033[0m\n%s", s, text[s] } \
+	    for (i = 1; i <= m; i++) if (!(extra[i] in done)) printf "\n\033[1m%s\033[0m\n%s", extra[i], text[extra[i]] }' $(MAKEFILE_LIST)
+	@printf '\nDefaults (contract/__init__.py): WORKERS=%s MAX_RESTARTS=%s PROJECT=%s\n' $(DEFAULT_WORKERS) $(DEFAULT_MAX_RESTARTS) $(DEFAULT_PROJECT)
+	@printf 'Published on BIND_ADDR only: Prometheus :%s, Grafana :%s, Alertmanager :%s, TensorBoard :%s\n' \
+	  $(PROMETHEUS_PORT) $(GRAFANA_PORT) $(ALERTMANAGER_PORT) $(TENSORBOARD_PORT)
 
-##@ Project venv
+##@ Setup
 
 $(VENV)/.stamp: requirements.lock ## (file) The project venv, installed exactly from the hash-locked requirements.lock
 	@images/quiet.sh build/logs/venv.log "venv: installing requirements.lock into $(VENV)" \
@@ -115,14 +123,14 @@ TEST_IMAGES_LOCK = build/test-images.lock
 GPU_BUILT = build/test-images.gpu-built
 TEST_IMAGES_LOG = build/logs/test-images.log
 .PHONY: test-images
-test-images: ## Download the images' wheelhouses and build the CPU stack's and the GPU trainer's images, as make test does beside its unit tests (.ci/run starts it during its set-up, whose installs wait on the network; a second one waits for it)
+test-images: ## Download the wheelhouses and build the CPU stack's and GPU trainer's images, as make test does
 	@mkdir -p $(dir $(TEST_IMAGES_LOG)); flock -n -E 75 -o $(TEST_IMAGES_LOCK) sh -c '$(PREBUILD)' >>$(TEST_IMAGES_LOG) 2>&1; \
 	  rc=$$?; [ $$rc -eq 75 ] || exit $$rc; \
 	  echo "test-images: another make test-images of this tree is building them: waiting for it" >>$(TEST_IMAGES_LOG); \
 	  flock $(TEST_IMAGES_LOCK) true
 
 .PHONY: test
-test: $(VENV)/.stamp ## Run every test: unit (on every core, the images downloading and building meanwhile), then the local clusters and the Docker end-to-end suite (those that judge what they time alone, the rest E2E_JOBS side by side)
+test: $(VENV)/.stamp ## Run every test: unit (images building meanwhile), then the local clusters and the Docker suite
 	@mkdir -p build/logs; rm -f $(GPU_BUILT); $(MAKE) --no-print-directory test-images & images=$$!; \
 	  $(call with_args,PYTEST_ARGS) $(UNIT); unit=$$?; \
 	  wait $$images || echo "test: the images' download or build failed (build/logs/test-images.log): the tests that need them do it again"; \
@@ -135,7 +143,7 @@ FAULTS ?= 20
 SEED ?=
 CHAOS_ENGINE ?= dind
 .PHONY: chaos
-chaos: $(VENV)/.stamp ## Long chaos run: FAULTS faults (default 20) into one job at random steps from SEED (printed; set it to replay), on a Docker-in-Docker engine so that engine kills, graceful engine stops and host reboots are drawn too (CHAOS_ENGINE=host: this host's engine, container faults only)
+chaos: $(VENV)/.stamp ## Long chaos run: FAULTS (20) faults at random steps from SEED on Docker-in-Docker (CHAOS_ENGINE=)
 	CHAOS_FAULTS="$$FAULTS" CHAOS_SEED="$$SEED" $(call with_args,PYTEST_ARGS) $(PY) -m pytest -s tests/e2e/test_chaos.py
 
 .PHONY: test-unit
@@ -149,7 +157,7 @@ QUICK_CLUSTER = tests/cluster/test_server_config.py \
   tests/cluster/test_trainer_cluster.py::test_tasks_that_disagree_are_named \
   tests/cluster/test_trainer_cluster.py::test_lost_peer_is_a_retryable_exit
 .PHONY: test-quick
-test-quick: $(VENV)/.stamp ## The inner loop (under 5 min, no Docker): the unit tests and the fast local-cluster tests (QUICK_CLUSTER); make test before you push
+test-quick: $(VENV)/.stamp ## The inner loop (under 5 min, no Docker): unit tests and the fast local-cluster tests
 	$(call with_args,PYTEST_ARGS) $(UNIT)
 	$(call with_args,PYTEST_ARGS) $(PY) -m pytest $(QUICK_CLUSTER)
 

@@ -20,24 +20,26 @@ train-local: $(VENV)/.stamp ## Train a chief + WORKERS local processes (no Docke
 	$(call with_args,TRAIN_ARGS) $(PY) -m bench.launch --workers "$$WORKERS"
 
 .PHONY: bench
-bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: ratios (a) timing overhead, (b) vs model.fit, (c) marks vs profiler, (d) overlap vs serial, (e) bfloat16 all-reduce, (f) a user's fit script observed (SCRIPT=, scraped by a Prometheus) vs plain, at steps_per_execution 1 and 10
+bench: $(VENV)/.stamp ## Benchmark a local chief + WORKERS cluster: overheads, vs model.fit, a SCRIPT= observed
 	$(call with_args,BENCH_ARGS) $(PY) -m bench.launch --workers "$$WORKERS" --metrics-port 0 --module bench.overhead
 	$(call with_args,SCRIPT_BENCH_ARGS) $(PY) -m bench.script_overhead
 
 .PHONY: iperf3
-iperf3: ## Install iperf3 from Debian's packages if missing (make bench-comm's TCP reference; root, apt; without it bench-comm runs with no reference)
+iperf3: ## Install iperf3 from Debian's packages if missing (bench-comm's TCP reference; root, apt)
 	@command -v iperf3 >/dev/null || { echo "iperf3: apt-get install iperf3"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iperf3 >/dev/null; } \
 	  || echo "iperf3: could not install it (not root, or no apt): bench-comm runs without the TCP reference"; }
 
 .PHONY: bench-comm
-bench-comm: $(VENV)/.stamp iperf3 ## All-reduce sweep 4 KiB-64 MiB and mlp/cnn/ResNet-50 gradient lists (median, min-max, busbw per knob) next to iperf3 with TF's stream count; the stack's containers if up, else 2 local tasks (BENCH_COMM_ARGS=--where bridge: containers on a bridge); writes $(RUN_DIR)/bench-comm.{json,png}
+bench-comm: $(VENV)/.stamp iperf3 ## All-reduce sweep and gradient lists next to iperf3; writes RUN_DIR/bench-comm.{json,png}
 	$(call with_args,BENCH_COMM_ARGS) $(PY) -m bench.comm --project "$$PROJECT" --out "$$RUN_DIR/bench-comm"
 
 .PHONY: scaling
-scaling: $(VENV)/.stamp ## Same short job at WORKERS=0..N (N=WORKERS): throughput, efficiency, breakdown, and the ring model (fitted to bench-comm) projected to 4-64 workers; writes $(RUN_DIR)/scaling.{json,png}
+scaling: $(VENV)/.stamp ## Same short job at WORKERS=0..N, projected to 4-64 workers; writes RUN_DIR/scaling.{json,png}
 	$(call with_args,SCALING_ARGS) $(PY) -m bench.scaling --max-workers "$$WORKERS" --seconds "$$SCALING_SECONDS" \
 	  --out "$$RUN_DIR/scaling" --bench-comm "$$RUN_DIR/bench-comm.json"
+
+##@ Tune
 
 TUNE_SECONDS ?=
 TUNE_CANDIDATES ?=
@@ -45,7 +47,7 @@ TUNE_CANDIDATES ?=
 $(call pass_env,tune,RUN TUNE_CANDIDATES TUNE_SECONDS PROMETHEUS_URL $(STACK_VARS))
 
 .PHONY: tune
-tune: $(VENV)/.stamp ## During a running job: try the settings its verdict names (TUNE_CANDIDATES=...) from its checkpoint against the current ones in turns, with a null; table, winner to RUN_DIR/tuned.env (make up reads it); TUNE_SECONDS=, APPLY=1: the job goes on with it at once, from its checkpoint; a SCRIPT= job that keeps no checkpoint is refused (TUNE_RESTART_OK=1: tune it anyway)
+tune: $(VENV)/.stamp ## During a running job: try the settings its verdict names against the current ones (docs/tune.md)
 	@$(PY) -m bench.tune --prometheus "$$PROMETHEUS_URL" --project "$$PROJECT" --run "$$RUN" --run-dir "$$RUN_DIR" \
 	  $(if $(TUNE_SECONDS),--seconds "$$TUNE_SECONDS") $(if $(TUNE_CANDIDATES),--candidates "$$TUNE_CANDIDATES") \
 	  $(if $(filter 1,$(APPLY)),--apply) $(if $(filter 1,$(TUNE_RESTART_OK)),--restart-ok)

@@ -24,7 +24,7 @@ $(call pass_env,test-k8s,PYTEST_ARGS)
 ##@ Kubernetes
 
 .PHONY: k8s
-k8s: ## Write .run/k8s/<target>.yaml for each of K8S_TARGETS (tfjob jobset trainjob) for a chief + WORKERS (K8S_NAME, K8S_NAMESPACE, K8S_GPUS per task, K8S_IMAGE=the pushed image) and print the translation reports
+k8s: ## Write RUN_DIR/k8s/<target>.yaml for each of K8S_TARGETS (tfjob jobset trainjob), K8S_NAME=, ...
 	@set -e; for target in $$K8S_TARGETS; do \
 	  "$$PYTHON" -m compose.emit --target "$$target" --workers "$$WORKERS" --out "$$K8S_DIR" --name "$$K8S_NAME" \
 	    --namespace "$$K8S_NAMESPACE" --gpus-per-worker "$$K8S_GPUS" --image-repo "$$IMAGE_REPO" \
@@ -34,11 +34,11 @@ k8s: ## Write .run/k8s/<target>.yaml for each of K8S_TARGETS (tfjob jobset train
 	done
 
 .PHONY: test-k8s
-test-k8s: $(VENV)/.stamp ## Validate the manifests offline (operator SDK round trip, kubernetes-validate --strict, golden) and run a cluster under the operator's TF_CONFIG
+test-k8s: $(VENV)/.stamp ## Validate the manifests offline and run a cluster under the operator's TF_CONFIG
 	$(call with_args,PYTEST_ARGS) $(PY) -m pytest tests/unit/test_deployment.py tests/unit/test_k8s_manifests.py tests/unit/test_k8s_tf_config.py tests/unit/test_trainjob_manifests.py \
 	  tests/cluster/test_k8s_names.py
 
 golden: golden-k8s
 .PHONY: golden-k8s
-golden-k8s: $(VENV)/.stamp ## Regenerate the Kubernetes golden files (tests/golden/*.tfjob.yaml, *.jobset.yaml, ...) after an intended change
+golden-k8s: $(VENV)/.stamp ## Regenerate the Kubernetes golden files (tests/golden/*.tfjob.yaml, ...) after an intended change
 	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_k8s_manifests.py -k golden

@@ -8,7 +8,7 @@ $(call pass_env,compare,WITH COMPARE_SKIP)
 ##@ Diagnose
 
 .PHONY: diagnose
-diagnose: $(VENV)/.stamp ## Verdict per cluster and task of the last `make up`'s run (RUN=<id> for an earlier one): input-/communication-bound, straggler, ...; exit 0 healthy or a verdict in a terminal, else non-zero; JSON=1: the verdict and its exit_code
+diagnose: $(VENV)/.stamp ## Verdict per cluster and task of the last run (RUN=<id>): input-bound, straggler, ...; JSON=1
 	@$(PY) -m monitoring.diagnose --prometheus "$$PROMETHEUS_URL" --project "$$PROJECT" --run "$$RUN" \
 	  --bench "$$RUN_DIR/bench-comm.json" --tune "$$RUN_DIR/tune.json" --compare "$$RUN_DIR/compare.json" \
 	  $(if $(filter 1,$(JSON)),--json) --terminal-exit-zero
@@ -16,10 +16,10 @@ diagnose: $(VENV)/.stamp ## Verdict per cluster and task of the last `make up`'s
 COMPARE_SKIP ?=
 
 .PHONY: runs
-runs: ## List the project's runs Prometheus holds, which make compare can compare: id, first step, steps, tasks, settings; JSON=1
+runs: ## List the project's runs in Prometheus (id, steps, tasks, settings), for make compare; JSON=1
 	@"$$PYTHON" -m monitoring.runlist --prometheus "$$PROMETHEUS_URL" --project "$$PROJECT" $(if $(filter 1,$(JSON)),--json)
 
 .PHONY: compare
-compare: ## The last run (RUN=<id>) against the one before (WITH=<id>): steps/s, examples/s, step parts, median and spread over the steady part, settings that differ, verdict (kept in RUN_DIR/compare.json for make diagnose); COMPARE_SKIP=s, JSON=1
+compare: ## The last run (RUN=<id>) against the one before (WITH=<id>): speed, step parts, verdict; JSON=1
 	@"$$PYTHON" -m monitoring.compare --prometheus "$$PROMETHEUS_URL" --project "$$PROJECT" --run "$$RUN" --with "$$WITH" \
 	  $(if $(COMPARE_SKIP),--skip "$$COMPARE_SKIP") $(if $(filter 1,$(JSON)),--json) --out "$$RUN_DIR/compare.json"

@@ -12,6 +12,6 @@ test-trainer: $(VENV)/.stamp ## Run the trainer's unit tests and local-cluster t
 ##@ Lint
 
 .PHONY: lint
-lint: $(VENV)/.stamp ## ruff check and ruff format --check over the tree (to fix: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)
+lint: $(VENV)/.stamp ## ruff check and ruff format --check over the tree
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
