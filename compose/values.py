@@ -93,7 +93,7 @@ KINDS: dict[str, Kind] = {
         Kind("subnet", "the first three numbers of a /24, e.g. 10.210.0", chars=DIGITS + ".", not_first="."),
         Kind(
             "url",
-            "a URL is scheme://host:port/path: letters, digits and . - _ : / % + = @ , (no ? & # or spaces)",
+            "a URL is scheme://host:port/path: letters, digits and . - _ : / % + = @ , (no query string, no spaces)",
             chars=ALNUM + ".-_:/%+=@,",
         ),
         Kind(
@@ -191,7 +191,12 @@ VARIABLES: dict[str, Variable] = {
             ("PROMETHEUS_IMAGE", "mwms/prometheus:2.42.0-bookworm"),
             ("ALERTMANAGER_IMAGE", "mwms/alertmanager:0.25.0-bookworm"),
         ),
-        *_vars("image", True, ("GRAFANA_IMAGE", "grafana/grafana:10.4.2"), ("K8S_IMAGE", "host:5000/trainer@sha256:...")),
+        *_vars(
+            "image",
+            True,
+            ("GRAFANA_IMAGE", "grafana/grafana:10.4.2"),
+            ("K8S_IMAGE", "host:5000/trainer@sha256:..."),
+        ),
         *_vars(
             "path",
             False,
@@ -407,7 +412,10 @@ def main(argv: list[str]) -> int:
         for name, var in VARIABLES.items():
             print(f"{name:26} {var.kind:13} {KINDS[var.kind].rule}")
         return 0
-    print("usage: python -m compose.values --make | --table | --check VAR... | --with-args VAR command [arg...]", file=sys.stderr)
+    print(
+        "usage: python -m compose.values --make | --table | --check VAR... | --with-args VAR command [arg...]",
+        file=sys.stderr,
+    )
     return 2
 
 
