@@ -45,9 +45,9 @@ help: ## Show this help (WORKERS=N means a chief plus N workers)
 	  END { printf "Usage: make <target> [VAR=value]\n"; \
 	    for (i = 1; i <= n; i++) { s = sections[i]; done[s] = 1; if (text[s] != "") printf "\n\033[1m%s\033[0m\n%s", s, text[s] } \
 	    for (i = 1; i <= m; i++) if (!(extra[i] in done)) printf "\n\033[1m%s\033[0m\n%s", extra[i], text[extra[i]] }' $(MAKEFILE_LIST)
-	@printf '\nDefaults (contract/__init__.py): WORKERS=%s MAX_RESTARTS=%s PROJECT=%s\n' $(DEFAULT_WORKERS) $(DEFAULT_MAX_RESTARTS) $(DEFAULT_PROJECT)
-	@printf 'Published on BIND_ADDR only: Prometheus :%s, Grafana :%s, Alertmanager :%s, TensorBoard :%s\n' \
+	@printf '\nDefaults, on BIND_ADDR only: Prometheus :%s, Grafana :%s, Alertmanager :%s, TensorBoard :%s\n' \
 	  $(PROMETHEUS_PORT) $(GRAFANA_PORT) $(ALERTMANAGER_PORT) $(TENSORBOARD_PORT)
+	@printf 'Defaults: WORKERS=%s MAX_RESTARTS=%s PROJECT=%s\n' $(DEFAULT_WORKERS) $(DEFAULT_MAX_RESTARTS) $(DEFAULT_PROJECT)
 
 ##@ Setup
 
