@@ -18,27 +18,42 @@ export MAKE_COMMAND_LINE := $(strip $(foreach v,$(.VARIABLES),$(if $(filter comm
 $(foreach v,$(MAKE_COMMAND_LINE),$(eval override $(v) := $$(value $(v))))
 export $(MAKE_COMMAND_LINE)
 
+# Every value a user may give (compose/values.py's table), checked here at parse time, before anything
+# runs: one line naming the variable and its rule. Environment values are taken as typed there too.
+include compose/values.mk
+
 # $(call pass_env,targets,variables): the targets' recipes get each variable's value in their environment
 # (quotes, spaces, $, backticks, ; and newlines arrive intact); recipes read them as "$$NAME".
 pass_env = $(foreach v,$(2),$(eval $(1): export $(v) := $$($(v))))
+# $(call with_args,VAR) command...: command with $VAR's words appended, split as a shell splits them
+# (quotes honoured) by Python's shlex, so nothing in them runs; the recipe needs VAR from pass_env.
+with_args = "$$PYTHON" -m compose.values --with-args $(1)
 VENV := .venv
 PY := $(VENV)/bin/python
+
+# The sections of make help, in the order a user meets them (a section of a fragment goes where its
+# name is here, its targets together; one not named here comes last). tests/unit/test_hostile_values.py.
+HELP_SECTIONS := General|Cluster|Monitoring|Diagnose|Tune|TensorBoard|Swarm (multi-host)|Kubernetes|Setup|Local runs and benchmarks|Trainer|Tests|Lint
 
 ##@ General
 
 .PHONY: help
 help: ## Show this help (WORKERS=N means a chief plus N workers)
-	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target> [VAR=value]\n"} \
-	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2 } \
-	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
-	@printf '\nDefaults (contract/__init__.py): WORKERS=%s MAX_RESTARTS=%s PROJECT=%s; published on BIND_ADDR only: Prometheus :%s, Grafana :%s, Alertmanager :%s, TensorBoard :%s\n' \
-	  $(DEFAULT_WORKERS) $(DEFAULT_MAX_RESTARTS) $(DEFAULT_PROJECT) $(PROMETHEUS_PORT) $(GRAFANA_PORT) $(ALERTMANAGER_PORT) $(TENSORBOARD_PORT)
+	@awk -v order='$(HELP_SECTIONS)' 'BEGIN {FS = ":.*##"; n = split(order, sections, "|")} \
+	  /^##@/ { section = substr($$0, 5); if (!(section in text)) { extra[++m] = section; text[section] = "" } } \
+	  /^[a-zA-Z0-9_.-]+:.*?##/ { d = $$2; sub(/^ +/, "", d); text[section] = text[section] sprintf("  \033[36m%-20s\033[0m %s\n", $$1, d) } \
+	  END { printf "Usage: make <target> [VAR=value]\n"; \
+	    for (i = 1; i <= n; i++) { s = sections[i]; done[s] = 1; if (text[s] != "") printf "\n\033[1m%s\033[0m\n%s", s, text[s] } \
+	    for (i = 1; i <= m; i++) if (!(extra[i] in done)) printf "\n\033[1m%s\033[0m\n%s", extra[i], text[extra[i]] }' $(MAKEFILE_LIST)
+	@printf '\nDefaults, on BIND_ADDR only: Prometheus :%s, Grafana :%s, Alertmanager :%s, TensorBoard :%s\n' \
+	  $(PROMETHEUS_PORT) $(GRAFANA_PORT) $(ALERTMANAGER_PORT) $(TENSORBOARD_PORT)
+	@printf 'Defaults: WORKERS=%s MAX_RESTARTS=%s PROJECT=%s\n' $(DEFAULT_WORKERS) $(DEFAULT_MAX_RESTARTS) $(DEFAULT_PROJECT)
 
-##@ Project venv
+##@ Setup
 
 $(VENV)/.stamp: requirements.lock ## (file) The project venv, installed exactly from the hash-locked requirements.lock
 	@images/quiet.sh build/logs/venv.log "venv: installing requirements.lock into $(VENV)" \
-	  sh -c 'rm -rf $(VENV) && $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install --no-deps --require-hashes -r requirements.lock'
+	  sh -c 'rm -rf $(VENV) && "$$PYTHON" -m venv $(VENV) && $(VENV)/bin/pip install --no-deps --require-hashes -r requirements.lock'
 	@touch $@
 
 .PHONY: venv
@@ -73,10 +88,10 @@ include bench/bench.mk
 # Two per core: some unit tests wait on real time (a live Prometheus' scrapes, a supervisor's polls), and
 # their waits overlap the others' work (891 tests: 99 s with 4 processes on 2 idle cores, 117 s with 2).
 UNIT_JOBS ?= $(shell echo $$((2 * $$(nproc))))
-UNIT = $(PY) -m pytest -n $(UNIT_JOBS) tests/unit
+UNIT = $(PY) -m pytest -n "$$UNIT_JOBS" tests/unit
 E2E_JOBS ?= 4
 MEASURED = $(PY) -m pytest --durations=15 -m measures tests/cluster tests/e2e
-SIDE_BY_SIDE = $(PY) -m pytest --durations=30 -n $(E2E_JOBS) --dist loadscope -m "not measures" tests/cluster tests/e2e
+SIDE_BY_SIDE = $(PY) -m pytest --durations=30 -n "$$E2E_JOBS" --dist loadscope -m "not measures" tests/cluster tests/e2e
 # pytest's exit 5 (nothing selected, e.g. PYTEST_ARGS=-k of one stage's test) fails only if both stages had none.
 BOTH_PASSED = { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; } && { [ $$2 -eq 0 ] || [ $$2 -eq 5 ]; } && [ $$1$$2 != 55 ]
 
@@ -90,7 +105,7 @@ BOTH_PASSED = { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; } && { [ $$2 -eq 0 ] || [ $$2 -e
 # within ~30 s of the unit tests, which wait for it (~2.4 min while those builds ran one after another).
 # What fails here is done again by the test that needs it.
 # The host's python3 downloads (no venv needed): .ci/run starts this while Chromium and the venv install.
-FETCH = PYTHON=$(PYTHON) images/images.sh fetch images/requirements-$(1).lock build/wheelhouse-$(1)
+FETCH = images/images.sh fetch images/requirements-$(1).lock build/wheelhouse-$(1)
 PREBUILD = ($(call FETCH,gpu)) & gpu=$$!; ($(call FETCH,cpu)) & \
   if compose/engine.sh check >/dev/null 2>&1; then $(MAKE) --no-print-directory images VARIANT=cpu OFFLINE=1 \
     && wait $$gpu && $(MAKE) --no-print-directory images VARIANT=gpu OFFLINE=1 && date >$(GPU_BUILT); \
@@ -108,31 +123,32 @@ TEST_IMAGES_LOCK = build/test-images.lock
 GPU_BUILT = build/test-images.gpu-built
 TEST_IMAGES_LOG = build/logs/test-images.log
 .PHONY: test-images
-test-images: ## Download the images' wheelhouses and build the CPU stack's and the GPU trainer's images, as make test does beside its unit tests (.ci/run starts it during its set-up, whose installs wait on the network; a second one waits for it)
+test-images: ## Download the wheelhouses and build the CPU stack's and GPU trainer's images, as make test does
 	@mkdir -p $(dir $(TEST_IMAGES_LOG)); flock -n -E 75 -o $(TEST_IMAGES_LOCK) sh -c '$(PREBUILD)' >>$(TEST_IMAGES_LOG) 2>&1; \
 	  rc=$$?; [ $$rc -eq 75 ] || exit $$rc; \
 	  echo "test-images: another make test-images of this tree is building them: waiting for it" >>$(TEST_IMAGES_LOG); \
 	  flock $(TEST_IMAGES_LOCK) true
 
 .PHONY: test
-test: $(VENV)/.stamp ## Run every test: unit (on every core, the images downloading and building meanwhile), then the local clusters and the Docker end-to-end suite (those that judge what they time alone, the rest E2E_JOBS side by side)
+test: $(VENV)/.stamp ## Run every test: unit (images building meanwhile), then the local clusters and the Docker suite
 	@mkdir -p build/logs; rm -f $(GPU_BUILT); $(MAKE) --no-print-directory test-images & images=$$!; \
-	  $(UNIT) $(PYTEST_ARGS); unit=$$?; \
+	  $(call with_args,PYTEST_ARGS) $(UNIT); unit=$$?; \
 	  wait $$images || echo "test: the images' download or build failed (build/logs/test-images.log): the tests that need them do it again"; \
 	  exit $$unit
-	@export TEST_IMAGES_GPU_BUILT=$(GPU_BUILT); $(MEASURED) $(PYTEST_ARGS); measured=$$?; $(SIDE_BY_SIDE) $(PYTEST_ARGS); rest=$$?; \
+	@export TEST_IMAGES_GPU_BUILT=$(GPU_BUILT); $(call with_args,PYTEST_ARGS) $(MEASURED); measured=$$?; \
+	  $(call with_args,PYTEST_ARGS) $(SIDE_BY_SIDE); rest=$$?; \
 	  set -- $$measured $$rest; $(BOTH_PASSED)
 
 FAULTS ?= 20
 SEED ?=
 CHAOS_ENGINE ?= dind
 .PHONY: chaos
-chaos: $(VENV)/.stamp ## Long chaos run: FAULTS faults (default 20) into one job at random steps from SEED (printed; set it to replay), on a Docker-in-Docker engine so that engine kills, graceful engine stops and host reboots are drawn too (CHAOS_ENGINE=host: this host's engine, container faults only)
-	CHAOS_FAULTS=$(FAULTS) CHAOS_SEED=$(SEED) CHAOS_ENGINE=$(CHAOS_ENGINE) $(PY) -m pytest -s tests/e2e/test_chaos.py $(PYTEST_ARGS)
+chaos: $(VENV)/.stamp ## Long chaos run: FAULTS (20) faults at random steps from SEED on Docker-in-Docker (CHAOS_ENGINE=)
+	CHAOS_FAULTS="$$FAULTS" CHAOS_SEED="$$SEED" $(call with_args,PYTEST_ARGS) $(PY) -m pytest -s tests/e2e/test_chaos.py
 
 .PHONY: test-unit
 test-unit: $(VENV)/.stamp ## Run only the fast unit tests (no TensorFlow cluster, no Docker; UNIT_JOBS=1 for one process)
-	$(UNIT) $(PYTEST_ARGS)
+	$(call with_args,PYTEST_ARGS) $(UNIT)
 
 # The local clusters that cost seconds each (~75 s together on the loaded 2 cores): the server's
 # settings, and the trainer's own cluster faults (a missing, a disagreeing and a lost peer).
@@ -141,6 +157,10 @@ QUICK_CLUSTER = tests/cluster/test_server_config.py \
   tests/cluster/test_trainer_cluster.py::test_tasks_that_disagree_are_named \
   tests/cluster/test_trainer_cluster.py::test_lost_peer_is_a_retryable_exit
 .PHONY: test-quick
-test-quick: $(VENV)/.stamp ## The inner loop (under 5 min, no Docker): the unit tests and the fast local-cluster tests (QUICK_CLUSTER); make test before you push
-	$(UNIT) $(PYTEST_ARGS)
-	$(PY) -m pytest $(QUICK_CLUSTER) $(PYTEST_ARGS)
+test-quick: $(VENV)/.stamp ## The inner loop (under 5 min, no Docker): unit tests and the fast local-cluster tests
+	$(call with_args,PYTEST_ARGS) $(UNIT)
+	$(call with_args,PYTEST_ARGS) $(PY) -m pytest $(QUICK_CLUSTER)
+
+$(call pass_env,test test-unit test-quick,PYTEST_ARGS UNIT_JOBS)
+$(call pass_env,test,E2E_JOBS)
+$(call pass_env,chaos,FAULTS SEED CHAOS_ENGINE PYTEST_ARGS)

@@ -8,28 +8,33 @@ BENCH_COMM_ARGS ?=
 SCALING_SECONDS ?= 20
 SCALING_ARGS ?= --task cnn --log-every 100
 
+$(call pass_env,train-local,WORKERS TRAIN_ARGS)
+$(call pass_env,bench,WORKERS BENCH_ARGS SCRIPT_BENCH_ARGS)
+$(call pass_env,bench-comm,PROJECT RUN_DIR BENCH_COMM_ARGS)
+$(call pass_env,scaling,WORKERS SCALING_SECONDS RUN_DIR SCALING_ARGS)
+
 ##@ Local runs and benchmarks
 
 .PHONY: train-local
 train-local: $(VENV)/.stamp ## Train a chief + WORKERS local processes (no Docker); TRAIN_ARGS=... passes trainer flags
-	$(PY) -m bench.launch --workers $(WORKERS) $(TRAIN_ARGS)
+	$(call with_args,TRAIN_ARGS) $(PY) -m bench.launch --workers "$$WORKERS"
 
 .PHONY: bench
-bench: $(VENV)/.stamp ## Benchmark on a local chief + WORKERS cluster: ratios (a) timing overhead, (b) vs model.fit, (c) marks vs profiler, (d) overlap vs serial, (e) bfloat16 all-reduce, (f) a user's fit script observed (SCRIPT=, scraped by a Prometheus) vs plain, at steps_per_execution 1 and 10
-	$(PY) -m bench.launch --workers $(WORKERS) --metrics-port 0 --module bench.overhead $(BENCH_ARGS)
-	$(PY) -m bench.script_overhead $(SCRIPT_BENCH_ARGS)
+bench: $(VENV)/.stamp ## Benchmark a local chief + WORKERS cluster: overheads, vs model.fit, a SCRIPT= observed
+	$(call with_args,BENCH_ARGS) $(PY) -m bench.launch --workers "$$WORKERS" --metrics-port 0 --module bench.overhead
+	$(call with_args,SCRIPT_BENCH_ARGS) $(PY) -m bench.script_overhead
 
 .PHONY: iperf3
-iperf3: ## Install iperf3 from Debian's packages if missing (make bench-comm's TCP reference; root, apt; without it bench-comm runs with no reference)
+iperf3: ## Install iperf3 from Debian's packages if missing (bench-comm's TCP reference; root, apt)
 	@command -v iperf3 >/dev/null || { echo "iperf3: apt-get install iperf3"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iperf3 >/dev/null; } \
 	  || echo "iperf3: could not install it (not root, or no apt): bench-comm runs without the TCP reference"; }
 
 .PHONY: bench-comm
-bench-comm: $(VENV)/.stamp iperf3 ## All-reduce sweep 4 KiB-64 MiB and mlp/cnn/ResNet-50 gradient lists (median, min-max, busbw per knob) next to iperf3 with TF's stream count; the stack's containers if up, else 2 local tasks (BENCH_COMM_ARGS=--where bridge: containers on a bridge); writes $(RUN_DIR)/bench-comm.{json,png}
-	$(PY) -m bench.comm --project $(PROJECT) --out $(RUN_DIR)/bench-comm $(BENCH_COMM_ARGS)
+bench-comm: $(VENV)/.stamp iperf3 ## All-reduce sweep and gradient lists next to iperf3; writes RUN_DIR/bench-comm.{json,png}
+	$(call with_args,BENCH_COMM_ARGS) $(PY) -m bench.comm --project "$$PROJECT" --out "$$RUN_DIR/bench-comm"
 
 .PHONY: scaling
-scaling: $(VENV)/.stamp ## Same short job at WORKERS=0..N (N=WORKERS): throughput, efficiency, breakdown, and the ring model (fitted to bench-comm) projected to 4-64 workers; writes $(RUN_DIR)/scaling.{json,png}
-	$(PY) -m bench.scaling --max-workers $(WORKERS) --seconds $(SCALING_SECONDS) --out $(RUN_DIR)/scaling --bench-comm $(RUN_DIR)/bench-comm.json $(SCALING_ARGS)
-
+scaling: $(VENV)/.stamp ## Same short job at WORKERS=0..N, projected to 4-64 workers; writes RUN_DIR/scaling.{json,png}
+	$(call with_args,SCALING_ARGS) $(PY) -m bench.scaling --max-workers "$$WORKERS" --seconds "$$SCALING_SECONDS" \
+	  --out "$$RUN_DIR/scaling" --bench-comm "$$RUN_DIR/bench-comm.json"

@@ -27,33 +27,33 @@ MAX_RESTARTS ?= $(DEFAULT_MAX_RESTARTS)
 STACK_VARS = PROJECT IMAGE_REPO WORKERS GPUS GPUS_PER_WORKER OFFLINE BIND_ADDR MAX_RESTARTS SECRETS_DIR RUN_DIR PYTHON \
              SCRIPT DATA OUTPUT ARGS PROMETHEUS_RETENTION_TIME PROMETHEUS_RETENTION_SIZE PROMETHEUS_LIFECYCLE FORCE \
              SERVICE GRAFANA_IMAGE
-LIFECYCLE = $(PYTHON) -m compose.lifecycle
+LIFECYCLE = "$$PYTHON" -m compose.lifecycle
 UV := build/uv/bin/uv
 UV_COMPILE = $(UV) pip compile -q --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
 $(call pass_env,up images resize down clean output logs config wait profile alerts-reload,$(STACK_VARS))
-$(call pass_env,status,RUN)
+$(call pass_env,status,RUN PROJECT PROMETHEUS_URL)
 
 ##@ Cluster
 
 .PHONY: up
-up: ## Start a chief + WORKERS workers with Prometheus/Grafana; GPUS=, SCRIPT=, DATA=, any trainer flag (STEPS=, TASK=, ...)
+up: ## Start a chief + WORKERS workers, Prometheus, Alertmanager, TensorBoard; GPUS=, SCRIPT=, DATA=, trainer flags
 	@$(LIFECYCLE) up
 
 .PHONY: resize
-resize: ## Resize the running job to WORKERS workers from a checkpoint every task saves (RESIZE_KEEP=global-batch)
+resize: ## Resize the running job to WORKERS=N from a checkpoint every task saves (RESIZE_KEEP=global-batch)
 	@$(LIFECYCLE) resize
 
 .PHONY: down
-down: ## Stop and remove the containers; keep volumes (the next `make up` resumes from the last checkpoint)
+down: ## Stop and remove the containers; keep the volumes (the next make up resumes)
 	@$(LIFECYCLE) down
 
 .PHONY: clean
-clean: ## Like down, and remove volumes and .run/ files; keeps OUTPUT folders and refuses an uncopied model (FORCE=1)
+clean: ## Like down, and remove volumes and RUN_DIR files; keeps OUTPUT and an uncopied model (FORCE=1)
 	@$(LIFECYCLE) clean
 
 .PHONY: output
-output: ## Copy the final model and summary out of the checkpoint volume into OUTPUT (each job's end does it)
+output: ## Copy the final model and summary from the checkpoint volume into OUTPUT
 	@$(LIFECYCLE) output
 
 .PHONY: logs
@@ -61,11 +61,11 @@ logs: ## Follow the logs of every service (SERVICE=worker-1 for one)
 	@$(LIFECYCLE) logs
 
 .PHONY: status
-status: ## Table per task of the last run (RUN=<id> for an earlier one): state, step, steps/s, time shares, checkpoint
-	@$(PYTHON) -m monitoring.status --project $(PROJECT) --run "$$RUN" --prometheus $(PROMETHEUS_URL)
+status: ## Table per task of the last run (RUN=<id>): state, step, steps/s, time shares, checkpoint
+	@"$$PYTHON" -m monitoring.status --project "$$PROJECT" --run "$$RUN" --prometheus "$$PROMETHEUS_URL"
 
 .PHONY: wait
-wait: ## Block until the job is over (done, or failed for good across restarts); exit with the chief's code
+wait: ## Block until the job is over; exit with the chief's code
 	@$(LIFECYCLE) wait
 
 .PHONY: config
@@ -75,11 +75,11 @@ config: ## Validate the generated compose files of the last `make up` (docker co
 ##@ Setup
 
 .PHONY: engine
-engine: ## Install and start the Docker engine and Compose v2, and the docker CLI the tests check stack files with (root on Debian/Ubuntu; no systemd needed)
+engine: ## Install and start the Docker engine, Compose v2 and the docker CLI (root, Debian/Ubuntu)
 	compose/engine.sh install
 
 .PHONY: images
-images: ## Build the base, Prometheus and trainer images without starting anything (OFFLINE=1 forces Debian builds)
+images: ## Build the base, Prometheus and trainer images without starting anything (OFFLINE=1)
 	@$(LIFECYCLE) images
 
 .PHONY: prune
@@ -88,13 +88,13 @@ prune: ## Reclaim disk: Docker build cache and dangling images
 	docker image prune -f
 
 .PHONY: golden
-golden: $(VENV)/.stamp ## Regenerate tests/golden/ (every target's files: compose for WORKERS=1 and 3, CPU and GPU; the swarm bundle; Kubernetes) after an intended change
+golden: $(VENV)/.stamp ## Regenerate tests/golden/ (compose, swarm, Kubernetes) after an intended change
 	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_compose_golden.py tests/unit/test_compose_stack.py
 
 .PHONY: lock
 lock: ## Regenerate the hash locks: requirements.lock (host .venv) and images/requirements-{cpu,gpu}.lock
 	@test -x $(UV) || images/quiet.sh build/logs/uv.log "lock: installing uv into build/uv" \
-	  sh -c '$(PYTHON) -m venv build/uv && build/uv/bin/pip install uv==0.13.9'
+	  sh -c '"$$PYTHON" -m venv build/uv && build/uv/bin/pip install uv==0.13.9'
 	$(UV_COMPILE) --override images/no-tensorflow.txt requirements.in -o requirements.lock
 	$(UV_COMPILE) --override images/no-tensorflow.txt images/requirements-cpu.in -o images/requirements-cpu.lock
 	$(UV_COMPILE) images/requirements-gpu.in -o images/requirements-gpu.lock

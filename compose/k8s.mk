@@ -17,26 +17,28 @@ MEMORY_PER_TASK ?=
 K8S_IMAGE ?=
 K8S_TARGETS ?= tfjob jobset trainjob
 
-$(call pass_env,k8s,K8S_STORAGE_CLASS K8S_IMAGE ARGS)
+$(call pass_env,k8s,K8S_TARGETS WORKERS K8S_DIR K8S_NAME K8S_NAMESPACE K8S_GPUS IMAGE_REPO MAX_RESTARTS \
+  K8S_STORAGE K8S_STORAGE_CLASS K8S_IMAGE ARGS CPU_PER_TASK MEMORY_PER_TASK)
+$(call pass_env,test-k8s,PYTEST_ARGS)
 
 ##@ Kubernetes
 
 .PHONY: k8s
-k8s: ## Write .run/k8s/<target>.yaml for each of K8S_TARGETS (tfjob jobset trainjob) for a chief + WORKERS (K8S_NAME, K8S_NAMESPACE, K8S_GPUS per task, K8S_IMAGE=the pushed image) and print the translation reports
-	@set -e; for target in $(K8S_TARGETS); do \
-	  $(PYTHON) -m compose.emit --target $$target --workers $(WORKERS) --out $(K8S_DIR) --name $(K8S_NAME) \
-	    --namespace $(K8S_NAMESPACE) --gpus-per-worker $(K8S_GPUS) --image-repo $(IMAGE_REPO) \
-	    --max-restarts $(MAX_RESTARTS) --checkpoint-storage $(K8S_STORAGE) --storage-class "$$K8S_STORAGE_CLASS" \
-	    --image "$$K8S_IMAGE" --args "$$ARGS" --project $(K8S_NAME) \
-	    $(if $(CPU_PER_TASK),--cpu-per-task $(CPU_PER_TASK)) $(if $(MEMORY_PER_TASK),--memory-per-task $(MEMORY_PER_TASK)); \
+k8s: ## Write RUN_DIR/k8s/<target>.yaml for each of K8S_TARGETS (tfjob jobset trainjob), K8S_NAME=, ...
+	@set -e; for target in $$K8S_TARGETS; do \
+	  "$$PYTHON" -m compose.emit --target "$$target" --workers "$$WORKERS" --out "$$K8S_DIR" --name "$$K8S_NAME" \
+	    --namespace "$$K8S_NAMESPACE" --gpus-per-worker "$$K8S_GPUS" --image-repo "$$IMAGE_REPO" \
+	    --max-restarts "$$MAX_RESTARTS" --checkpoint-storage "$$K8S_STORAGE" --storage-class "$$K8S_STORAGE_CLASS" \
+	    --image "$$K8S_IMAGE" --args "$$ARGS" --project "$$K8S_NAME" \
+	    $(if $(CPU_PER_TASK),--cpu-per-task "$$CPU_PER_TASK") $(if $(MEMORY_PER_TASK),--memory-per-task "$$MEMORY_PER_TASK"); \
 	done
 
 .PHONY: test-k8s
-test-k8s: $(VENV)/.stamp ## Validate the manifests offline (operator SDK round trip, kubernetes-validate --strict, golden) and run a cluster under the operator's TF_CONFIG
-	$(PY) -m pytest tests/unit/test_deployment.py tests/unit/test_k8s_manifests.py tests/unit/test_k8s_tf_config.py tests/unit/test_trainjob_manifests.py \
-	  tests/cluster/test_k8s_names.py $(PYTEST_ARGS)
+test-k8s: $(VENV)/.stamp ## Validate the manifests offline and run a cluster under the operator's TF_CONFIG
+	$(call with_args,PYTEST_ARGS) $(PY) -m pytest tests/unit/test_deployment.py tests/unit/test_k8s_manifests.py tests/unit/test_k8s_tf_config.py tests/unit/test_trainjob_manifests.py \
+	  tests/cluster/test_k8s_names.py
 
 golden: golden-k8s
 .PHONY: golden-k8s
-golden-k8s: $(VENV)/.stamp ## Regenerate the Kubernetes golden files (tests/golden/*.tfjob.yaml, *.jobset.yaml, ...) after an intended change
+golden-k8s: $(VENV)/.stamp ## Regenerate the Kubernetes golden files (tests/golden/*.tfjob.yaml, ...) after an intended change
 	UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/unit/test_k8s_manifests.py -k golden

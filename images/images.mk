@@ -17,6 +17,8 @@ else ifneq ($(VARIANT),)
 $(error VARIANT=$(VARIANT): use VARIANT=cpu or VARIANT=gpu, or leave it unset to build what `make up` would)
 endif
 
+##@ Setup
+
 .PHONY: images-gpu
-images-gpu: ## Build the GPU trainer image (CUDA wheels) on any host, no GPU needed: same as `make images VARIANT=gpu`
+images-gpu: ## Build the GPU trainer image (CUDA wheels) on any host: make images VARIANT=gpu
 	@$(MAKE) --no-print-directory images VARIANT=gpu

@@ -9,6 +9,10 @@ eval "$("${PYTHON:-python3}" -m contract --shell)"
 SWARM_NAME=${SWARM_NAME:-mwms-swarm}
 STACK=${STACK:-$DEFAULT_PROJECT}
 SWARM_DIR=${SWARM_DIR:-.run/swarm}
+# make checks them at parse time (compose/values.mk); checked again here, run on its own: STACK names
+# the folder `rm -rf "/stacks/$STACK"` removes on node-1 (STACK=../var/lib/docker would wipe its engine).
+export STACK SWARM_NAME
+"${PYTHON:-python3}" -m compose.values --check STACK SWARM_NAME || exit 2
 NODES_SH=compose/swarm/nodes.sh
 say() { echo "stack-up: $*" >&2; }
 export SWARM_NAME SWARM_SUBNET NODES BIND_ADDR
