@@ -17,6 +17,7 @@ RUN_DIR ?= .run$(if $(filter-out $(DEFAULT_PROJECT),$(PROJECT)),/$(PROJECT))
 stack_env = $(patsubst $(1)=%,%,$(filter $(1)=%,$(file <$(RUN_DIR)/stack.env)))
 BIND_ADDR ?= $(or $(call stack_env,BIND_ADDR),127.0.0.1)
 RUN ?= $(call stack_env,RUN)
+PROMETHEUS_URL ?= http://$(if $(filter-out 0.0.0.0,$(BIND_ADDR)),$(BIND_ADDR),127.0.0.1):$(PROMETHEUS_PORT)
 # Trainer image repository (tag <version>-cpu|gpu): stacks built from different checkouts need their own.
 IMAGE_REPO ?= mwms/trainer
 WORKERS ?= $(DEFAULT_WORKERS)
@@ -37,7 +38,7 @@ $(call pass_env,status,RUN PROJECT PROMETHEUS_URL)
 ##@ Cluster
 
 .PHONY: up
-up: ## Start a chief + WORKERS workers, Prometheus, Alertmanager, TensorBoard; GPUS=, SCRIPT=, DATA=, trainer flags
+up: ## Start a chief + WORKERS workers, Prometheus, TensorBoard; GPUS=, SCRIPT=, DATA=, trainer flags
 	@$(LIFECYCLE) up
 
 .PHONY: resize

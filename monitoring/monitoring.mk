@@ -2,7 +2,6 @@
 
 PROMTOOL ?= promtool
 # Prometheus is published on BIND_ADDR (compose.mk); 0.0.0.0 is reached through loopback.
-PROMETHEUS_URL ?= http://$(if $(filter-out 0.0.0.0,$(BIND_ADDR)),$(BIND_ADDR),127.0.0.1):$(PROMETHEUS_PORT)
 GRAFANA_URL ?=
 GRAFANA_DATASOURCE_UID ?= prometheus
 MONITORING_PROM := monitoring/config/prometheus

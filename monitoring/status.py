@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 
 import contract as c
+from compose.engine import Engine, EngineError
 from monitoring import runs
 from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
 from monitoring.rules import recording as rules
@@ -77,21 +77,15 @@ FORMATS = {
 
 def containers(project: str) -> dict[str, str]:
     """service -> human state such as `running` or `exited (0), 2 restarts`."""
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    engine = Engine()  # compose/engine.py: every docker call of the host tools
+    out = engine.docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={project}").split()
     if not out:
         return {}
     fmt = (
         '{{index .Config.Labels "com.docker.compose.service"}}|{{.State.Status}}|'
         "{{.State.ExitCode}}|{{.RestartCount}}"
     )
-    lines = subprocess.run(
-        ["docker", "inspect", "-f", fmt, *out], capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+    lines = engine.docker("inspect", "-f", fmt, *out).splitlines()
     states = {}
     for line in lines:
         service, status, code, restarts = line.split("|")
@@ -219,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         states = scraped_states(prom, selector()) if args.no_docker else containers(args.project)
     except PrometheusError as err:
         print(f"status: Prometheus at {args.prometheus} does not answer ({err})", file=sys.stderr)
+        return 1
+    except EngineError as err:
+        print(f"status: {err}", file=sys.stderr)
         return 1
     if not states:
         where = f"Prometheus at {args.prometheus}" if args.no_docker else f"project {args.project}"

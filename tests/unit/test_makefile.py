@@ -67,7 +67,7 @@ def recorded_run(folder: Path, *args: str) -> str:
     return record.read_text() if record.exists() else ""
 
 
-RECORDED = ("diagnose", "report", "bench-comm")
+RECORDED = ("status", "diagnose", "report", "bench-comm")
 """Recipes that hand every value in the environment: checked by running them with a stand-in Python."""
 
 
