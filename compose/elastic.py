@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compose import resize, stackresize, swarmstate
+from compose.projectlock import LockHeld, ProjectLock
 from compose.swarmstate import Manager, Task
 from contract import CHIEF
 from contract import elastic as defaults
@@ -203,9 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.min_workers < 0 or (ns.resize_after is not None and ns.resize_after < 0):
         print("elastic: MIN_WORKERS and RESIZE_AFTER must be 0 or more", file=sys.stderr)
         return 2
+    lock = ProjectLock(ns.dir, f"make stack-elastic STACK={ns.dir.name}", ns.dir.name, label="STACK",
+                       say=lambda line: print(f"elastic: {line}", file=sys.stderr))  # fmt: skip
     try:
         stackresize.load(ns.dir)
-    except stackresize.Refused as why:
+        lock.acquire()  # held while it runs: a make stack-resize meanwhile is refused, naming it
+    except (stackresize.Refused, LockHeld) as why:
         print(f"elastic: {why}", file=sys.stderr)
         return 2
     c = Controller(ns.dir, ns.min_workers, ns.resize_after)

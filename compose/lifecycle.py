@@ -19,12 +19,14 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import contract
-from compose import deployment, engine, settings, up, wait
+from compose import deployment, engine, preflight, settings, targets, up, wait
 from compose.engine import Engine, EngineError, Stack
 from compose.projectlock import LockHeld, ProjectLock
 from compose.settings import Settings
+from compose.targets import Place
 
 STOP_GRACE_S = deployment.STOP_GRACE_SECONDS
 
@@ -44,8 +46,12 @@ def stack(s: Settings) -> Stack:
 # make down / clean / output / logs / config
 
 
+def compose_place(s: Settings) -> Place:
+    return Place(s.project, s.run_dir)
+
+
 def down(s: Settings, eng: Engine) -> int:
-    eng.compose(stack(s), "down", "--remove-orphans")
+    targets.load("compose").undeploy(compose_place(s), eng)
     return 0
 
 
@@ -56,7 +62,7 @@ def clean(s: Settings, eng: Engine) -> int:
 
     if not s.force and (why := keep.uncopied_model(s, eng)):
         raise Refused(why)
-    eng.compose(stack(s), "down", "--volumes", "--remove-orphans")
+    targets.load("compose").undeploy(compose_place(s), eng, volumes=True)
     for path in keep.removable(s):
         keep.remove(path)
     return 0
@@ -136,6 +142,30 @@ def restart(s: Settings, eng: Engine, environ: Mapping[str, str], who: str) -> i
     return up.up(new, eng, environ)
 
 
+# A swarm stack (compose/swarm.mk): deploy and undeploy by the Swarm target, under the stack's lock.
+
+
+def swarm_place(environ: Mapping[str, str]) -> Place:
+    stack_name = environ.get("STACK") or contract.DEFAULT_PROJECT
+    if why := preflight.project_problem(stack_name):
+        raise ValueError(why.replace("PROJECT=", "STACK=", 1))
+    out = Path(environ.get("SWARM_DIR") or Path(".run/swarm") / stack_name)
+    nodes = environ.get("NODES") or "3"
+    if not nodes.isdigit():
+        raise ValueError(f"NODES={settings.shown(nodes)}: a whole number of swarm nodes")
+    return Place(stack_name, out, environ.get("SWARM_NAME") or "mwms-swarm", int(nodes))
+
+
+def stack_deploy(place: Place, eng: Engine) -> int:
+    targets.load("swarm").deploy(place, eng)
+    return 0
+
+
+def stack_down(place: Place, eng: Engine) -> int:
+    targets.load("swarm").undeploy(place, eng)
+    return 0
+
+
 def prometheus_url(stack_settings: Mapping[str, str]) -> str:
     bind = stack_settings.get("BIND_ADDR") or "127.0.0.1"
     return f"http://{'127.0.0.1' if bind == '0.0.0.0' else bind}:{contract.PROMETHEUS_PORT}"
@@ -156,12 +186,26 @@ COMMANDS = {
     "config",
     "wait",
     "compose",
+    "stack-deploy",
+    "stack-down",
 }
 CHANGES = {"up", "images", "down", "clean", "resize", "apply-tuned"}
 """The commands that hold the project's lock (`make images` waits for it; the others refuse)."""
 
 
+SWARM = {"stack-deploy": stack_deploy, "stack-down": stack_down}
+
+
+def run_swarm(command: str, environ: Mapping[str, str], eng: Engine) -> int:
+    place = swarm_place(environ)
+    with ProjectLock(place.out, f"make {command.replace('deploy', 'up')} STACK={place.project}", place.project,
+                     say=lambda line: say(f"{command}: {line}"), label="STACK"):  # fmt: skip
+        return SWARM[command](place, eng)
+
+
 def run(command: str, environ: Mapping[str, str], eng: Engine, args: list[str] = ()) -> int:
+    if command in SWARM:
+        return run_swarm(command, environ, eng)
     s = Settings.parse(environ)
     commands: dict[str, Callable[[], int]] = {
         "up": lambda: up.up(s, eng, environ),

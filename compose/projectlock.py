@@ -1,5 +1,6 @@
-"""One lock per project: up, down, clean, resize, tune, applying a tune's winner, stack-resize and
-stack-elastic change the same job, so one of them at a time.
+"""One lock per project: up, down, clean, resize, tune, applying a tune's winner change the same job,
+so one of them at a time; a swarm stack's stack-up, stack-down, stack-resize and stack-elastic likewise
+(its lock in its bundle's folder, SWARM_DIR).
 
     with ProjectLock(run_dir, "make resize WORKERS=3", project="mwms"):
         ...                      # LockHeld: "... make up (pid 123) holds it since 12:01:05 ..." (exit 2)
@@ -44,9 +45,12 @@ class ProjectLock:
         project: str,
         wait: bool = False,
         say: Callable[[str], None] = lambda line: None,
+        label: str = "PROJECT",
     ) -> None:
         self.path = Path(run_dir) / NAME
         self.command, self.project, self.wait, self.say = command, project, wait, say
+        self.name = f"{label}={project}"
+        """How the user names it: PROJECT=mwms (a Compose stack), STACK=mwms (a swarm stack)."""
         self._fd: int | None = None
 
     def holder(self) -> dict:
@@ -66,7 +70,7 @@ class ProjectLock:
         left = self.holder()
         if left.get("pid") and left.get("pid") != os.getpid() and not _alive(int(left["pid"])):
             self.say(
-                f"took over PROJECT={self.project}'s lock from `{left.get('command', '?')}` (pid {left['pid']}, "
+                f"took over {self.name}'s lock from `{left.get('command', '?')}` (pid {left['pid']}, "
                 f"since {left.get('since', '?')}), which died holding it"
             )
         os.ftruncate(fd, 0)
@@ -78,7 +82,7 @@ class ProjectLock:
     def _refusal(self, held: dict) -> str:
         who = f"`{held.get('command', 'another command')}` (pid {held.get('pid', '?')}) holds it since {held.get('since', '?')}"
         return (
-            f"PROJECT={self.project} is busy: {who} ({self.path}); wait for it to finish, "
+            f"{self.name} is busy: {who} ({self.path}); wait for it to finish, "
             "or stop it (a lock whose holder died is taken over)"
         )
 

@@ -32,7 +32,10 @@ from compose import emit, knobs, resize, swarmstate
 from compose.deployment import STOP_GRACE_SECONDS
 from compose.engine import Engine
 from compose.knobs import COMMAND_LINE
+from compose.projectlock import LockHeld, ProjectLock
 from compose.swarmstate import Manager
+from compose.targets import Place
+from compose.targets import swarm as swarm_target
 from contract import CHIEF, WORKER
 
 RECORD = "remake.json"
@@ -197,19 +200,8 @@ def _live(m: Manager, stack: str) -> list[str]:
 
 
 def deploy(m: Manager, out: Path, stack: str) -> None:
-    """The bundle onto the manager, then `docker stack deploy --prune` (drops the workers no longer in it)."""
-    box, here = m.container(), f"/stacks/{stack}"
-    m.run(["docker", "exec", box, "rm", "-rf", here], timeout=60)
-    m.run(["docker", "exec", box, "mkdir", "-p", "/stacks"], timeout=60)
-    steps = (
-        ["docker", "cp", str(out), f"{box}:{here}"],
-        # From the bundle's folder: its configs are named relative to stack.yaml.
-        ["docker", "exec", "-w", here, box, "docker", "stack", "deploy", "--prune", "--resolve-image", "never",
-         "-c", "stack.yaml", stack],
-    )  # fmt: skip
-    for cmd in steps:
-        if (done := m.run(cmd, timeout=300)).returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd[:4])}: {done.stderr.strip()}")
+    """The bundle deployed again by the Swarm target (compose/targets/swarm.py)."""
+    swarm_target.deploy(Place(stack, out, m.swarm, m.nodes), m.engine)
 
 
 def started(
@@ -272,7 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.record is not None:
         record(ns.dir, [a for a in ns.record if a != "--"], os.environ)
         return 0
+    lock = ProjectLock(ns.dir, f"make stack-resize STACK={ns.dir.name} WORKERS={ns.workers}", ns.dir.name,
+                       say=say, label="STACK")  # fmt: skip
     try:
+        lock.acquire()  # stack-up, stack-down and stack-elastic of the stack hold it too
         rec = load(ns.dir)
         m = Manager(rec["swarm"], rec["nodes"])
         stack = flag(rec["argv"], "--project")
@@ -286,12 +281,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         rec["argv"] = with_flag(rec["argv"], "--workers", str(int(ns.workers)))  # the job's full size now
         rec["environ"] = overlay(rec["environ"], os.environ)
         resize_to(m, ns.dir, rec, int(ns.workers), nodes, say)
-    except Refused as why:
+    except (Refused, LockHeld) as why:
         say(str(why))
         return 2
     except (RuntimeError, ValueError, OSError) as err:
         say(f"{err}; the job resumes from its checkpoint on the next make stack-up STACK=...")
         return 1
+    finally:
+        lock.release()
     return 0
 
 

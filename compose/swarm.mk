@@ -35,7 +35,7 @@ $(call pass_env,nodes-up nodes-down push stack-status stack-up,$(SWARM_ENV))
 $(call pass_env,stack-up,$(STACK_VARS) STACK TRANSPORT REGISTRY NODE_REGISTRY GRAFANA_IMAGE PROMETHEUS_IMAGE \
   ALERTMANAGER_IMAGE ALERTMANAGER_CONFIG SWARM_ENCRYPT SWARM_DIR TRAINER_NODES)
 $(call pass_env,push,IMAGE_REPO REGISTRY)
-$(call pass_env,stack-down stack-status,SWARM_NAME STACK)
+$(call pass_env,stack-down stack-status,SWARM_NAME STACK NODES SWARM_DIR PYTHON)
 $(call pass_env,stack-status stack-resize stack-elastic,SWARM_DIR)
 $(call pass_env,stack-resize,WORKERS)
 $(call pass_env,stack-elastic,MIN_WORKERS RESIZE_AFTER)
@@ -60,7 +60,7 @@ stack-up: ## Deploy the run as swarm stack STACK: nodes-up, images, push or load
 
 .PHONY: stack-down
 stack-down: ## Remove stack STACK from the swarm (checkpoint volumes kept: a redeploy resumes)
-	@$(MANAGER) stack rm "$$STACK"
+	@"$$PYTHON" -m compose.lifecycle stack-down
 
 .PHONY: stack-resize
 stack-resize: ## Change stack STACK to WORKERS=N at a checkpoint (docs/multi-host.md)

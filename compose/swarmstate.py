@@ -29,15 +29,6 @@ Run = Callable[..., subprocess.CompletedProcess]
 """subprocess.run's shape: (argv, timeout=seconds) -> CompletedProcess with text stdout and stderr."""
 
 
-def _run(cmd: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    """`docker ...` through the engine adapter (compose/engine.py)."""
-    assert cmd[0] == "docker", cmd
-    try:
-        return Engine().result(*cmd[1:], timeout=timeout)
-    except subprocess.TimeoutExpired:  # an engine that stopped answering: one line, asked again later
-        raise RuntimeError(f"{' '.join(cmd[:6])} did not answer within {timeout:.0f} s") from None
-
-
 @dataclass(frozen=True)
 class Node:
     name: str
@@ -70,9 +61,18 @@ class Task:
 class Manager:
     """`docker` run on a manager node of swarm `swarm` (its nodes are containers `<swarm>-node-N`)."""
 
-    def __init__(self, swarm: str, nodes: int, run: Run = _run) -> None:
-        self.swarm, self.nodes, self.run = swarm, nodes, run
+    def __init__(self, swarm: str, nodes: int, run: Run | None = None, engine: Engine | None = None) -> None:
+        self.swarm, self.nodes = swarm, nodes
+        self.engine = engine or Engine()
+        self.run = run or self._through_engine
         self.node = 0
+
+    def _through_engine(self, cmd: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess:
+        """`docker ...` through the engine adapter (compose/engine.py)."""
+        try:
+            return self.engine.result(*cmd[1:], timeout=timeout)
+        except subprocess.TimeoutExpired:  # an engine that stopped answering: one line, asked again later
+            raise RuntimeError(f"{' '.join(cmd[:6])} did not answer within {timeout:.0f} s") from None
 
     def container(self, n: int | None = None) -> str:
         return f"{self.swarm}-node-{n or self.find()}"

@@ -23,6 +23,8 @@ import contract
 from compose import deployment, emit, gpus, preflight, services, settings
 from compose.engine import ROOT, Engine, EngineError, Stack
 from compose.settings import Settings
+from compose.targets import Place
+from compose.targets import compose as compose_target
 
 IMAGES_SH = str(ROOT / "images" / "images.sh")
 ENGINE_SH = str(ROOT / "compose" / "engine.sh")
@@ -227,12 +229,12 @@ def start(s: Settings, eng: Engine, r: emit.Run) -> None:
                       "trainer.state.manifest", *manifest, capture_output=False, timeout=None).returncode  # fmt: skip
     if code == NOTHING_TO_TRAIN:
         monitoring = [x for x in eng.services(st) if not x.startswith(("chief", "worker-"))]
-        eng.compose(st, "up", "-d", "--no-build", "--remove-orphans", "--quiet-pull", *monitoring)
+        compose_target.deploy(Place(s.project, s.run_dir), eng, monitoring)
         say("up: no trainer started: nothing to train (above); Prometheus and Grafana show the finished job")
     elif code:
         raise subprocess.CalledProcessError(code, "trainer.state.manifest")
     else:
-        eng.compose(st, "up", "-d", "--no-build", "--remove-orphans", "--quiet-pull")
+        compose_target.deploy(Place(s.project, s.run_dir), eng)
 
 
 def output_folder(output: str) -> Path:

@@ -78,11 +78,9 @@ PROMETHEUS_URL="http://$("$NODES_SH" ip 1):$PROMETHEUS_PORT" "${PYTHON:-python3}
   --dir "$SWARM_DIR" --record --target swarm "${args[@]}"
 
 # The bundle is self-contained: copy it to the manager and deploy there (the host is no swarm member).
+# The Swarm target's deploy (compose/targets/swarm.py), under the stack's lock (compose/projectlock.py).
 manager=$SWARM_NAME-node-1
-docker exec "$manager" rm -rf "/stacks/$STACK"
-docker exec "$manager" mkdir -p /stacks
-docker cp "$SWARM_DIR" "$manager:/stacks/$STACK"
-docker exec -w "/stacks/$STACK" "$manager" docker stack deploy --resolve-image never -c stack.yaml "$STACK"
+STACK=$STACK SWARM_DIR=$SWARM_DIR SWARM_NAME=$SWARM_NAME NODES=${NODES:-3} "${PYTHON:-python3}" -m compose.lifecycle stack-deploy
 echo
 echo "Prometheus: http://$("$NODES_SH" ip 1):$PROMETHEUS_PORT   (published mode host on node-1)"
 echo "Alerts:     http://$("$NODES_SH" ip 1):$ALERTMANAGER_PORT   (receivers: ${ALERTMANAGER_CONFIG:-monitoring/config/alertmanager/alertmanager.yml})"

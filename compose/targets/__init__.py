@@ -2,7 +2,9 @@
 
 Every module here is a target and implements `Target`: the deployment description in
 (compose/deployment.py's `Deployment`, compose/services.py's services), files plus a translation
-report out. compose/emit.py owns everything around it: the command line, the header, the writer and
+report out; and, where the target has an engine here (Compose, Swarm), `deploy` and `undeploy` of
+those files through compose/engine.py, as kompose's providers implement Deploy and Undeploy beside
+Transform. Kubernetes targets emit only, and their `deploy` says so in one line. compose/emit.py owns everything around it: the command line, the header, the writer and
 the report printer. A new target is a new module here; nothing else is edited (docs/architecture.md).
 """
 
@@ -13,10 +15,27 @@ import importlib
 import pkgutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Protocol, runtime_checkable
 
 from compose.deployment import Change, Deployment
+from compose.engine import Engine
+
+
+class NotDeployable(ValueError):
+    """The target has no engine this project reaches: the one line saying how to deploy its files."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a target's files run: the project's (stack's) name and the folder its files were written
+    to; for Swarm, the swarm's name and node count (compose/swarm/nodes.sh makes its nodes)."""
+
+    project: str
+    out: Path
+    swarm: str = ""
+    nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,6 +86,13 @@ class Target(Protocol):
 
     def emit(self, d: Deployment, ns: argparse.Namespace) -> Emitted:
         """The files and the report. ValueError: the deployment cannot run on this target."""
+
+    def deploy(self, place: Place, engine: Engine, services: Sequence[str] = ()) -> None:
+        """Start (or update to) the files written to place.out; `services`: only these. NotDeployable:
+        this target's files are applied by its own tools (one line saying how)."""
+
+    def undeploy(self, place: Place, engine: Engine, volumes: bool = False) -> None:
+        """Stop and remove what deploy started; `volumes`: its volumes too (checkpoints, history)."""
 
 
 def names() -> list[str]:

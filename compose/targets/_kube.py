@@ -17,7 +17,7 @@ from pathlib import Path
 import contract
 from compose import deployment, services
 from compose.deployment import Change, Deployment
-from compose.targets import Emitted, Yaml
+from compose.targets import Emitted, NotDeployable, Yaml
 from trainer.host import (
     ENV_PREFIX,
     EXIT_CONFIG,
@@ -341,3 +341,15 @@ def service_changes() -> list[Change]:
         Change(f"service {s.name}", "", s.elsewhere or f"run {s.image} in the cluster yourself")
         for s in services.SERVICES
     ]
+
+
+def deploy(place, engine, services=()) -> None:
+    """Kubernetes targets emit only: no API server is reached from here (docs/multi-host.md)."""
+    raise NotDeployable(
+        f"{place.out}: Kubernetes manifests are applied with your cluster's tools (kubectl apply -f {place.out}); "
+        "make k8s writes them, this project reaches no API server"
+    )
+
+
+def undeploy(place, engine, volumes=False) -> None:
+    raise NotDeployable(f"{place.out}: remove them with your cluster's tools (kubectl delete -f {place.out})")

@@ -13,13 +13,14 @@ Nothing changes meaning here, so the translation report is empty: the supervisor
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from compose import deployment, gpus, knobs, mounts, services
 from compose.deployment import SHM_GIB, Deployment
+from compose.engine import Engine, Stack
 from compose.services import Healthcheck, Service
-from compose.targets import Emitted, Yaml
+from compose.targets import Emitted, Place, Yaml
 from compose.yamltext import Interpolated
 
 TITLE = "compose"
@@ -195,3 +196,24 @@ def gpu_overlay(d: Deployment) -> dict:
         }
         services_[task] = service_
     return {"services": services_}
+
+
+def deploy(place: Place, engine: Engine, services: Sequence[str] = ()) -> None:
+    """Start the stack (images built already: compose/up.py builds once, on the chief)."""
+    engine.compose(
+        Stack(place.project, place.out),
+        "up",
+        "-d",
+        "--no-build",
+        "--remove-orphans",
+        "--quiet-pull",
+        *services,
+    )
+
+
+def undeploy(place: Place, engine: Engine, volumes: bool = False) -> None:
+    """Stop and remove the containers (and the volumes: checkpoints, Prometheus history). Without the
+    files a `make up` generated, Compose finds the project's containers by its label alone."""
+    engine.compose(
+        Stack(place.project, place.out), "down", *(["--volumes"] if volumes else []), "--remove-orphans"
+    )

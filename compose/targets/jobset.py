@@ -13,7 +13,7 @@ import contract
 from compose import deployment
 from compose.deployment import Change, Deployment
 from compose.targets import Emitted, _kube
-from compose.targets._kube import OUT, REMAKE, add_arguments, describe  # noqa: F401 (the Target protocol)
+from compose.targets._kube import OUT, REMAKE, add_arguments, deploy, describe, undeploy  # noqa: F401 (the Target protocol)
 from trainer.host import jobset_entry
 from trainer.host import supervisor as supervise
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from compose import deployment, services
+from compose import deployment, services, swarmstate
 from compose.deployment import CHECKPOINT_DIR, SHM_GIB, Change, Deployment
+from compose.engine import Engine
 from compose.services import Service
-from compose.targets import Emitted, Yaml
+from compose.targets import Emitted, Place, Yaml
 from compose.targets import compose as compose_target
 from trainer.host import CHIEF
 
@@ -482,3 +483,23 @@ def _digest(text: str) -> str:
 def _secret(name: str, path: Path) -> dict:
     # Secrets are immutable: a new password is a new name, and the deploy swaps the service over to it.
     return {"file": str(path.resolve()), "name": f"{name}_{_digest(path.read_text())}"}
+
+
+def deploy(place: Place, engine: Engine, services: Sequence[str] = ()) -> None:
+    """The bundle onto a manager node, then `docker stack deploy --prune` there (the host is no swarm
+    member; --prune drops the workers no longer in it; the images are on the nodes already)."""
+    m = swarmstate.Manager(place.swarm, place.nodes, engine=engine)
+    box, here = m.container(), f"/stacks/{place.project}"
+    engine.docker("exec", box, "rm", "-rf", here, timeout=60)
+    engine.docker("exec", box, "mkdir", "-p", "/stacks", timeout=60)
+    engine.docker("cp", str(place.out), f"{box}:{here}", timeout=300)
+    # From the bundle's folder: its configs are named relative to stack.yaml.
+    engine.docker("exec", "-w", here, box, "docker", "stack", "deploy", "--prune", "--resolve-image", "never",
+                  "-c", "stack.yaml", place.project, timeout=300)  # fmt: skip
+
+
+def undeploy(place: Place, engine: Engine, volumes: bool = False) -> None:
+    """`docker stack rm` on a manager. Each node keeps its checkpoint volume (every task's copy): a
+    redeploy resumes; `volumes` is not honoured here (they live on the nodes, make nodes-down removes them)."""
+    m = swarmstate.Manager(place.swarm, place.nodes, engine=engine)
+    m.docker("stack", "rm", place.project)

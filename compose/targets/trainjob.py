@@ -22,7 +22,7 @@ import argparse
 import contract
 from compose.deployment import Change, Deployment
 from compose.targets import Emitted, _kube, jobset
-from compose.targets._kube import OUT, REMAKE, add_arguments, describe  # noqa: F401 (the Target protocol)
+from compose.targets._kube import OUT, REMAKE, add_arguments, deploy, describe, undeploy  # noqa: F401 (the Target protocol)
 
 TITLE = "k8s TrainJob"
 API_VERSION = "trainer.kubeflow.org/v1alpha1"

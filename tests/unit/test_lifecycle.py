@@ -173,3 +173,36 @@ def test_apply_restarts_at_the_size_the_job_has_now(tmp_path, monkeypatch):
     fake = FakeDocker({("compose",): (0, "chief\nworker-0\nworker-1\nworker-2\nprometheus\n", "")})
     assert lifecycle.apply_tuned(s, Engine(run=fake), {"PROJECT": "p"}) == 0
     assert seen["WORKERS"] == "3" and seen["STEPS"] == "900" and "ALLREDUCE_DTYPE" not in seen
+
+
+# --- The Target protocol: deploy and undeploy where the target has an engine ---
+
+
+def test_every_target_deploys_or_says_in_one_line_how(tmp_path):
+    from compose import targets
+
+    fake = FakeDocker({("exec",): (0, "true\n", "")})
+    place = targets.Place("p", tmp_path, "sw", 3)
+    for name in targets.names():
+        target = targets.load(name)
+        if name in ("compose", "swarm"):
+            target.deploy(place, Engine(run=fake))
+            target.undeploy(place, Engine(run=fake))
+            continue
+        with pytest.raises(targets.NotDeployable) as err:
+            target.deploy(place, Engine(run=fake))
+        assert "\n" not in str(err.value) and "kubectl apply" in str(err.value)
+    compose_calls = [c for c in fake.calls if c[:1] == ["compose"]]
+    assert any("up" in c and "-d" in c for c in compose_calls) and any("down" in c for c in compose_calls)
+    assert any("deploy" in c and c[-1] == "p" for c in fake.calls if c[:1] == ["exec"])
+    assert ["exec", "sw-node-1", "docker", "stack", "rm", "p"] in fake.calls
+
+
+def test_a_stack_resize_while_stack_elastic_runs_is_one_line_naming_it(tmp_path, capsys):
+    from compose import stackresize
+
+    bundle = tmp_path / "s"  # SWARM_DIR: .run/swarm/STACK
+    with ProjectLock(bundle, "make stack-elastic STACK=s", "s", label="STACK"):
+        assert stackresize.main(["--dir", str(bundle), "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "STACK=s is busy: `make stack-elastic STACK=s`" in err[0], err
