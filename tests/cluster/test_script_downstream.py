@@ -13,17 +13,17 @@ import pytest
 import contract
 from monitoring import diagnose, status
 from monitoring.rules import recording as rules
-from tests.cluster.local import ROOT, start_script
+from tests.cluster.local import FIT_MNIST, SCRIPTS, start_script
 from tests.unit.test_monitoring_live import free_port, poll, prometheus_binary  # noqa: F401 (fixture)
 
-SCRIPT = ROOT / "tests" / "scripts" / "fit_cnn.py"
+SCRIPT = SCRIPTS / "fit_cnn.py"
 TASKS = ("chief", "worker-0")
 
 
 @pytest.fixture(scope="module")
 def script_run():
     chief_port = free_port()
-    proc = start_script(SCRIPT, chief_port, {"TRAINER_SPLIT_PERIOD_S": "5", "EPOCHS": "30"})
+    proc = start_script(SCRIPT, chief_port, {"TRAINER_SPLIT_PERIOD_S": "5"}, (*FIT_MNIST, "--epochs", "30"))
     try:
         yield [chief_port, chief_port + 1]
     finally:

@@ -17,10 +17,9 @@ import sys
 
 import pytest
 
-from tests.cluster.local import ROOT
+from tests.cluster.local import FIT_MNIST, ROOT, SCRIPTS
 
 pytestmark = [pytest.mark.cluster, pytest.mark.measures]
-SCRIPTS = ROOT / "tests" / "scripts"
 CHECK = re.compile(r"^\[(\S+)\] observe-check: (\{.*\})$", re.M)
 SUMMARY = re.compile(
     r"^\[(\S+)\] .* observe: (\d+) steps, [\d.]+ ms/step, global step (\d+), (\d+) examples, split marked",
@@ -30,7 +29,7 @@ TOLERANCE = 0.10
 """Exported all-reduce share vs the trace's, relative (issue 17's 10 %)."""
 
 
-def _run(script: str, **env: str):
+def _run(script: str, *args: str, **env: str):
     # local.launch keeps the caller's TRAINER_* out: these runs need their own.
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
     settings = {
@@ -40,7 +39,7 @@ def _run(script: str, **env: str):
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
     cmd = [sys.executable, "-m", "bench.launch", "--workers", "1", "--metrics-port", "0"]
-    cmd += ["--module", "trainer.script.wrapper", str(SCRIPTS / script)]
+    cmd += ["--module", "trainer.script.wrapper", str(SCRIPTS / script), *args]
     out = subprocess.run(
         cmd,
         cwd=ROOT,
@@ -68,7 +67,7 @@ def _agreement(stdout: str) -> dict:
 
 
 def test_fit_script_split_agrees_with_the_trace_and_every_step_counts():
-    stdout = _run("fit_cnn.py", EPOCHS="4", STEPS_PER_EPOCH="100", STEPS_PER_EXECUTION="10", BATCH="32")
+    stdout = _run("fit_cnn.py", *FIT_MNIST, "--epochs", "4")
     _agreement(stdout)
     summaries = {task: tuple(map(int, rest)) for task, *rest in SUMMARY.findall(stdout)}
     # fit's batch is not static (no drop_remainder): steps counted, examples honestly not.
@@ -77,7 +76,19 @@ def test_fit_script_split_agrees_with_the_trace_and_every_step_counts():
 
 @pytest.mark.parametrize("distribute", ["function", "dataset"])
 def test_custom_loop_split_agrees_with_the_trace_and_every_step_counts(distribute):
-    stdout = _run("custom_loop.py", STEPS="1500", DISTRIBUTE=distribute, BATCH="32")
+    stdout = _run(
+        "custom_loop.py",
+        "--steps",
+        "1500",
+        "--distribute",
+        distribute,
+        "--batch",
+        "32",
+        "--features",
+        "64",
+        "--width",
+        "256",
+    )
     _agreement(stdout)
     summaries = {task: tuple(map(int, rest)) for task, *rest in SUMMARY.findall(stdout)}
     # The first call traces the function and is not timed; the global step is the optimizer's.

@@ -4,7 +4,7 @@ for ever and every task freezes in the collective, that task is the one behind (
 reads to name and end it; tests/e2e/test_stuck.py covers the supervisor's side on containers).
 
 Two local processes under the wrapper, an unmodified-style `fit` script whose input map blocks for
-ever on worker-0 after BLOCK_AT batches (set by the test through the environment, as INPUT_DELAY_S is).
+ever on worker-0 after BLOCK_AT batches (set by the test through the environment).
 """
 
 from __future__ import annotations

@@ -265,7 +265,7 @@ def test_a_script_fit_job_is_tuned_end_to_end(two_runs):
     script keeps no checkpoint (its tasks restart after a tune); then with TUNE_RESTART_OK=1 the
     candidates its wrapper's processes take (the allocator, TensorFlow's thread pools) against a null, a
     table, the figures in tune.json, and the job going on (the same run, stepping after the tune)."""
-    script = os.path.join("tests", "e2e", "scripts", "fit_images.py")
+    script = os.path.join("tests", "scripts", "fit_cnn.py")
     # A script reads no trainer flag: its own --decode-ms paces it.
     up = make("up", timeout=1200, SCRIPT=script, INPUT_DELAY_MS="", ARGS=f"--decode-ms {SCRIPT_DECODE_MS}")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]

@@ -230,7 +230,7 @@ def test_a_configuration_error_stays_down_and_make_wait_reports_it_at_once(
     assert sum(" E configuration error" in ln for ln in generated.logs("worker-1")) == 1
 
 
-SCRIPT = ROOT / "tests/e2e/scripts/fit_backup_and_restore.py"
+SCRIPT = ROOT / "tests/scripts/fit_backup_and_restore.py"
 SCRIPT_EPOCHS = 8
 EPOCH_LINE = re.compile(r"^(\S+) epoch (\d+)/\d+ done")
 SCRIPT_STACK = FaultStack(

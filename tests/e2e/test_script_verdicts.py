@@ -1,6 +1,6 @@
 """`make diagnose` says why a team's OWN script is slow (issues 17 and 21), on real stacks.
 
-Scripts written as users write them (tests/e2e/scripts/, nothing of this project imported) run under
+Scripts written as users write them (tests/scripts/, nothing of this project imported) run under
 `make up SCRIPT=...` as a user starts them (the split marked in every step's graph, no profiler:
 docs/script.md), on one project of their own (VERDICTS_PROJECT, VERDICTS_BIND; IMAGE_REPO
 honoured), one run after another:
@@ -36,7 +36,7 @@ from tests.e2e.faultstack import FaultStack
 
 pytestmark = [pytest.mark.docker, pytest.mark.measures]
 
-SCRIPTS = ROOT / "tests" / "e2e" / "scripts"
+SCRIPTS = ROOT / "tests" / "scripts"
 RULE_WINDOW_S = 60
 """The `task:…1m` recording rules diagnose reads."""
 VERDICT_TIMEOUT_S = 3 * RULE_WINDOW_S
@@ -222,7 +222,7 @@ def project() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def fit_run(project) -> tuple[FaultStack, Healthy]:
     assert STACK.make("down").returncode == 0  # whatever run the project holds
-    stack = up("fit_images.py")
+    stack = up("fit_cnn.py")  # its defaults: the cifar model, batch 64 per replica
     return stack, measure(stack)
 
 
@@ -254,7 +254,7 @@ def test_custom_loop_with_a_rate_limited_link_is_communication_bound(project):
     run over 50 % all-reduce is CPU starvation: the all-reduce includes waiting for the slowest task
     (55-56 % at 0.06-0.10 cores per task, 34-37 % at 0.3-0.4). Then worker-1's link is limited."""
     assert STACK.make("down").returncode == 0
-    stack = up("custom_loop_mlp.py")
+    stack = up("custom_loop.py")  # its defaults: 1.3 MB of gradients, batch 2048 per replica
     healthy = measure(stack)
     assert healthy.verdict != "communication-bound", (
         "communication-bound before any fault, right after the straggler run: a run slowed the next one"
@@ -280,7 +280,7 @@ def test_fit_script_with_a_slow_input_map_is_input_bound(fit_run):
     _, healthy = fit_run
     decode_ms = round(FAULT_FACTOR * healthy.step_s * 1000)
     assert STACK.make("down").returncode == 0
-    stack = up("fit_images.py", f"--decode-ms {decode_ms}")
+    stack = up("fit_cnn.py", f"--decode-ms {decode_ms}")
     print(f"decode {decode_ms} ms per batch (healthy step {healthy.step_s * 1000:.0f} ms)")
     report = wait_for(stack, "input-bound")
     assert report["exit_code"] == 1

@@ -1,6 +1,6 @@
 """A finished SCRIPT task serves its metrics a little longer, as the built-in trainer does: without it
 Prometheus' last scrape predated the final steps, and `make status` kept a finished worker at
-`step 110 of 200 (55%)` (seen on `make up SCRIPT=tests/scripts/fit_cnn.py`)."""
+`step 110 of 200 (55%)` (seen on `make up SCRIPT=tests/scripts/fit_cnn.py`, 2 epochs of 100 steps)."""
 
 from __future__ import annotations
 
