@@ -206,3 +206,26 @@ def test_a_stack_resize_while_stack_elastic_runs_is_one_line_naming_it(tmp_path,
         assert stackresize.main(["--dir", str(bundle), "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "STACK=s is busy: `make stack-elastic STACK=s`" in err[0], err
+
+
+def test_no_host_tool_runs_docker_but_the_engine_adapter():
+    """Every docker, compose and swarm call of compose/ and monitoring/ goes through compose/engine.py:
+    no subprocess call there is handed a command starting with "docker"."""
+    import ast
+
+    found = []
+    for folder in ("compose", "monitoring"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path.name == "engine.py" and folder == "compose":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                owner = node.func.value
+                if not (isinstance(owner, ast.Name) and owner.id == "subprocess" and node.args):
+                    continue
+                first = node.args[0]
+                head = first.elts[0] if isinstance(first, (ast.List, ast.Tuple)) and first.elts else None
+                if isinstance(head, ast.Constant) and head.value == "docker":
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, f"docker run outside compose/engine.py: {found}"
