@@ -229,3 +229,13 @@ def test_no_host_tool_runs_docker_but_the_engine_adapter():
                 if isinstance(head, ast.Constant) and head.value == "docker":
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not found, f"docker run outside compose/engine.py: {found}"
+
+
+def test_make_images_checks_the_job_with_its_output_folder_made(tmp_path):
+    """make images (up's build-only path) of a project whose OUTPUT folder does not exist yet: the
+    emitter refused it ("does not exist"), so the engine-fault tests' `make images` failed."""
+    from compose import up
+
+    s = Settings(project="p", run_dir=tmp_path / "run", output=str(tmp_path / "out"))
+    _, described = up.check(s, Engine(run=FakeDocker()), {}, starting=False)
+    assert (tmp_path / "out").is_dir() and described.deployment.output == str(tmp_path / "out")
