@@ -127,7 +127,7 @@ def test_clean_refuses_and_removes_nothing(tmp_path, monkeypatch):
 
 
 def test_settings_refuse_a_bad_value_in_one_line_naming_make_s_variable():
-    for environ, named in (({"WORKERS": "two"}, "WORKERS=two"), ({"PROJECT": "x; touch p"}, "PROJECT='x; touch p'"),
+    for environ, named in (({"WORKERS": "two"}, "WORKERS='two'"), ({"PROJECT": "x; touch p"}, "PROJECT='x; touch p'"),
                            ({"MAX_RESTARTS": "1\nrm"}, "MAX_RESTARTS='1\\nrm'")):  # fmt: skip
         with pytest.raises(ValueError) as err:
             Settings.parse(environ)
