@@ -76,19 +76,23 @@ def window_samples(prom: Prometheus, run: runs.Run, project: str, skip: float, w
     return out
 
 
-def per_window(samples: dict[str, dict[float, float]]) -> dict[str, list[float]]:
-    """One task's windows (those with a step) -> FIGURES' values."""
-    figures: dict[str, list[float]] = {f: [] for f in FIGURES}
+Windows = dict[str, dict[float, float]]
+"""Figure -> window's end (Unix time, the range query's own timestamps) -> value."""
+
+
+def per_window(samples: dict[str, dict[float, float]]) -> Windows:
+    """One task's windows (those with a step) -> FIGURES' values, each at its window's time."""
+    figures: Windows = {f: {} for f in FIGURES}
     for t, step in sorted(samples.get("step", {}).items()):
         if step <= 0:
             continue
         parts = {p: samples.get(p, {}).get(t, 0.0) for p in PARTS}
-        figures["steps/s"].append(1 / step)
-        figures["examples/s"].append(samples.get("examples", {}).get(t, 0.0) / step)
-        figures["step ms"].append(1e3 * step)
+        figures["steps/s"][t] = 1 / step
+        figures["examples/s"][t] = samples.get("examples", {}).get(t, 0.0) / step
+        figures["step ms"][t] = 1e3 * step
         for p, v in parts.items():
-            figures[f"{p} ms"].append(1e3 * v)
-        figures["other ms"].append(1e3 * (step - sum(parts.values())))
+            figures[f"{p} ms"][t] = 1e3 * v
+        figures["other ms"][t] = 1e3 * (step - sum(parts.values()))
     return figures
 
 
@@ -100,26 +104,28 @@ scheduler's noise picks it) while the sum stays the late input's. Per task, a 25
 all-reduce) read `all-reduce +15.1 ms` (CI, 2026-12-06)."""
 
 
-def cluster_window(tasks: dict[str, dict[str, list[float]]]) -> dict[str, list[float]]:
+def cluster_window(tasks: dict[str, Windows]) -> Windows:
     """The cluster's windows: the tasks' median of each figure (they step together), examples/s and
-    INPUT_SUM summed."""
-    n = min((len(f["steps/s"]) for f in tasks.values()), default=0)
-    out: dict[str, list[float]] = {f: [] for f in (*FIGURES, INPUT_SUM)}
-    for i in range(n):
+    INPUT_SUM summed, at each time every task has a window for. Paired by time: a window one task
+    lacks (no step in it, a missed scrape) leaves out that window only; paired by position, each later
+    window of that task met its peers' window before."""
+    times = sorted(set.intersection(*(set(f["steps/s"]) for f in tasks.values()))) if tasks else []
+    out: Windows = {f: {} for f in (*FIGURES, INPUT_SUM)}
+    for t in times:
         for f in FIGURES:
-            values = [t[f][i] for t in tasks.values()]
-            out[f].append(sum(values) if f == "examples/s" else statistics.median(values))
-        out[INPUT_SUM].append(sum(t[f"{INPUT} ms"][i] for t in tasks.values()))
+            values = [task[f][t] for task in tasks.values()]
+            out[f][t] = sum(values) if f == "examples/s" else statistics.median(values)
+        out[INPUT_SUM][t] = sum(task[f"{INPUT} ms"][t] for task in tasks.values())
     return out
 
 
-def summarize(tasks: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, steady.Spread]]:
+def summarize(tasks: dict[str, Windows]) -> dict[str, dict[str, steady.Spread]]:
     levels = {
         "cluster": cluster_window(tasks),
         **dict(sorted(tasks.items(), key=lambda kv: c.task_order(kv[0]))),
     }
     return {
-        level: {f: steady.spread(v) for f, v in figures.items() if v}
+        level: {f: steady.spread(list(v.values())) for f, v in figures.items() if v}
         for level, figures in levels.items()
         if figures["steps/s"]
     }

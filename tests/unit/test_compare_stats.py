@@ -204,3 +204,17 @@ def _windows(steps, input_ms, all_reduce_ms):
 def _measured(run, tasks):
     figures = compare.summarize(tasks)
     return compare.Side(run, figures, figures["cluster"]["steps/s"].n)
+
+
+def test_tasks_windows_are_paired_by_time_not_by_position():
+    """A window one task lacks (no step in it, or its scrape missed) leaves out that window only: paired
+    by position, every later window of that task met its peers' window before (issue 47)."""
+    times = [100.0, 115.0, 130.0, 145.0, 160.0]
+    steps = {t: (10 + i) / 1e3 for i, t in enumerate(times)}  # each window its own step: 10, 11, ... ms
+
+    def task(missing=()):
+        kept = {t: s for t, s in steps.items() if t not in missing}
+        return compare.per_window({"step": kept, "examples": dict.fromkeys(kept, 32.0)})
+
+    cluster = compare.cluster_window({"chief": task(), "worker-0": task(missing=(115.0,))})
+    assert cluster["step ms"] == pytest.approx({100.0: 10, 130.0: 12, 145.0: 13, 160.0: 14})
