@@ -1,14 +1,18 @@
 """`make compare`: did a change make the job faster? One run (RUN=, default the last `make up`'s)
 against another (WITH=, default the project's run before it), per task and for the cluster: steps/s,
 examples/s, the step and each part, each a median with its interquartile range over the run's steady
-part (monitoring/verdicts/steady.py), the settings that differ, and one verdict line.
+part (monitoring/verdicts/steady.py), the settings that differ, how often its rule calls a difference
+between identical runs at these runs' window counts (monitoring/verdicts/chance.py), that the machine
+drifts between runs, and one verdict line.
 
     python -m monitoring.compare [--prometheus URL] [--project P] [--run ID] [--with ID] [--skip S] [--json] [--out FILE]
 
 Figures are of step time (the step histogram), so checkpoints' pauses between steps are left out, and
 the first --skip seconds after a run's first step (tracing, warm-up). Runs of different tasks or world
-sizes compare examples/s, and say so. --out keeps the verdict for `make diagnose` to quote
-(monitoring/verdicts/measured.py). Exit 0 compared, 2 bad input (one line).
+sizes compare examples/s, and say so. Tasks' windows are paired by time. A run with fewer steady
+windows than keep that chance rate at 5 % or below is refused, with how long a run must step. --out
+keeps the verdict for `make diagnose` to quote (monitoring/verdicts/measured.py). Exit 0 compared, 2
+bad input (one line).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import contract as c
 from monitoring import runs
 from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
 from monitoring.rules import recording as rules
-from monitoring.verdicts import steady
+from monitoring.verdicts import chance, steady
 
 WINDOW_S = 15
 """Seconds per sample: three scrapes (every 5 s), so each window's increase has its own samples."""
@@ -142,6 +146,26 @@ def side(prom: Prometheus, run: runs.Run, project: str, skip: float) -> Side:
     return Side(run, figures, figures["cluster"]["steps/s"].n)
 
 
+def enough(sides: tuple[Side, ...], skip: float) -> None:
+    """Raises CompareError (one line: the rate at its count, how long to run) when a run has fewer steady
+    windows than keep the rule's chance rate at chance.LIMIT or below (chance.minimum)."""
+    least = chance.minimum()
+    short = [s for s in sides if s.windows < least]
+    if not short:
+        return
+    need = skip + least * WINDOW_S
+    said = "; ".join(
+        f"run {s.run.id} has {s.windows} (it stepped {s.run.last_step - s.run.first_step:.0f} s)" for s in short
+    )
+    odds = chance.of(*(s.windows for s in sides))
+    raise CompareError(
+        f"too few steady {WINDOW_S} s windows to compare: {said}; {least} a side keep "
+        f"a difference called between identical runs at {chance.LIMIT:.0%} or below (with {odds.windows}: "
+        f"{100 * odds.rate:.0f} %): a run must step {need:.0f} s ({skip:.0f} s left out, COMPARE_SKIP=, "
+        f"then {least} windows), so let it run longer, or compare other runs (make runs)"
+    )
+
+
 def differing(a: dict[str, str], b: dict[str, str]) -> dict[str, tuple[str, str]]:
     """Setting -> (old, new) for the settings the two runs recorded differently."""
     return {k: (a.get(k, ""), b.get(k, "")) for k in c.RUN_SETTING_LABELS if a.get(k, "") != b.get(k, "")}
@@ -161,7 +185,13 @@ DRIFT = (
     "; no recorded setting differs: what differs is the machine between the two runs (docs/tune.md) or the"
     " code or data; make tune compares settings turn by turn in one job"
 )
-"""A window's spread is within a run: it does not cover what changes between runs (docs/tune.md)."""
+"""A difference between runs of the same settings: not a setting's."""
+BETWEEN = (
+    "between runs: the machine drifts (its other work, caches, clock), which no window's spread covers: two runs"
+    " of the same settings minutes apart have compared 1.27x beyond the spread (docs/tune.md); the chance rate"
+    " is for windows drawn alike; make tune compares settings turn by turn in one job"
+)
+"""Printed with every comparison, whatever the settings: a window's spread is within a run."""
 
 
 CAUSE_SHARE = 0.25
@@ -220,6 +250,7 @@ def verdict(old: Side, new: Side) -> dict:
     )
     same_settings = not differing(old.run.settings, new.run.settings)
     same = DRIFT if direction and same_settings else ""
+    odds = chance.of(old.windows, new.windows)
     if direction > 0:
         text = f"faster by {pct:.0f}% beyond the spread{per}"
     elif direction < 0:
@@ -233,7 +264,9 @@ def verdict(old: Side, new: Side) -> dict:
         "part": part if direction else None,
         "part_change_ms": moves[part] if direction else None,
         "same_settings": same_settings,
-        "text": f"{new.run.id} vs {old.run.id}: {text}{where}{same}",
+        "chance": asdict(odds),
+        "between_runs": BETWEEN,
+        "text": f"{new.run.id} vs {old.run.id}: {text}{where}{same} ({odds.text()})",
     }
 
 
@@ -291,6 +324,8 @@ def render(old: Side, new: Side, skip: float, result: dict) -> str:
             a, b = old.figures[level].get(f), new.figures[level].get(f)
             r = f"{b.median / a.median:.2f}x" if a and b and a.median else "-"
             lines.append(f"{level:<10} {f:<16} {_cell(a):>22} {_cell(b):>22} {r:>8}")
+    lines.append("chance: " + chance.Chance(**result["chance"]).text())
+    lines.append(BETWEEN)
     lines.append("verdict: " + result["text"])
     return "\n".join(lines)
 
@@ -309,11 +344,12 @@ def to_json(old: Side, new: Side, skip: float, result: dict) -> dict:
     }
 
 
-def record(path: Path, old: str, new: str, result: dict) -> None:
-    """The verdict for `make diagnose`, which quotes it while `new` is the run it diagnoses."""
+def record(path: Path, old: str, new: str, result: dict, project: str = "") -> None:
+    """The verdict for `make diagnose`, which quotes it while `new` of `project` is the run it diagnoses."""
     path.parent.mkdir(parents=True, exist_ok=True)
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    path.write_text(json.dumps({"at": at, "run": new, "with": old, "text": result["text"]}, indent=2))
+    data = {"at": at, "project": project, "run": new, "with": old, "text": result["text"]}
+    path.write_text(json.dumps(data, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         old, new = pick(runs.describe(prom, args.project), args.run, args.other, args.project)
         a, b = side(prom, old, args.project, args.skip), side(prom, new, args.project, args.skip)
+        enough((a, b), args.skip)
     except PrometheusError as err:
         print(f"compare: cannot query Prometheus at {args.prometheus}: {err}", file=sys.stderr)
         return 2
@@ -340,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = verdict(a, b)
     if args.out:
-        record(args.out, old.id, new.id, result)
+        record(args.out, old.id, new.id, result, args.project)
     print(
         json.dumps(to_json(a, b, args.skip, result), indent=2)
         if args.json
