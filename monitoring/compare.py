@@ -155,7 +155,8 @@ def enough(sides: tuple[Side, ...], skip: float) -> None:
         return
     need = skip + least * WINDOW_S
     said = "; ".join(
-        f"run {s.run.id} has {s.windows} (it stepped {s.run.last_step - s.run.first_step:.0f} s)" for s in short
+        f"run {s.run.id} has {s.windows} (it stepped {s.run.last_step - s.run.first_step:.0f} s)"
+        for s in short
     )
     odds = chance.of(*(s.windows for s in sides))
     raise CompareError(

@@ -72,11 +72,19 @@ def write(
     if before:
         said = [f"{k} {before[k]} -> {v}" for k, v in settings if k in before and before[k] != v]
         if kept:
-            said.append("keeps " + " ".join(f"{k}={v}" for k, v in kept) + " (the job this tune measured ran with them)")
+            said.append(
+                "keeps "
+                + " ".join(f"{k}={v}" for k, v in kept)
+                + " (the job this tune measured ran with them)"
+            )
         if before.get(JOB_SETTING) == "1" and not resume:
             said.append(f"drops {JOB_SETTING}=1")
         replaced = earlier[0] if earlier else "an earlier tune"
-        say(f"tune: {path} replaces the winner of {replaced} (" + ("; ".join(said) or "the same settings") + ")")
+        say(
+            f"tune: {path} replaces the winner of {replaced} ("
+            + ("; ".join(said) or "the same settings")
+            + ")"
+        )
     return path
 
 

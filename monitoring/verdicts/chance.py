@@ -39,7 +39,7 @@ def uniform(rng: random.Random) -> float:
     return rng.random()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rate(n_old: int, n_new: int, trials: int = TRIALS, draw: Draw = uniform) -> float:
     """The share of `trials` pairs of identical runs (n_old and n_new windows, every window one draw)
     that steady.compare calls different: the rule's false-difference rate at those counts."""
@@ -52,14 +52,16 @@ def rate(n_old: int, n_new: int, trials: int = TRIALS, draw: Draw = uniform) -> 
     return hits / trials
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def minimum(limit: float = LIMIT, trials: int = TRIALS, draw: Draw = uniform) -> int:
     """The fewest windows a side from which the rule's chance rate stays at `limit` or below (for that
     count and the CHECKED counts after it)."""
     for n in range(2, MOST + 1):
         if all(rate(m, m, trials, draw) <= limit for m in range(n, n + CHECKED + 1)):
             return n
-    raise ValueError(f"the rule calls a difference between identical runs more than {limit:.0%} up to {MOST} windows")
+    raise ValueError(
+        f"the rule calls a difference between identical runs more than {limit:.0%} up to {MOST} windows"
+    )
 
 
 CAP = 4
@@ -81,7 +83,9 @@ class Chance:
     """The shorter run has more than CAP x minimum windows: the rate is the one at that many, a bound."""
 
     def text(self) -> str:
-        pct = f"{100 * self.rate:.1f} %" if self.rate else f"under {100 / TRIALS:g} % (none of {TRIALS} draws)"
+        pct = (
+            f"{100 * self.rate:.1f} %" if self.rate else f"under {100 / TRIALS:g} % (none of {TRIALS} draws)"
+        )
         bound = "at most " if self.capped and self.rate else ""
         more = " (more windows only lower it)" if self.capped else ""
         return f"a difference this rule calls between identical runs: {bound}{pct} at {self.windows} windows a side{more}"

@@ -75,7 +75,9 @@ def test_a_local_cluster_listens_on_loopback_only_but_tensorflows_own_port():
     try:
         deadline = time.monotonic() + 240
         while proc.poll() is None and time.monotonic() < deadline:
-            tasks = re.findall(r"\[launch\] (\S+): pid (\d+), \S+:(\d+), metrics http://([\d.]+):(\d+)", "".join(lines))
+            tasks = re.findall(
+                r"\[launch\] (\S+): pid (\d+), \S+:(\d+), metrics http://([\d.]+):(\d+)", "".join(lines)
+            )
             seen |= listeners([int(pid) for _, pid, *_ in tasks])
             time.sleep(0.2)
         assert proc.wait(timeout=5) == 0, "".join(lines)[-3000:]

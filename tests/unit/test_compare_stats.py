@@ -240,7 +240,11 @@ def test_the_fewest_windows_a_side_is_derived_from_the_rule():
     assert all(chance.rate(least, n) <= chance.LIMIT for n in (least + 1, 2 * least, 4 * least))
     lognormal, exponential = (lambda r: r.lognormvariate(0.0, 0.5)), (lambda r: r.expovariate(1.0))
     for draw in (_normal, lognormal, exponential):
-        assert chance.rate(least - 1, least - 1, draw=draw) > chance.LIMIT >= chance.rate(least, least, draw=draw)
+        assert (
+            chance.rate(least - 1, least - 1, draw=draw)
+            > chance.LIMIT
+            >= chance.rate(least, least, draw=draw)
+        )
 
 
 def test_a_change_of_rule_changes_the_minimum(monkeypatch):

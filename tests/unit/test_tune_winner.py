@@ -30,7 +30,9 @@ def test_a_winner_that_sets_the_same_setting_says_old_and_new_and_keeps_nothing(
     winner.write(tmp_path, (("BYTES_PER_PACK", "1048576"),), SECOND, False, say=said.append)
     winner.write(tmp_path, (("BYTES_PER_PACK", "4096"),), "make tune: 1.1x", False, say=said.append)
     assert winner.read(tmp_path) == {"BYTES_PER_PACK": "4096"}
-    assert said == [f"tune: {tmp_path / winner.FILE} replaces the winner of {SECOND} (BYTES_PER_PACK 1048576 -> 4096)"]
+    assert said == [
+        f"tune: {tmp_path / winner.FILE} replaces the winner of {SECOND} (BYTES_PER_PACK 1048576 -> 4096)"
+    ]
     assert winner.EARLIER not in (tmp_path / winner.FILE).read_text()
 
 

@@ -255,7 +255,9 @@ class Server:
         self._server.server_close()
 
 
-def for_task(task: TaskId, port: int, host: str = EVERY_ADDRESS) -> tuple[Metrics | NullMetrics, Server | None]:
+def for_task(
+    task: TaskId, port: int, host: str = EVERY_ADDRESS
+) -> tuple[Metrics | NullMetrics, Server | None]:
     """The task's metrics and server on `host` (ClusterSpec.listen_host); port 0 gives NullMetrics and
     no server."""
     if port == 0:
