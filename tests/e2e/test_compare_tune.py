@@ -35,9 +35,6 @@ pytestmark = pytest.mark.docker
 
 SKIP_S = 10
 """COMPARE_SKIP: the seconds after a run's first step make compare leaves out."""
-WINDOWS = chance.minimum()
-"""The steady windows (monitoring.compare.WINDOW_S each) every run waits for: the fewest make compare
-accepts, those that keep its rule's chance rate between identical runs at chance.LIMIT or below."""
 PLAIN_DELAY_MS = 50
 """The plain job's input delay: it steps at most 20 times a second rather than flat out for the
 module's ~13 minutes (its tasks and make tune's trial clusters were ~700 of the side-by-side stage's
@@ -75,18 +72,19 @@ def make(*args: str, timeout: float = 600, **settings: str) -> subprocess.Comple
 
 
 def steady_run(**settings: str) -> runs.Run:
-    """`make up`, then wait until Prometheus holds WINDOWS steady windows of this run."""
+    """`make up`, then wait until Prometheus holds the steady windows make compare needs of this run."""
     up = make("up", timeout=1200, **settings)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     return steady()
 
 
 def steady(seconds: float | None = None) -> runs.Run:
-    """The stack's current run, once Prometheus holds `seconds` of its steps (default: WINDOWS steady
-    windows after COMPARE_SKIP)."""
+    """The stack's current run, once Prometheus holds `seconds` of its steps (default: after COMPARE_SKIP,
+    one window more than the fewest steady windows make compare accepts, chance.minimum(): those that
+    keep its rule's chance rate between identical runs at chance.LIMIT or below)."""
     from monitoring.compare import WINDOW_S
 
-    seconds = SKIP_S + (WINDOWS + 1) * WINDOW_S if seconds is None else seconds
+    seconds = SKIP_S + (chance.minimum() + 1) * WINDOW_S if seconds is None else seconds
     prom, deadline = Prometheus(url=STACK.prometheus), time.time() + 600
     while True:
         try:
