@@ -252,6 +252,8 @@ def verdict(old: Side, new: Side) -> dict:
     same_settings = not differing(old.run.settings, new.run.settings)
     same = DRIFT if direction and same_settings else ""
     odds = chance.of(old.windows, new.windows)
+    ranges = chance.visible(odds.windows, odds.windows)
+    sees = 100 * ranges * (a.high - a.low) / a.median if a.median else math.nan
     if direction > 0:
         text = f"faster by {pct:.0f}% beyond the spread{per}"
     elif direction < 0:
@@ -266,6 +268,7 @@ def verdict(old: Side, new: Side) -> dict:
         "part_change_ms": moves[part] if direction else None,
         "same_settings": same_settings,
         "chance": asdict(odds),
+        "visible": {"ranges": ranges, "percent": sees, "power": chance.POWER},
         "between_runs": BETWEEN,
         "text": f"{new.run.id} vs {old.run.id}: {text}{where}{same} ({odds.text()})",
     }
@@ -325,7 +328,13 @@ def render(old: Side, new: Side, skip: float, result: dict) -> str:
             a, b = old.figures[level].get(f), new.figures[level].get(f)
             r = f"{b.median / a.median:.2f}x" if a and b and a.median else "-"
             lines.append(f"{level:<10} {f:<16} {_cell(a):>22} {_cell(b):>22} {r:>8}")
-    lines.append("chance: " + chance.Chance(**result["chance"]).text())
+    seen = result["visible"]
+    lines.append(
+        "chance: "
+        + chance.Chance(**result["chance"]).text()
+        + f"; a change it calls {seen['power'] * 10:.0f} times in 10: {seen['percent']:.1f} % in {result['figure']}"
+        f" ({seen['ranges']:.2f} of the old run's interquartile ranges; more windows do not shrink it)"
+    )
     lines.append(BETWEEN)
     lines.append("verdict: " + result["text"])
     return "\n".join(lines)

@@ -97,3 +97,31 @@ def of(n_old: int, n_new: int) -> Chance:
     capped = n > CAP * least
     n = CAP * least if capped else n
     return Chance(rate(n, n), n, least, capped)
+
+
+POWER = 0.8
+"""How often a change must be called to count as one the rule sees."""
+POWER_TRIALS = 2_000
+
+
+def called(n_old: int, n_new: int, shift: float, trials: int = POWER_TRIALS, draw: Draw = uniform) -> float:
+    """The share of pairs the rule calls different when every new window is moved by `shift` times the
+    windows' interquartile range (uniform draws: theirs is 0.5)."""
+    rng = random.Random(f"{SEED}/{n_old}/{n_new}/{shift}/{trials}")
+    hits = 0
+    for _ in range(trials):
+        old = steady.spread([draw(rng) for _ in range(n_old)])
+        new = steady.spread([draw(rng) + 0.5 * shift for _ in range(n_new)])
+        hits += steady.compare(new, old) != 0
+    return hits / trials
+
+
+@functools.cache
+def visible(n_old: int, n_new: int, power: float = POWER) -> float:
+    """The smallest move, in interquartile ranges of the windows, that the rule calls `power` of the
+    time at these counts (to 0.05 of a range)."""
+    low, high = 0.0, 8.0
+    while high - low > 0.05:
+        mid = (low + high) / 2
+        low, high = (low, mid) if called(n_old, n_new, mid) >= power else (mid, high)
+    return high
