@@ -162,7 +162,7 @@ def enough(sides: tuple[Side, ...], skip: float) -> None:
     raise CompareError(
         f"too few steady {WINDOW_S} s windows to compare: {said}; {least} a side keep "
         f"a difference called between identical runs at {chance.LIMIT:.0%} or below (with {odds.windows}: "
-        f"{100 * odds.rate:.0f} %): a run must step {need:.0f} s ({skip:.0f} s left out, COMPARE_SKIP=, "
+        f"{100 * odds.rate:.0f} %): a run must step at least {need:.0f} s ({skip:.0f} s left out, COMPARE_SKIP=, "
         f"then {least} windows), so let it run longer, or compare other runs (make runs)"
     )
 

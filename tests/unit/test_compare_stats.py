@@ -292,7 +292,7 @@ def test_too_few_windows_a_side_is_one_line_saying_how_long_to_run():
         compare.enough((old, new), 60)
     said = str(err.value)
     assert "\n" not in said and "run B has 4" in said and "run A" not in said, said
-    assert f"{least} a side" in said and f"must step {60 + least * compare.WINDOW_S} s" in said, said
+    assert f"{least} a side" in said and f"must step at least {60 + least * compare.WINDOW_S} s" in said, said
     assert f"with 4: {100 * chance.rate(4, 4):.0f} %" in said, said
 
 
