@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.local import FIT_MNIST, SCRIPTS
+
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
 LISTEN = "0A"
@@ -58,9 +60,26 @@ def listeners(pids: list[int]) -> set[tuple[int, str, int]]:
     return found
 
 
-def test_a_local_cluster_listens_on_loopback_only_but_tensorflows_own_port():
+@pytest.mark.parametrize(
+    "job",
+    [
+        ("--steps", "400", "--task", "mlp"),  # make train-local
+        (
+            "--module",
+            "trainer.script.wrapper",
+            str(SCRIPTS / "fit_cnn.py"),
+            *FIT_MNIST,
+            "--epochs",
+            "1",
+            "--steps-per-epoch",
+            "30",
+        ),
+    ],
+    ids=["trainer", "script"],
+)
+def test_a_local_cluster_listens_on_loopback_only_but_tensorflows_own_port(job):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
-    cmd = [sys.executable, "-m", "bench.launch", "--workers", "1", "--steps", "400", "--task", "mlp"]
+    cmd = [sys.executable, "-m", "bench.launch", "--workers", "1", *job]
     proc = subprocess.Popen(
         cmd,
         cwd=ROOT,
