@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 import contract
 import trainer
 from trainer import observe
-from trainer.cluster.spec import CHIEF, ClusterSpecError, TaskId, parse_tf_config
+from trainer.cluster.spec import CHIEF, EVERY_ADDRESS, ClusterSpecError, TaskId, parse_tf_config
 from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_PEER_LOST, REASON_ENV
 from trainer.observe import config as observe_config
 from trainer.script import sigterm
@@ -113,7 +113,7 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
         task=os.path.basename(path),
     )
     metrics.run_settings(**run_settings.of_script(os.path.basename(path), env))
-    server = Server(registry, port) if port else None
+    server = Server(registry, port, spec.listen_host if spec else EVERY_ADDRESS) if port else None
     tensorboard.start_profiler(profiler_port, task.name)
     metrics.state("training")
     sampler = observe.install(metrics, env)
