@@ -279,7 +279,7 @@ def tune(args) -> int:
     best = table.winner(rows, null)
     elapsed = time.monotonic() - started
     print(table.render(rows, current, null, best))
-    winner.record(args.run_dir, run, rows, null, best, elapsed)
+    winner.record(args.run_dir, run, rows, null, best, elapsed, project=args.project)
     if best is not None:
         keep(best, chosen, run, args.run_dir)
     applied = best is not None and args.apply
