@@ -145,3 +145,23 @@ def test_make_wait_picks_the_line_over_what_the_task_printed_after_it() -> None:
         "train.py line 2 imports pandas, which the trainer image lacks: "
         "add it with REQUIREMENTS=path/to/requirements.txt (docs/script.md)"
     )
+
+
+def test_an_unknown_failure_inside_tf_keras_hints_at_keras_3_when_keras_was_aliased(tmp_path: Path) -> None:
+    """`keras.layers.Dense(4, lora_rank=2)`: Keras 3 takes it, tf-keras raises a TypeError of its own."""
+    layer = tmp_path / "site" / "tf_keras" / "src" / "layers" / "dense.py"
+    layer.parent.mkdir(parents=True)
+    layer.write_text(
+        "def Dense(units, **kwargs):\n    raise TypeError(f'unexpected keyword {list(kwargs)}')\n"
+    )
+    dense = runpy.run_path(str(layer))["Dense"]
+    script = tmp_path / "train.py"
+    script.write_text("def build(Dense):\n    return Dense(4, lora_rank=2)\n")
+    with pytest.raises(TypeError) as raised_:
+        runpy.run_path(str(script))["build"](dense)
+    line = failure.explain(raised_.value, str(script), aliased=True).line
+    assert line.endswith(  # (the fake tf_keras here is not under site-packages: where() names it too)
+        "(from train.py line 2): TypeError: unexpected keyword ['lora_rank'] "
+        "(`import keras` is tf-keras here: a Keras 3 argument? docs/script.md, Keras 3 scripts)"
+    )
+    assert "tf-keras" not in failure.explain(raised_.value, str(script), aliased=False).line

@@ -11,7 +11,8 @@ configuration: a restart would fail the same way):
 - Keras 3 training under MultiWorkerMirroredStrategy anyway (TF_USE_LEGACY_KERAS=0, or no tf-keras):
   its `Attempt to convert a value (PerReplica:...) with an unsupported type` from keras/src/trainers.
 
-Anything else is 1 with `<script> line N: <Error>: <message>` after the traceback. Standard library only.
+Anything else is 1 with `<script> line N: <Error>: <message>` after the traceback (raised inside
+tf-keras by an aliased `import keras`: with a hint that a Keras 3 argument may be why). Standard library only.
 """
 
 from __future__ import annotations
@@ -131,4 +132,9 @@ def explain(
                 lacks, fix = "which the trainer image lacks", f"add it with {REQUIREMENTS} (docs/script.md)"
             return Failure(EXIT_CONFIG, f"{where(e, script)} imports {e.name}, {lacks}: {fix}")
     first = (str(err).splitlines() or [""])[0][:200]
-    return Failure(EXIT_FAILED, f"{where(err, script)}: {type(err).__name__}: {first}", traceback=True)
+    hint = ""
+    if aliased and any(
+        f"{os.sep}{TF_KERAS}{os.sep}" in f.filename for f in traceback.extract_tb(err.__traceback__)
+    ):
+        hint = " (`import keras` is tf-keras here: a Keras 3 argument? docs/script.md, Keras 3 scripts)"
+    return Failure(EXIT_FAILED, f"{where(err, script)}: {type(err).__name__}: {first}{hint}", traceback=True)
