@@ -67,7 +67,7 @@ def test_a_script_using_a_keras_3_api_is_refused_in_one_line(tmp_path: Path) -> 
     assert code == 2, out
     for task in TASKS:
         assert errors(out[task]) == [
-            f"train.py uses keras.ops (line {line}), which only Keras 3 has: Keras 3 cannot train under "
+            f"train.py uses keras.ops (line {line}; tf-keras: tf.* ops), which only Keras 3 has: Keras 3 cannot train under "
             "MultiWorkerMirroredStrategy (keras-team/keras#20585), so `import keras` trains with tf-keras here, "
             "which lacks it; write that part with tf-keras or TensorFlow (tf.*) instead "
             "(docs/script.md, Keras 3 scripts)"
@@ -87,7 +87,8 @@ def test_keras_3_training_anyway_is_one_line_not_its_traceback() -> None:
         "(keras-team/keras#20585): leave TF_USE_LEGACY_KERAS unset (it is '0'; the wrapper sets 1, and then "
         "`import keras` trains with tf-keras) (docs/script.md, Keras 3 scripts)"
     ], out["chief"]
-    assert not any("Traceback" in ln or "keras/src" in ln for ln in out["chief"]), out["chief"]
+    # Keras 3's own UserWarning (keras/src/trainers/epoch_iterator.py: shuffle) may stay; its traceback not.
+    assert not any("Traceback" in ln or "PerReplica" in ln for ln in out["chief"]), out["chief"]
 
 
 def supervised(script: Path, logs: Path) -> dict[str, str]:

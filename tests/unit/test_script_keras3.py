@@ -74,11 +74,14 @@ def test_keras_3_names_are_found_once_each_at_their_first_line(api: keras3.Api) 
     line = keras3.refusal("/script/train.py", found)
     assert "\n" not in line
     assert line.startswith(
-        "train.py uses keras.random (line 3), keras.ops (line 4), keras.layers.RMSNormalization (line 5)"
+        "train.py uses keras.random (line 3; tf-keras: tf.random), keras.ops (line 4; tf-keras: tf.* ops), "
+        "keras.layers.RMSNormalization (line 5)"
         " and 1 more, which only Keras 3 has: Keras 3 cannot train under MultiWorkerMirroredStrategy"
         " (keras-team/keras#20585)"
     )
     assert "write that part with tf-keras or TensorFlow (tf.*)" in line
+    subclass = keras3.refusal("train.py", [keras3.Use("keras.Layer", 7)])
+    assert subclass.startswith("train.py uses keras.Layer (line 7; tf-keras: keras.layers.Layer), which only")
 
 
 def test_a_script_without_keras_is_not_read_further(api: keras3.Api) -> None:

@@ -140,9 +140,34 @@ def imports_keras(source: str, filename: str = "<script>") -> bool:
     return any(True for _ in _imports(ast.parse(source, filename)))
 
 
+INSTEAD = {
+    **{
+        f"keras.{c}": f"keras.{m}.{c}"
+        for m, c in (
+            ("layers", "Layer"),
+            ("layers", "InputSpec"),
+            ("losses", "Loss"),
+            ("metrics", "Metric"),
+            ("optimizers", "Optimizer"),
+            ("regularizers", "Regularizer"),
+            ("initializers", "Initializer"),
+        )
+    },  # fmt: skip
+    "keras.ops": "tf.* ops",
+    "keras.random": "tf.random",
+    "keras.utils.PyDataset": "keras.utils.Sequence or tf.data",
+    "keras.utils.clear_session": "keras.backend.clear_session",
+}
+"""What tf-keras (or TensorFlow) has for a few Keras 3 names the refusal names (the line says it)."""
+
+
 def refusal(script: str, found: list[Use], shown: int = 3) -> str:
     """One line refusing `script` for the Keras 3 names it uses (the first `shown` named, with their lines)."""
-    names = ", ".join(f"{u.name} (line {u.line})" for u in found[:shown])
+
+    def named(u: Use) -> str:
+        return f"{u.name} (line {u.line}" + (f"; tf-keras: {INSTEAD[u.name]})" if u.name in INSTEAD else ")")
+
+    names = ", ".join(map(named, found[:shown]))
     more = f" and {len(found) - shown} more" if len(found) > shown else ""
     return (
         f"{Path(script).name} uses {names}{more}, which only Keras 3 has: {WHY}, so `import keras` trains "
