@@ -32,6 +32,7 @@ EXTERNAL_VARS = {
     "CI": "set by CI systems; tests read it through pytest's environment",
     "SYS_RESOURCE": "a Linux capability (CAP_SYS_RESOURCE) the Docker-in-Docker nodes get",
     "TF_CPU_ALLOCATOR_USE_BFC": "TensorFlow's allocator switch, tried by `make bench-comm` and rejected",
+    "KERAS_BACKEND": "Keras 3's backend choice, which a SCRIPT='s `import keras` (tf-keras) ignores",
 }
 """Names the docs mention that no file of ours defines: each genuinely someone else's."""
 RUNTIME_PATHS = {
