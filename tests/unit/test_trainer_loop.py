@@ -84,8 +84,8 @@ class Recorder:
     def state(self, state):
         self.events.append(("state", state))
 
-    def checkpointed(self, step):
-        self.events.append(("checkpointed", step))
+    def save_blocked(self, seconds):
+        self.events.append(("blocked", seconds))
 
     def save(self, step):
         self.saves.append(step)
@@ -166,7 +166,7 @@ def test_train_records_every_step_and_logs(caplog):
     assert rec.events[:4] == [
         ("state", "checkpointing"),
         ("save", 10),
-        ("checkpointed", 10),
+        ("blocked", 0.0),  # the checkpoints report the step once it is durable, not the loop
         ("state", "training"),
     ]
     lines = [r.message for r in caplog.records if "| step" in r.message]
@@ -220,3 +220,37 @@ def test_a_preemption_at_a_call_boundary_stops_the_loop_there():
     except Preempted as stop:
         assert stop.args == (10,)
     assert [c["step"] for c in rec.calls][-1] == 10  # every step before the save was recorded, none after
+
+
+def test_save_seconds_turn_into_steps_from_the_agreed_rate():
+    """10 ms steps, --save-seconds 0.05: a save every 5 steps, sized on the first timed call (each task's
+    figure through `agree`, the cluster's maximum) and again at each save; --save-every 0."""
+    clock, rec, asked = FakeClock(), Recorder(), []
+
+    def agree(k):
+        asked.append(k)
+        return k
+
+    _train(_fns(clock), _settings(steps=40, steps_per_call=3, save_seconds=0.05), metrics=rec, clock=clock, agree=agree)
+    assert asked[0] == 5
+    # the first call traces (untimed), the second is timed and sizes the interval: 5 steps after 0
+    assert rec.saves[0] == 5 and all(b - a == 5 for a, b in zip(rec.saves, rec.saves[1:]))
+
+
+def test_the_first_of_save_every_and_save_seconds_wins():
+    clock, rec = FakeClock(), Recorder()
+    _train(_fns(clock), _settings(steps=40, steps_per_call=4, save_every=8, save_seconds=0.11), metrics=rec, clock=clock)
+    assert rec.saves == [8, 16, 24, 32]  # 11 steps by the seconds, 8 by the steps
+    clock, rec = FakeClock(), Recorder()
+    _train(_fns(clock), _settings(steps=40, steps_per_call=4, save_every=30, save_seconds=0.07), metrics=rec, clock=clock)
+    assert rec.saves[:2] == [7, 14] and 30 not in rec.saves[:4]
+
+
+def test_save_schedule():
+    s = loop.SaveSchedule(save_every=100, seconds=10.0, anchor=130)
+    assert s.next == 200  # the rate not known yet: by steps only
+    s.seconds_steps = s.steps_for(0.5)
+    assert (s.seconds_steps, s.next) == (20, 150)
+    assert loop.SaveSchedule(save_every=0, seconds=0.0, anchor=7).next is None
+    assert loop.SaveSchedule(save_every=0, seconds=1.0, anchor=0).steps_for(5.0) == 1
+    assert loop.call_size(140, 100, _settings(steps=1000), save_at=150) == 10
