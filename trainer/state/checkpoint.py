@@ -245,6 +245,7 @@ class Checkpointer:
         self._shared = directory
         self._is_chief = is_chief
         self._model = model
+        self._optimizer = optimizer
         self._accept_new = accept_new_settings
         self._task = task_name
         self._dir = task_dir(directory, task_name, is_chief)
@@ -291,14 +292,13 @@ class Checkpointer:
         if self._found.prefix is None:
             return None
         try:
-            status = self._checkpoint.restore(self._found.prefix)
-            if self._accept_new:  # the optimizer may differ (a rate variable instead of a schedule)
-                status.expect_partial()
-                tf.train.Checkpoint(model=self._model).restore(
-                    self._found.prefix
-                ).assert_existing_objects_matched()
-            else:
-                status.assert_existing_objects_matched()
+            self._checkpoint.restore(self._found.prefix).expect_partial()
+            # What must match: the model, and the optimizer unless the settings changed (a rate variable
+            # instead of a schedule). Not the preemption handler's run counter, which it attaches to the
+            # checkpoint after TensorFlow's asynchronous writer copied the checkpoint's objects (so
+            # asynchronous saves lack it): every task restarts that counter from 0 anyway.
+            must = {"model": self._model} if self._accept_new else {"model": self._model, "optimizer": self._optimizer}
+            tf.train.Checkpoint(**must).restore(self._found.prefix).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as err:
             raise ConfigError(
                 f"checkpoint {self._found.prefix} does not fit this model ({str(err).splitlines()[0][:200]}): "
