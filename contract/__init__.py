@@ -183,7 +183,9 @@ STUCK_TIME = _metric(
     "timestamp_seconds",
 )
 LAST_CHECKPOINT = _metric(
-    "last_checkpoint_step", GAUGE, "Step of the last checkpoint saved (published: its files durable, its manifest written)"
+    "last_checkpoint_step",
+    GAUGE,
+    "Step of the last checkpoint saved (published: its files durable, its manifest written)",
 )
 CHECKPOINT_BLOCKED = _metric(
     "checkpoint_blocked",

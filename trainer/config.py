@@ -141,7 +141,9 @@ class Config:
         )
         _check(self.resize_keep in RESIZE_KEEPS, "resize_keep", f"must be one of {', '.join(RESIZE_KEEPS)}")
         _check(self.lr_scaling in LR_SCALINGS, "lr_scaling", f"must be one of {', '.join(LR_SCALINGS)}")
-        _check(_fault_ok(self.fault), "fault", f"must be TASK:KIND@STEP, KIND one of {', '.join(fault.KINDS)}")
+        _check(
+            _fault_ok(self.fault), "fault", f"must be TASK:KIND@STEP, KIND one of {', '.join(fault.KINDS)}"
+        )
         _check(
             _task_found(self.task),
             "task",

@@ -54,13 +54,27 @@ def run(tree: Path, args: list[str], workers: int, steps: int, warmup: int) -> d
     ports = _consecutive(workers + 1)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
     cmd = [str(ROOT / ".venv/bin/python"), "-m", "bench.launch", "--workers", str(workers)]
-    cmd += ["--metrics-port", str(ports[0]), "--task", "cnn", "--steps", str(steps), "--metrics-linger", "3", *args]
+    cmd += [
+        "--metrics-port",
+        str(ports[0]),
+        "--task",
+        "cnn",
+        "--steps",
+        str(steps),
+        "--metrics-linger",
+        "3",
+        *args,
+    ]
     load = os.getloadavg()[0]
     scratch = tempfile.TemporaryDirectory(prefix="saves-bench-")
     cmd += ["--checkpoint-dir", os.path.join(scratch.name, "ckpt")]
     env["TMPDIR"] = scratch.name
     proc = subprocess.Popen(
-        cmd, cwd=tree, env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"}, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        cmd,
+        cwd=tree,
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
     )
     first: dict[int, dict] = {}
     last: dict[int, dict] = {}

@@ -7,16 +7,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
 
-from bench.launch import free_ports
-from tests.cluster.local import ROOT
-from tests.cluster.test_resume_cluster import BATCH, _env, _summaries, _unshared
-from trainer.cluster.spec import on_ports
+from tests.cluster.test_resume_cluster import _summaries, _unshared, start_unshared
 from trainer.state import manifest
 
 pytestmark = pytest.mark.cluster
@@ -32,33 +27,15 @@ def _steps_seen(log: str) -> list[tuple[float, int]]:
 def _run_until_the_cut(tmp_path, dirs: dict[str, str]) -> tuple[str, int]:
     """Chief + worker-0 until the chief's writer holds the save of CUT, then both SIGKILLed. The chief's
     output, and the newest step its log showed before the kill."""
-    env_common = {
-        "TRAINER_PER_REPLICA_BATCH": BATCH,
-        "TRAINER_LR_SCALING": "none",
-        "TRAINER_METRICS_PORT": "0",
-        "TRAINER_STEPS": "100000",
-        "TRAINER_SAVE_EVERY": str(SAVE_EVERY),
-        "TRAINER_SAVE_SECONDS": "0",
-        "TRAINER_LOG_EVERY": "5",
-        "TRAINER_FAULT": f"chief:save-block@{CUT}",
-    }
-    spec = on_ports("127.0.0.1", free_ports(2))
-    logs = {t.type: tmp_path / f"{t.name}.log" for t in spec.tasks}
-    procs = []
-    for task in spec.tasks:
-        env = _env(
-            tmp_path, TF_CONFIG=spec.with_task(task).to_tf_config(), TRAINER_CHECKPOINT_DIR=dirs[task.type]
-        )
-        with open(logs[task.type], "w") as log:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "trainer"],
-                    cwd=ROOT,
-                    env={**env, **env_common},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
+    procs, logs = start_unshared(
+        tmp_path,
+        dirs,
+        TRAINER_STEPS="100000",
+        TRAINER_SAVE_EVERY=str(SAVE_EVERY),
+        TRAINER_SAVE_SECONDS="0",
+        TRAINER_LOG_EVERY="5",
+        TRAINER_FAULT=f"chief:save-block@{CUT}",
+    )
     try:
         # Start-up (TensorFlow's import, the cluster, tracing) has no rate to size from: the other
         # cluster tests' bound. Then the fault must come within 10x the time the measured rate gives.
@@ -95,7 +72,9 @@ def test_a_kill_mid_asynchronous_save_restores_the_save_before_it(tmp_path):
     dirs = {"chief": str(tmp_path / "volume"), "worker": str(tmp_path / "tmpfs")}
     out, killed_at = _run_until_the_cut(tmp_path, dirs)
     assert "fault injected" in out
-    shutil.rmtree(dirs["worker"])  # the worker's tmpfs, emptied by `docker kill` and start: its copy of CUT is gone
+    shutil.rmtree(
+        dirs["worker"]
+    )  # the worker's tmpfs, emptied by `docker kill` and start: its copy of CUT is gone
     result = tmp_path / "out"
     outs = _unshared(
         tmp_path,
@@ -106,7 +85,9 @@ def test_a_kill_mid_asynchronous_save_restores_the_save_before_it(tmp_path):
     )
     restored = CUT - SAVE_EVERY
     assert [s["start_step"] for s in _summaries(result)] == [restored, restored], outs[0][-3000:]
-    assert f"skipping checkpoint {dirs['chief']}/ckpt-{CUT}: no ckpt-{CUT}.manifest.json" in outs[0], outs[0][-3000:]
+    assert f"skipping checkpoint {dirs['chief']}/ckpt-{CUT}: no ckpt-{CUT}.manifest.json" in outs[0], outs[0][
+        -3000:
+    ]
     # Lost: the save in flight and what trained after it; the writer was held, so the loop went on to
     # the next save and waited there. A write of ~0.1 s loses the interval plus the steps of that write.
     assert restored <= killed_at <= CUT + SAVE_EVERY, (killed_at, out[-2000:])

@@ -43,7 +43,9 @@ def _checkpointer(folder, gate=None, durable=None, asynchronous=True):
         durable=durable,
         before_publish=gate,
     )
-    return checkpoint.Checkpointer(checkpoint.Place(str(folder), "chief", True), model, optimizer, record), model
+    return checkpoint.Checkpointer(
+        checkpoint.Place(str(folder), "chief", True), model, optimizer, record
+    ), model
 
 
 def test_the_manifest_appears_only_once_the_write_is_done(tmp_path):

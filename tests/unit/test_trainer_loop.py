@@ -3,6 +3,7 @@
 import logging
 
 import numpy as np
+import pytest
 
 from trainer.core.timing import CallOutput, Interval, StepFns
 from trainer.train import loop, progress
@@ -231,19 +232,27 @@ def test_save_seconds_turn_into_steps_from_the_agreed_rate():
         asked.append(k)
         return k
 
-    _train(_fns(clock), _settings(steps=40, steps_per_call=3, save_seconds=0.05), metrics=rec, clock=clock, agree=agree)
+    _train(
+        _fns(clock),
+        _settings(steps=40, steps_per_call=3, save_seconds=0.05),
+        metrics=rec,
+        clock=clock,
+        agree=agree,
+    )
     assert asked[0] == 5
     # the first call traces (untimed), the second is timed and sizes the interval: 5 steps after 0
     assert rec.saves[0] == 5 and all(b - a == 5 for a, b in zip(rec.saves, rec.saves[1:]))
 
 
-def test_the_first_of_save_every_and_save_seconds_wins():
+@pytest.mark.parametrize(
+    ("save_every", "save_seconds", "first_saves"),
+    [(8, 0.11, [8, 16, 24, 32]), (30, 0.07, [7, 14, 21, 28])],  # 10 ms steps: 11 and 7 steps by the seconds
+)
+def test_the_first_of_save_every_and_save_seconds_wins(save_every, save_seconds, first_saves):
     clock, rec = FakeClock(), Recorder()
-    _train(_fns(clock), _settings(steps=40, steps_per_call=4, save_every=8, save_seconds=0.11), metrics=rec, clock=clock)
-    assert rec.saves == [8, 16, 24, 32]  # 11 steps by the seconds, 8 by the steps
-    clock, rec = FakeClock(), Recorder()
-    _train(_fns(clock), _settings(steps=40, steps_per_call=4, save_every=30, save_seconds=0.07), metrics=rec, clock=clock)
-    assert rec.saves[:2] == [7, 14] and 30 not in rec.saves[:4]
+    settings = _settings(steps=40, steps_per_call=4, save_every=save_every, save_seconds=save_seconds)
+    _train(_fns(clock), settings, metrics=rec, clock=clock)
+    assert rec.saves[:4] == first_saves
 
 
 def test_save_schedule():

@@ -87,7 +87,9 @@ def build(ctx: Context, durable=lambda step: None) -> Trainable:
                     partial(_published, ctx, where),
                     asynchronous=True,
                     durable=durable,
-                    before_publish=fault_hooks.save_block(fault.of(config.fault, ctx.task_id.name, "save-block")),
+                    before_publish=fault_hooks.save_block(
+                        fault.of(config.fault, ctx.task_id.name, "save-block")
+                    ),
                 ),
                 accept_new_settings=bool(config.resume_new_settings),
             )

@@ -124,9 +124,13 @@ class _PublishingManager(tf.train.CheckpointManager):
 
     def save(self, checkpoint_number=None, check_interval=True, options=None):
         if self._settings is None:
-            return super().save(checkpoint_number=checkpoint_number, check_interval=check_interval, options=options)
+            return super().save(
+                checkpoint_number=checkpoint_number, check_interval=check_interval, options=options
+            )
         step = int(checkpoint_number)
-        publish = _Publication(self.directory, step, self._settings, dict(self._hooks.extra(step)), self._hooks)
+        publish = _Publication(
+            self.directory, step, self._settings, dict(self._hooks.extra(step)), self._hooks
+        )
         options = tf.train.CheckpointOptions(
             experimental_enable_async_checkpoint=self.asynchronous, experimental_write_callbacks=[publish]
         )
@@ -297,7 +301,11 @@ class Checkpointer:
             # instead of a schedule). Not the preemption handler's run counter, which it attaches to the
             # checkpoint after TensorFlow's asynchronous writer copied the checkpoint's objects (so
             # asynchronous saves lack it): every task restarts that counter from 0 anyway.
-            must = {"model": self._model} if self._accept_new else {"model": self._model, "optimizer": self._optimizer}
+            must = (
+                {"model": self._model}
+                if self._accept_new
+                else {"model": self._model, "optimizer": self._optimizer}
+            )
             tf.train.Checkpoint(**must).restore(self._found.prefix).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as err:
             raise ConfigError(
@@ -353,7 +361,9 @@ class Checkpointer:
 
         threading.Thread(target=waiting, daemon=True, name="settle-save").start()
         if not done.wait(timeout):
-            log.warning("%s: the save in flight did not finish within %.0fs: left unpublished", self._task, timeout)
+            log.warning(
+                "%s: the save in flight did not finish within %.0fs: left unpublished", self._task, timeout
+            )
 
     def export(self) -> str:
         """The final model as a SavedModel under <checkpoint-dir>/export (temporary on non-chiefs)."""
