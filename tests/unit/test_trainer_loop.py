@@ -263,3 +263,15 @@ def test_save_schedule():
     assert loop.SaveSchedule(save_every=0, seconds=0.0, anchor=7).next is None
     assert loop.SaveSchedule(save_every=0, seconds=1.0, anchor=0).steps_for(5.0) == 1
     assert loop.call_size(140, 100, _settings(steps=1000), save_at=150) == 10
+
+
+def test_the_seconds_interval_is_re_sized_when_it_chose_the_save_else_one_save_in_ten():
+    s = loop.SaveSchedule(save_every=100, seconds=10.0, anchor=0, seconds_steps=500)
+    due = []
+    for k in range(1, 21):  # every save chosen by --save-every: one re-size (an all-gather) in RESIZE_EVERY
+        due.append(s.resize_due(100 * k))
+        s.anchor = 100 * k
+    assert [i + 1 for i, d in enumerate(due) if d] == [loop.RESIZE_EVERY, 2 * loop.RESIZE_EVERY]
+    s.seconds_steps = 30
+    assert s.resize_due(s.anchor + 30)  # chosen by the seconds
+    assert not loop.SaveSchedule(save_every=100, seconds=0.0, anchor=0).resize_due(100)

@@ -80,6 +80,11 @@ def call_size(step: int, per_call: int, s: LoopSettings, save_at: int | None = N
     return min(limits)
 
 
+RESIZE_EVERY = 10
+"""Saves chosen by --save-every re-size the --save-seconds interval one in this many times: each re-size
+is an all-gather, which under load cost about as much as the asynchronous save itself."""
+
+
 @dataclass
 class SaveSchedule:
     """Where the next save is: the next --save-every boundary, or `seconds` after the last save turned
@@ -100,6 +105,18 @@ class SaveSchedule:
         if self.seconds and self.seconds_steps:
             found.append(self.anchor + self.seconds_steps)
         return min(found, default=None)
+
+    saves: int = 0
+
+    def resize_due(self, step: int) -> bool:
+        """Whether the save just made at `step` re-sizes the seconds interval (an agreement, a collective):
+        when the seconds chose this save, else every RESIZE_EVERY saves (a rate that fell a lot makes the
+        seconds first again). Decided alike on every task: it reads only agreed figures."""
+        self.saves += 1
+        if not self.seconds:
+            return False
+        by_seconds = self.seconds_steps is not None and step == self.anchor + self.seconds_steps
+        return by_seconds or self.saves % RESIZE_EVERY == 0
 
     def steps_for(self, step_seconds: float) -> int:
         """--save-seconds in steps at this many seconds per step (at least 1)."""
@@ -169,7 +186,8 @@ class Controller:
                 action(out)
             if at.step == at.saves.next and at.step < s.steps:
                 self.save(at.step)
-                self._resize_seconds(at, (self.clock() - at.saved_time) / (at.step - at.saves.anchor))
+                if at.saves.resize_due(at.step):
+                    self._resize_seconds(at, (self.clock() - at.saved_time) / (at.step - at.saves.anchor))
                 at.saves.anchor, at.saved_time = at.step, self.clock()
                 at.t_prev = at.saved_time
         return result
