@@ -182,7 +182,19 @@ STUCK_TIME = _metric(
     "Unix time trainer.supervise.supervisor last ended this task as stuck",
     "timestamp_seconds",
 )
-LAST_CHECKPOINT = _metric("last_checkpoint_step", GAUGE, "Step of the last checkpoint saved")
+LAST_CHECKPOINT = _metric(
+    "last_checkpoint_step",
+    GAUGE,
+    "Step of the last checkpoint saved (published: its files durable, its manifest written)",
+)
+CHECKPOINT_BLOCKED = _metric(
+    "checkpoint_blocked",
+    COUNTER,
+    "Seconds the training loop spent on checkpoint saves between steps: the hand-off to the writer "
+    "(the variables copied to host memory, the previous save waited for); the write itself runs beside "
+    "the steps",
+    "seconds",
+)
 TARGET_STEPS = _metric(
     "target_steps",
     GAUGE,
@@ -225,6 +237,7 @@ ALL = (
     STUCK_STEP,
     STUCK_TIME,
     LAST_CHECKPOINT,
+    CHECKPOINT_BLOCKED,
     TARGET_STEPS,
     SPLIT_SAMPLED,
     SPLIT_SAMPLES,

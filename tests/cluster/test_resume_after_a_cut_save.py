@@ -8,16 +8,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
 
-from bench.launch import free_ports
-from tests.cluster.local import ROOT
-from tests.cluster.test_resume_cluster import BATCH, _env, _summaries, _unshared
-from trainer.cluster.spec import on_ports
+from tests.cluster.test_resume_cluster import _summaries, _unshared, start_unshared
 from trainer.state import manifest
 
 pytestmark = pytest.mark.cluster
@@ -33,29 +28,13 @@ def _cut_the_chiefs_save(chief_dir: str, step: int) -> None:
 def _run_until_the_hang(tmp_path, dirs: dict[str, str], steps: int, hang: int) -> str:
     """Chief + worker-0 trained until the chief blocks at step `hang` (no save between), then both
     SIGKILLed: every task's container killed at once. The chief's output."""
-    common = {"TRAINER_PER_REPLICA_BATCH": BATCH, "TRAINER_LR_SCALING": "none", "TRAINER_METRICS_PORT": "0"}
-    extra = {
-        "TRAINER_STEPS": str(steps),
-        "TRAINER_SAVE_EVERY": str(SAVE_EVERY),
-        "TRAINER_FAULT": f"chief:hang@{hang}",
-    }
-    spec = on_ports("127.0.0.1", free_ports(2))
-    logs = {t.type: tmp_path / f"{t.name}.log" for t in spec.tasks}
-    procs = []
-    for task in spec.tasks:
-        env = _env(
-            tmp_path, TF_CONFIG=spec.with_task(task).to_tf_config(), TRAINER_CHECKPOINT_DIR=dirs[task.type]
-        )
-        with open(logs[task.type], "w") as log:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "trainer"],
-                    cwd=ROOT,
-                    env={**env, **common, **extra},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
+    procs, logs = start_unshared(
+        tmp_path,
+        dirs,
+        TRAINER_STEPS=str(steps),
+        TRAINER_SAVE_EVERY=str(SAVE_EVERY),
+        TRAINER_FAULT=f"chief:hang@{hang}",
+    )
     try:
         while "fault injected" not in logs["chief"].read_text():
             assert all(p.poll() is None for p in procs), logs["chief"].read_text()[-3000:]

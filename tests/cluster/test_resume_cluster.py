@@ -111,26 +111,36 @@ def test_input_resumes_across_kills_and_copies_do_not_pile_up(tmp_path):
 def _unshared(tmp_path, dirs: dict[str, str], **extra: str) -> list[str]:
     """Chief + worker-0 as separate processes, each with its own --checkpoint-dir (`dirs` by task
     type: nothing shared, as on separate hosts); every task's output once both exited 0."""
+    procs, logs = start_unshared(tmp_path, dirs, **extra)
+    for p in procs:
+        p.wait(timeout=300)
+    outs = [logs[t].read_text() for t in ("chief", "worker")]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    return outs
+
+
+def start_unshared(tmp_path, dirs: dict[str, str], **extra: str) -> tuple[list[subprocess.Popen], dict]:
+    """Chief + worker-0 started as `_unshared` starts them, their output in `<task>.log` files (by task
+    type) for a test that watches them and kills them: the processes and the logs."""
     common = {"TRAINER_PER_REPLICA_BATCH": BATCH, "TRAINER_LR_SCALING": "none", "TRAINER_METRICS_PORT": "0"}
     spec = on_ports("127.0.0.1", free_ports(2))
+    logs = {t.type: tmp_path / f"{t.name}.log" for t in spec.tasks}
     procs = []
     for task in spec.tasks:
         env = _env(
             tmp_path, TF_CONFIG=spec.with_task(task).to_tf_config(), TRAINER_CHECKPOINT_DIR=dirs[task.type]
         )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "trainer"],
-                cwd=ROOT,
-                env={**env, **common, **extra},
-                text=True,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+        with open(logs[task.type], "w") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "trainer"],
+                    cwd=ROOT,
+                    env={**env, **common, **extra},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             )
-        )
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
-    return outs
+    return procs, logs
 
 
 def _summaries(out) -> list[dict]:

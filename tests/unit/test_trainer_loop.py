@@ -3,6 +3,7 @@
 import logging
 
 import numpy as np
+import pytest
 
 from trainer.core.timing import CallOutput, Interval, StepFns
 from trainer.train import loop, progress
@@ -84,8 +85,8 @@ class Recorder:
     def state(self, state):
         self.events.append(("state", state))
 
-    def checkpointed(self, step):
-        self.events.append(("checkpointed", step))
+    def save_blocked(self, seconds):
+        self.events.append(("blocked", seconds))
 
     def save(self, step):
         self.saves.append(step)
@@ -166,7 +167,7 @@ def test_train_records_every_step_and_logs(caplog):
     assert rec.events[:4] == [
         ("state", "checkpointing"),
         ("save", 10),
-        ("checkpointed", 10),
+        ("blocked", 0.0),  # the checkpoints report the step once it is durable, not the loop
         ("state", "training"),
     ]
     lines = [r.message for r in caplog.records if "| step" in r.message]
@@ -220,3 +221,57 @@ def test_a_preemption_at_a_call_boundary_stops_the_loop_there():
     except Preempted as stop:
         assert stop.args == (10,)
     assert [c["step"] for c in rec.calls][-1] == 10  # every step before the save was recorded, none after
+
+
+def test_save_seconds_turn_into_steps_from_the_agreed_rate():
+    """10 ms steps, --save-seconds 0.05: a save every 5 steps, sized on the first timed call (each task's
+    figure through `agree`, the cluster's maximum) and again at each save; --save-every 0."""
+    clock, rec, asked = FakeClock(), Recorder(), []
+
+    def agree(k):
+        asked.append(k)
+        return k
+
+    _train(
+        _fns(clock),
+        _settings(steps=40, steps_per_call=3, save_seconds=0.05),
+        metrics=rec,
+        clock=clock,
+        agree=agree,
+    )
+    assert asked[0] == 5
+    # the first call traces (untimed), the second is timed and sizes the interval: 5 steps after 0
+    assert rec.saves[0] == 5 and all(b - a == 5 for a, b in zip(rec.saves, rec.saves[1:]))
+
+
+@pytest.mark.parametrize(
+    ("save_every", "save_seconds", "first_saves"),
+    [(8, 0.11, [8, 16, 24, 32]), (30, 0.07, [7, 14, 21, 28])],  # 10 ms steps: 11 and 7 steps by the seconds
+)
+def test_the_first_of_save_every_and_save_seconds_wins(save_every, save_seconds, first_saves):
+    clock, rec = FakeClock(), Recorder()
+    settings = _settings(steps=40, steps_per_call=4, save_every=save_every, save_seconds=save_seconds)
+    _train(_fns(clock), settings, metrics=rec, clock=clock)
+    assert rec.saves[:4] == first_saves
+
+
+def test_save_schedule():
+    s = loop.SaveSchedule(save_every=100, seconds=10.0, anchor=130)
+    assert s.next == 200  # the rate not known yet: by steps only
+    s.seconds_steps = s.steps_for(0.5)
+    assert (s.seconds_steps, s.next) == (20, 150)
+    assert loop.SaveSchedule(save_every=0, seconds=0.0, anchor=7).next is None
+    assert loop.SaveSchedule(save_every=0, seconds=1.0, anchor=0).steps_for(5.0) == 1
+    assert loop.call_size(140, 100, _settings(steps=1000), save_at=150) == 10
+
+
+def test_the_seconds_interval_is_re_sized_when_it_chose_the_save_else_one_save_in_ten():
+    s = loop.SaveSchedule(save_every=100, seconds=10.0, anchor=0, seconds_steps=500)
+    due = []
+    for k in range(1, 21):  # every save chosen by --save-every: one re-size (an all-gather) in RESIZE_EVERY
+        due.append(s.resize_due(100 * k))
+        s.anchor = 100 * k
+    assert [i + 1 for i, d in enumerate(due) if d] == [loop.RESIZE_EVERY, 2 * loop.RESIZE_EVERY]
+    s.seconds_steps = 30
+    assert s.resize_due(s.anchor + 30)  # chosen by the seconds
+    assert not loop.SaveSchedule(save_every=100, seconds=0.0, anchor=0).resize_due(100)

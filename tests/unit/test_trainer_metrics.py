@@ -28,6 +28,7 @@ CONTRACT = {
     "trainer_stuck_step": "gauge",
     "trainer_stuck_timestamp_seconds": "gauge",
     "trainer_last_checkpoint_step": "gauge",
+    "trainer_checkpoint_blocked_seconds_total": "counter",
     "trainer_target_steps": "gauge",
     "trainer_split_sampled": "gauge",
     "trainer_split_samples_total": "counter",

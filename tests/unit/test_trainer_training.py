@@ -50,6 +50,9 @@ class Recorder:
     def checkpointed(self, at):
         self.checkpoints.append(at)
 
+    def save_blocked(self, seconds):
+        self.blocked = getattr(self, "blocked", 0.0) + seconds
+
     def target(self, steps):
         self.target_steps = steps
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 from trainer.assembly import task as tasks
 from trainer.cluster.spec import ClusterSpec, TaskId
 from trainer.config import Config
+from trainer.core import fault
 from trainer.data import position, records
 from trainer.data import synthetic as data
 from trainer.state import ledger as ledger_lib
@@ -22,6 +23,7 @@ from trainer.state import manifest, resize
 from trainer.state.checkpoint import Checkpointer, NoCheckpoints, Place, Record
 from trainer.tasks import spec as taskspec
 from trainer.tasks.task import Task
+from trainer.train import fault as fault_hooks
 from trainer.train import step
 
 
@@ -67,7 +69,8 @@ class Trainable:
     """This task's part of the job's example-id record (--output-dir), made at the resume."""
 
 
-def build(ctx: Context) -> Trainable:
+def build(ctx: Context, durable=lambda step: None) -> Trainable:
+    """`durable(step)`: told once a save of `step` is published (the task's last-checkpoint metric)."""
     config = ctx.config
     where = position.Position(global_batch=ctx.global_batch)
     with ctx.strategy.scope():
@@ -82,11 +85,16 @@ def build(ctx: Context) -> Trainable:
                 Record(
                     manifest.job_settings(config, ctx.strategy.num_replicas_in_sync),
                     partial(_published, ctx, where),
+                    asynchronous=True,
+                    durable=durable,
+                    before_publish=fault_hooks.save_block(
+                        fault.of(config.fault, ctx.task_id.name, "save-block")
+                    ),
                 ),
                 accept_new_settings=bool(config.resume_new_settings),
             )
             if config.checkpoint_dir
-            else NoCheckpoints()
+            else NoCheckpoints(durable)
         )
     return Trainable(task, optimizer, ckpt, where, _ledger(ctx))
 

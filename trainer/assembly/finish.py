@@ -57,7 +57,9 @@ def finish(ctx: Context, job: Trainable, metrics, result: LoopResult) -> None:
         metrics.state("checkpointing")
         if result.final_step > result.start_step:  # a run resumed at its last step has nothing new to save
             job.checkpoints.save(result.final_step)
-        metrics.checkpointed(result.final_step)
+            job.checkpoints.wait()  # durable (and reported by the checkpoints) before the export and the exit
+        else:
+            metrics.checkpointed(result.final_step)
         log.info("%s: exported the final model to %s", name, job.checkpoints.export())
         if ctx.is_chief:
             _copy_out(ctx, final)

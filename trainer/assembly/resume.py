@@ -66,6 +66,7 @@ def resume(ctx: Context, job: Trainable) -> int:
             ledger_lib.forget_after(job.ledger.directory, start)
     if copy_lags(rows, start):  # every task (a save is collective), so no copy of `start` is the only one
         job.checkpoints.save(start)
+        job.checkpoints.wait()
     log.info(
         "%s: %s, %d replicas in sync, %s",
         ctx.task_id.name,

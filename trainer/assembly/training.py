@@ -80,12 +80,16 @@ def _run(ctx: Context, metrics) -> None:
     log.info(
         "%s: %s", ctx.task_id.name, device.describe(_gpu_names(), tf.sysconfig.get_build_info(), os.environ)
     )
-    job = build(ctx)
+    job = build(ctx, durable=metrics.checkpointed)
     # The preemption handler restores the chief's latest checkpoint when it is made: before our own
     # resume, or it would put back the saved learning rate on the chief only (the tasks then drift).
     preemption = _preemption(ctx, job, metrics)
     start = resume(ctx, job)
-    result = _train(ctx, job, metrics, start, preemption)
+    try:
+        result = _train(ctx, job, metrics, start, preemption)
+    except BaseException:  # a lost peer, a preemption: the save in flight still finishes (its write is local)
+        job.checkpoints.settle()
+        raise
     finish(ctx, job, metrics, result)
 
 
@@ -123,6 +127,7 @@ def _preemption(ctx: Context, job: Trainable, metrics) -> tuple[loop.Action, ...
     def exit_fn() -> None:
         if job.ledger is not None:  # the handler saved with the manager: the ledger's chunk is ours to write
             job.ledger.flush(saved["step"])
+        # The handler's save was synchronous (TensorFlow first waits for a save in flight) and published.
         metrics.checkpointed(saved["step"])
         raise PreemptedError(
             f"preempted (SIGTERM here or on a peer): every task saved step {saved['step']}; "
@@ -164,6 +169,7 @@ def _train(
         steps_per_call=config.steps_per_call,
         measure_every=config.measure_every,
         save_every=config.save_every,
+        save_seconds=config.save_seconds,
         local_examples=ctx.sizing.per_replica_batch * len(ctx.strategy.extended.worker_devices),
         classify=job.task.classify,
         record_ids=bool(config.output_dir),

@@ -31,6 +31,7 @@ SHARED_SETTINGS = (
     "steps_per_call",
     "measure_every",
     "save_every",
+    "save_seconds",
     "log_every",
     "bytes_per_pack",
     "allreduce_mode",

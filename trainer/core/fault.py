@@ -3,6 +3,9 @@
     --fault TASK:input-block@STEP   that task's input never delivers the batch of STEP
     --fault TASK:hang@STEP          once that task's step reaches STEP its host loop stops before the
                                     next call: it never enters the next collective
+    --fault TASK:save-block@STEP    that task's checkpoint writer blocks on the save of STEP (or the
+                                    first past it) after its files, before its manifest: a kill
+                                    mid-save, on purpose (tests/cluster/test_kill_mid_async_save.py)
 
 Either way the process stays alive and heartbeats (TensorFlow's coordination agent is a thread of
 its own), so nothing but trainer.supervise.supervisor's stall bound ends the job: what a hung input pipeline
@@ -25,7 +28,7 @@ from pathlib import Path
 from trainer.errors import ConfigError
 
 log = logging.getLogger(__name__)
-KINDS = ("input-block", "hang")
+KINDS = ("input-block", "hang", "save-block")
 FLAG = "--fault (TRAINER_FAULT)"
 
 

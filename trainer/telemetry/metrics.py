@@ -145,6 +145,7 @@ class Metrics:
         self.last_step = make(c.LAST_STEP_TIME, Gauge)
         self.input_step = make(c.INPUT_STEP, Gauge)
         self.last_checkpoint = make(c.LAST_CHECKPOINT, Gauge)
+        self.checkpoint_blocked = make(c.CHECKPOINT_BLOCKED, Counter)
         self.target_steps = make(c.TARGET_STEPS, Gauge)
         self.split_sampled = make(c.SPLIT_SAMPLED, Gauge)
         self.split_samples = make(c.SPLIT_SAMPLES, Counter)
@@ -189,7 +190,11 @@ class Metrics:
             self.allreduce.observe(timing.allreduce)
 
     def checkpointed(self, step: int) -> None:
+        """A save of `step` is durable (called from the checkpoint writer's thread when asynchronous)."""
         self.last_checkpoint.set(step)
+
+    def save_blocked(self, seconds: float) -> None:
+        self.checkpoint_blocked.inc(max(0.0, seconds))
 
     def target(self, steps: int) -> None:
         """The global step the run ends at (for progress and ETA), when known."""
@@ -210,6 +215,7 @@ class NullMetrics:
     def watch_input(self, read) -> None: ...
     def record_step(self, **kwargs) -> None: ...
     def checkpointed(self, step: int) -> None: ...
+    def save_blocked(self, seconds: float) -> None: ...
     def target(self, steps: int) -> None: ...
     def drop(self, metric: c.Metric) -> None: ...
 

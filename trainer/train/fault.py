@@ -1,5 +1,6 @@
 """Where an injected fault (trainer/core/fault.py, --fault, docs/faults.md) acts: in the host loop (an
-after-call action, `hang`) or in the input pipeline (`input-block`). TensorFlow only inside `block_input`.
+after-call action, `hang`), in the input pipeline (`input-block`) or in the checkpoint writer, between a
+save's files and its manifest (`save-block`). TensorFlow only inside `block_input`.
 """
 
 from __future__ import annotations
@@ -32,3 +33,14 @@ def block_input(dataset, first_step: int, fault: Fault):
             return tf.nest.map_structure(tf.identity, batch)
 
     return dataset.enumerate().map(fn)
+
+
+def save_block(fault: Fault | None):
+    """A checkpoint writer's hook (trainer/state/checkpoint.py): the save of the fault's step (or the
+    first past it) blocks before its manifest, its files written: a kill then finds a save without one."""
+
+    def act(step: int) -> None:
+        if fault is not None and step >= fault.step:
+            fault.fire(step)
+
+    return act

@@ -3,7 +3,9 @@
 Like orbit's `Controller` (tensorflow/models, orbit/controller.py) it owns the step functions, the
 checkpoints and the metrics, and runs a tuple of actions after each call (`train_actions` there):
 here the progress lines and the preemption check. Per call: run n steps, record every step's
-metrics, run the actions, then save when a --save-every boundary is reached.
+metrics, run the actions, then save when the next save's step is reached (`SaveSchedule`: every
+--save-every steps and every --save-seconds, whichever comes first). A save is a collective, so every
+task must save at the same step: the seconds are turned into steps from the rate the tasks agree on.
 
 The whole step is timed on the host between consecutive step ends (same clock as tf.timestamp(),
 both are Unix time), so step - (input + compute + all-reduce) is the dispatch and host-loop
@@ -49,6 +51,8 @@ class LoopSettings:
     """0 = auto: calibrated on the first timed calls (CALIBRATIONS), each agreed across tasks."""
     measure_every: int
     save_every: int
+    save_seconds: float = 0.0
+    """Also save once this many seconds of training have passed since the last save; 0: by steps only."""
     local_examples: int
     """Examples this task's replicas process per step."""
     classify: bool
@@ -61,16 +65,62 @@ class Checkpoints(Protocol):
 
 class StepMetrics(Protocol):
     def state(self, state: str) -> None: ...
-    def checkpointed(self, step: int) -> None: ...
+    def save_blocked(self, seconds: float) -> None: ...
     def record_step(self, **step) -> None: ...
 
 
-def call_size(step: int, per_call: int, s: LoopSettings) -> int:
-    """Steps in the next call: up to per_call, never past a save or the end."""
+def call_size(step: int, per_call: int, s: LoopSettings, save_at: int | None = None) -> int:
+    """Steps in the next call: up to per_call, never past a save (`save_at`, else the next --save-every
+    boundary) or the end."""
     limits = [per_call, s.steps - step]
-    if s.save_every:
+    if save_at is not None:
+        limits.append(save_at - step)
+    elif s.save_every:
         limits.append(s.save_every - step % s.save_every)
     return min(limits)
+
+
+RESIZE_EVERY = 10
+"""Saves chosen by --save-every re-size the --save-seconds interval one in this many times: each re-size
+is an all-gather, which under load cost about as much as the asynchronous save itself."""
+
+
+@dataclass
+class SaveSchedule:
+    """Where the next save is: the next --save-every boundary, or `seconds` after the last save turned
+    into steps (`seconds_steps`, sized from the agreed rate), whichever is first. None: only at the end."""
+
+    save_every: int
+    seconds: float
+    anchor: int
+    """The step of the last save (or of the start)."""
+    seconds_steps: int | None = None
+    """--save-seconds in steps, once a rate is known (the first timed call, then each save)."""
+
+    @property
+    def next(self) -> int | None:
+        found = []
+        if self.save_every:
+            found.append((self.anchor // self.save_every + 1) * self.save_every)
+        if self.seconds and self.seconds_steps:
+            found.append(self.anchor + self.seconds_steps)
+        return min(found, default=None)
+
+    saves: int = 0
+
+    def resize_due(self, step: int) -> bool:
+        """Whether the save just made at `step` re-sizes the seconds interval (an agreement, a collective):
+        when the seconds chose this save, else every RESIZE_EVERY saves (a rate that fell a lot makes the
+        seconds first again). Decided alike on every task: it reads only agreed figures."""
+        self.saves += 1
+        if not self.seconds:
+            return False
+        by_seconds = self.seconds_steps is not None and step == self.anchor + self.seconds_steps
+        return by_seconds or self.saves % RESIZE_EVERY == 0
+
+    def steps_for(self, step_seconds: float) -> int:
+        """--save-seconds in steps at this many seconds per step (at least 1)."""
+        return max(1, int(self.seconds / max(step_seconds, 1e-9)))
 
 
 def auto_steps_per_call(step_seconds: float) -> int:
@@ -104,6 +154,9 @@ class _Progress:
     traced: set = field(default_factory=set)
     calibrated: int = 0
     """Auto calibrations done (CALIBRATIONS)."""
+    saves: SaveSchedule | None = None
+    saved_time: float = 0.0
+    """When the last save ended (or training started): the seconds interval's rate is measured from it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,25 +177,40 @@ class Controller:
         s = self.settings
         result = LoopResult(start_step=start_step, final_step=start_step)
         at = _Progress(step=start_step, per_call=s.steps_per_call or 1, t_prev=self.clock())
+        at.saves = SaveSchedule(s.save_every, s.save_seconds, anchor=start_step)
+        at.saved_time = at.t_prev
         while at.step < s.steps:
             out = self._call(iterator, at)
             self._record(out, result)
             for action in self.actions:
                 action(out)
-            if s.save_every and at.step % s.save_every == 0 and at.step < s.steps:
+            if at.step == at.saves.next and at.step < s.steps:
                 self.save(at.step)
-                at.t_prev = self.clock()
+                if at.saves.resize_due(at.step):
+                    self._resize_seconds(at, (self.clock() - at.saved_time) / (at.step - at.saves.anchor))
+                at.saves.anchor, at.saved_time = at.step, self.clock()
+                at.t_prev = at.saved_time
         return result
 
     def save(self, step: int) -> None:
+        """Hand a save to the checkpoints (asynchronous: back in milliseconds); its time on the step
+        path is exported (trainer_checkpoint_blocked_seconds_total). The checkpoints report the step
+        once it is durable."""
         self.metrics.state("checkpointing")
+        began = self.clock()
         self.checkpoints.save(step)
-        self.metrics.checkpointed(step)
+        self.metrics.save_blocked(self.clock() - began)
         self.metrics.state("training")
+
+    def _resize_seconds(self, at: _Progress, step_seconds: float) -> None:
+        """--save-seconds in steps at `step_seconds` per step, the cluster's maximum (every task saves
+        at the same step: the save is a collective)."""
+        if self.settings.save_seconds:
+            at.saves.seconds_steps = self.agree(at.saves.steps_for(step_seconds))
 
     def _call(self, iterator, at: _Progress) -> CallOutput:
         """One call of n steps; its first call per function traces (seconds) and is not timed."""
-        n = call_size(at.step, at.per_call, self.settings)
+        n = call_size(at.step, at.per_call, self.settings, at.saves.next if at.saves else None)
         timed = at.calls % self.settings.measure_every == 0
         fn = self.fns.timed if timed else self.fns.plain
         marks, stats, ids = fn(iterator, n)
@@ -151,6 +219,8 @@ class Controller:
         at.calls += 1
         if timed and fn in at.traced:
             timings = timings_of(marks, at.t_prev, now)
+            if at.saves is not None and at.saves.seconds_steps is None:  # the first rate known
+                self._resize_seconds(at, statistics.median(t.step for t in timings))
             self._calibrate(at, timings)
         else:  # a function's first call traces it (seconds): not a step time anyone should alert on
             timings = [None] * n
