@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from monitoring.tune.table import Row
@@ -43,8 +43,17 @@ def read(run_dir: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, sep, v in pairs if sep}
 
 
-def record(run_dir: Path, run: str, rows: list[Row], null: Row, best: Row | None, seconds: float) -> Path:
-    """tune.json: every candidate's ratios and the null's, for `make diagnose` to cite."""
+def record(
+    run_dir: Path,
+    run: str,
+    rows: list[Row],
+    null: Row,
+    best: Row | None,
+    seconds: float,
+    split: dict | None = None,
+) -> Path:
+    """tune.json: every candidate's ratios and the null's, for `make diagnose` to cite; `split`: the job's
+    own step split beside the current settings' trial's, and the turns' seed."""
     path = run_dir / RESULT
     data = {
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -53,6 +62,7 @@ def record(run_dir: Path, run: str, rows: list[Row], null: Row, best: Row | None
         "null": asdict(null),
         "candidates": [asdict(r) for r in rows],
         "best": best.name if best else None,
+        "split": {k: asdict(v) if is_dataclass(v) else v for k, v in (split or {}).items()},
     }
     path.write_text(json.dumps(data, indent=2, default=float))
     return path
