@@ -167,6 +167,7 @@ class Cluster(trial.Cluster):
         self.pids: list[int] = []
         """Host pid of each container's init (its trial process is that init's child)."""
         self.error = ""
+        self._processes: list[int] = []
 
     @property
     def tf_port(self) -> int:
@@ -223,10 +224,19 @@ class Cluster(trial.Cluster):
         return None
 
     def signal(self, sig: int) -> None:
-        for pid in self.pids:
-            for p in children(self.proc, pid):
-                with contextlib.suppress(ProcessLookupError):
-                    self.kill(p, sig)
+        for p in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                self.kill(p, sig)
+
+    def processes(self) -> list[int]:
+        """The trial's processes (host pids), found once every container's init has started its child: a
+        trial process is never restarted (no supervisor), so they stay the same."""
+        if not self._processes:
+            found = descendants(self.proc, self.pids)
+            if all(found.values()):
+                self._processes = [p for kids in found.values() for p in kids]
+            return [p for kids in found.values() for p in kids]
+        return self._processes
 
     def stop(self) -> None:
         if self.containers:
@@ -242,17 +252,22 @@ def _alive(proc: Path, pid: int) -> bool:
     return pid > 0 and stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def children(proc: Path, pid: int) -> list[int]:
-    """Every descendant of host process `pid` (/proc's children lists): the trial's processes under its
-    container's init."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        for f in (proc / str(p) / "task").glob("*/children"):
-            with contextlib.suppress(OSError):
-                found = [int(x) for x in f.read_text().split()]
-                out += found
-                todo += found
+def descendants(proc: Path, pids: list[int]) -> dict[int, list[int]]:
+    """Each of `pids`' descendants, from one scan of /proc's stat files (their parent pids; this kernel
+    has no /proc/PID/task/TID/children): the trial's processes under each container's init."""
+    parents: dict[int, list[int]] = {}
+    for stat in proc.glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out = {}
+    for pid in pids:
+        found, todo = [], [pid]
+        while todo:
+            kids = parents.get(todo.pop(), [])
+            found += kids
+            todo += kids
+        out[pid] = found
     return out
 
 

@@ -131,17 +131,16 @@ def test_a_trial_container_joins_its_tasks_namespace_on_ports_of_its_cluster_own
     assert chief[-4:] == ["mwms/trainer:0.1.0-cpu", "python", "-m", "trainer"]
 
 
-def _proc(tmp_path, tree: dict[int, list[int]]):
-    """A /proc with `stat` and a children list for each pid of `tree` (pid -> children)."""
-    for pid, kids in tree.items():
-        (tmp_path / str(pid) / "task" / str(pid)).mkdir(parents=True)
-        (tmp_path / str(pid) / "stat").write_text(f"{pid} (python3 x) S 1 2 3")
-        (tmp_path / str(pid) / "task" / str(pid) / "children").write_text(" ".join(map(str, kids)))
+def _proc(tmp_path, tree: dict[int, int]):
+    """A /proc with a `stat` for each pid of `tree` (pid -> its parent's pid)."""
+    for pid, parent in tree.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (python3 -m x) S {parent} 2 3")
     return tmp_path
 
 
 def test_turns_signal_the_trial_processes_under_each_init_and_a_dead_one_says_why(tmp_path):
-    proc = _proc(tmp_path, {101: [111], 111: [], 202: [222], 222: [223], 223: []})
+    proc = _proc(tmp_path, {1: 0, 101: 50, 111: 101, 202: 50, 222: 202, 223: 222, 300: 1})
     docker, sent = FakeDocker(state={"Status": "exited", "ExitCode": 137}), []
     cl = incontainer.Cluster("current", 0, _tasks(docker), {}, "p_tune0", "p", Engine(run=docker), proc,
                              kill=lambda pid, sig: sent.append((pid, sig)))  # fmt: skip
