@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tune: interrupted: the trials stopped, the job continues as it was", file=sys.stderr)
         return 130
-    except (job_lib.JobError, trial.TrialError, PrometheusError, ValueError) as err:
+    except (job_lib.JobError, trial.TrialError, incontainer.InContainerError, EngineError, PrometheusError,
+            ValueError) as err:  # fmt: skip
         print(f"tune: {str(err).splitlines()[0]}", file=sys.stderr)
         if isinstance(err, trial.TrialError) and len(str(err).splitlines()) > 1:
             print("\n".join(str(err).splitlines()[1:]), file=sys.stderr)
