@@ -1,6 +1,6 @@
 """The job's own step split, what the current settings' trial is held against: a trial that runs where
 the job runs should step as the job did (the same image, links and limits). From Prometheus: the job's
-chief over its last minutes before the tune (the `task:…1m` recording rules), the trial's from its turns
+chief over its last minutes before the tune (medians from its histograms, as the table's are), the trial's from its turns
 (table.Row). Says how close they came, in one line of the table and in tune.json."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import contract as c
 from monitoring.prom.client import Prometheus
-from monitoring.rules import recording as rules
 
 LOOKBACK = "3m"
 """The job's last minutes the reference spans: three of the rules' one-minute windows."""
@@ -48,25 +47,33 @@ def _pct(x: float) -> str:
 
 
 def job_split(prom: Prometheus, selector: str) -> Split | None:
-    """The job's chief's split over LOOKBACK (the tune reads it before pausing the job); None when
-    Prometheus has none (a job younger than a minute)."""
-    share = rules.SHARE[c.ALLREDUCE] + selector
-    got = {
-        "step": _chief(prom, f"avg_over_time({rules.MEAN[c.STEP]}{selector}[{LOOKBACK}])"),
-        "share": _chief(prom, f"avg_over_time({share}[{LOOKBACK}])"),
-        "low": _chief(prom, f"min_over_time({share}[{LOOKBACK}])"),
-        "high": _chief(prom, f"max_over_time({share}[{LOOKBACK}])"),
-    }
-    if any(v is None for v in got.values()):
+    """The job's chief's median step and all-reduce over LOOKBACK, from its histograms as the trial's
+    row is (medians: a step a pause lands in moves the mean, not the median), with the share's range over
+    the one-minute windows in it; read before the tune pauses the job. None when Prometheus has no step
+    of the chief in it (a job that was restarting)."""
+    minutes = int(LOOKBACK.rstrip("m"))
+    step, allreduce = (
+        _median(prom, c.STEP, selector, LOOKBACK),
+        _median(prom, c.ALLREDUCE, selector, LOOKBACK),
+    )
+    shares = [_median(prom, c.ALLREDUCE, selector, "1m", m) / _median(prom, c.STEP, selector, "1m", m)
+              for m in range(minutes)]  # fmt: skip
+    shares = [x for x in shares if math.isfinite(x)]
+    if not (math.isfinite(step) and math.isfinite(allreduce) and step > 0 and shares):
         return None
-    return Split(1e3 * got["step"], got["share"], got["low"], got["high"])
+    return Split(1e3 * step, allreduce / step, min(shares), max(shares))
 
 
-def _chief(prom: Prometheus, expr: str) -> float | None:
+def _median(prom: Prometheus, metric: c.Metric, selector: str, window: str, minutes_ago: int = 0) -> float:
+    """The chief's median of histogram `metric` over `window` ending `minutes_ago` minutes ago; nan when
+    it observed nothing then."""
+    offset = f" offset {minutes_ago}m" if minutes_ago else ""
+    rate = f"rate({metric.name}_bucket{selector}[{window}]{offset})"
+    expr = f"histogram_quantile(0.5, sum by (le, {c.TASK_TYPE}, {c.TASK_INDEX}) ({rate}))"
     for s in prom.query(expr):
-        if c.task_of(s["metric"]) == c.CHIEF and math.isfinite(float(s["value"][1])):
+        if c.task_of(s["metric"]) == c.CHIEF:
             return float(s["value"][1])
-    return None
+    return math.nan
 
 
 def trial_share(split_ms: dict[str, float]) -> float:

@@ -197,3 +197,31 @@ def test_the_table_says_how_close_the_current_trial_came_to_the_jobs_split():
     assert job.line(26.5, 0.26).endswith("53 points outside the job's range")
     assert job.line(0, math.nan).endswith("not measured")
     assert reference.trial_share({"step": 50.0, "all-reduce": 40.0}) == 0.8
+
+
+def test_the_jobs_split_is_its_chiefs_medians_and_a_restarting_job_has_none():
+    """Medians from the job's histograms, as the trial's row: a minute without steps (NaN) is left out of
+    the range, and a job with no step in the lookback has no reference (the tune says so)."""
+
+    class Prom:
+        def __init__(self, answers):
+            self.answers = answers
+
+        def query(self, expr):
+            minute = (
+                int(expr.split(" offset ")[1][0]) if " offset " in expr else (-1 if "[3m]" in expr else 0)
+            )
+            part = "step" if c.STEP.name in expr else "all-reduce"
+            value = self.answers.get((part, minute), math.nan)
+            chief, worker = (
+                {"task_type": "chief", "task_index": "0"},
+                {"task_type": "worker", "task_index": "0"},
+            )
+            return [{"metric": worker, "value": [0, "9"]}, {"metric": chief, "value": [0, str(value)]}]
+
+    answers = {("step", -1): 0.064, ("all-reduce", -1): 0.051, ("step", 0): 0.064, ("all-reduce", 0): 0.0512,
+               ("step", 1): 0.063, ("all-reduce", 1): 0.0441}  # fmt: skip
+    split = reference.job_split(Prom(answers), '{project="p"}')
+    assert split.step_ms == 64.0 and split.allreduce == 0.051 / 0.064
+    assert (split.low, split.high) == (0.0441 / 0.063, 0.0512 / 0.064)  # minute 2 had no step: left out
+    assert reference.job_split(Prom({}), '{project="p"}') is None
