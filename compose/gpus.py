@@ -10,6 +10,8 @@ import json
 import subprocess
 from collections.abc import Callable, Sequence
 
+from compose.engine import Engine
+
 
 class GpuError(ValueError):
     """The requested GPU layout cannot be satisfied; the message says what to change."""
@@ -19,7 +21,10 @@ Runner = Callable[[Sequence[str]], str]
 
 
 def run(cmd: Sequence[str]) -> str:
-    """stdout of cmd, or "" when it is missing or fails (detection must never crash a CPU host)."""
+    """stdout of cmd, or "" when it is missing or fails (detection must never crash a CPU host); a
+    docker command goes through the engine adapter (compose/engine.py)."""
+    if cmd and cmd[0] == "docker":
+        return Engine().query(*cmd[1:])
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):

@@ -1,6 +1,6 @@
 """`make up`'s early refusals: each fault in one line, before anything is downloaded, built or started.
 
-    python -m compose.preflight --project NAME --bind-addr ADDR --gpus GPUS --workers N [--starting]
+    problems(ns) -> [one line per fault]      # compose/up.py's step 0 (`make up`, `make resize`)
 
 - PROJECT must follow Compose's rule for project names (else it fails only after the image builds);
 - GPUS=N or GPUS=i,j must name GPUs this host has and Docker can give to containers (else a 3.3 GB
@@ -10,8 +10,8 @@
   `make status` would read the first stack's Prometheus); and the tasks must fit in the host's
   available memory at what one task of the default job was measured to hold (WORKERS=100 on a 24 GiB
   host started silently).
-A second `make up` of the project while one is starting is refused by compose/up.sh's lock.
-Standard library only: it runs before any venv exists. Exit 0, or 2 with every problem, one per line.
+A second `make up` of the project while one is starting is refused by the project's lock
+(compose/projectlock.py). Standard library only: it runs before any venv exists.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import argparse
 import errno
 import re
 import socket
-import sys
-from collections.abc import Sequence
 
 from compose import gpus, services
 
@@ -176,21 +174,3 @@ def problems(ns: argparse.Namespace, runner: gpus.Runner = gpus.run) -> list[str
         addr = "0.0.0.0" if ns.bind_addr in ("", "0.0.0.0") else ns.bind_addr
         found += [port_problem(addr, svc, port, ns.project, runner) for svc, port in published_ports()]
     return [p for p in found if p]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m compose.preflight", description=__doc__.splitlines()[0])
-    p.add_argument("--project", required=True)
-    p.add_argument("--bind-addr", default="127.0.0.1")
-    p.add_argument("--gpus", default="auto")
-    p.add_argument("--workers", default="0", help="make's WORKERS, as typed")
-    p.add_argument("--starting", action="store_true", help="the stack is about to start: check its ports")
-    ns = p.parse_args(argv)
-    found = problems(ns)
-    for problem in found:
-        print(f"up: {problem}", file=sys.stderr)
-    return 2 if found else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

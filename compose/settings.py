@@ -20,9 +20,13 @@ from pathlib import Path
 
 import contract
 from compose import knobs as trainer_knobs
-from compose import preflight
+from compose import preflight, values
 from trainer.host import ENV_PREFIX
 
+READS = ("PROJECT", "WORKERS", "GPUS", "GPUS_PER_WORKER", "OFFLINE", "BIND_ADDR", "MAX_RESTARTS", "SECRETS_DIR",
+         "RUN_DIR", "IMAGE_REPO", "SCRIPT", "DATA", "OUTPUT", "PROMETHEUS_RETENTION_TIME",
+         "PROMETHEUS_RETENTION_SIZE", "PROMETHEUS_LIFECYCLE", "FORCE")  # fmt: skip
+"""The variables a Settings is parsed from (compose/compose.mk's STACK_VARS hands them over)."""
 RECORD = "up.json"
 TUNED = "tuned.env"
 NOT_KNOBS = {"WORKERS", "PROJECT", "RUN_DIR", "PYTHON"}
@@ -83,7 +87,11 @@ class Settings:
 
     @classmethod
     def parse(cls, environ: Mapping[str, str]) -> Settings:
-        """ValueError (one line naming make's variable) on a bad value."""
+        """ValueError (one line naming make's variable) on a bad value: the rules make checked at parse
+        time (compose/values.py), checked again for a caller that is not make (a restart, the tune)."""
+        for name in READS:
+            if environ.get(name):
+                values.check(name, environ[name])
         get = lambda name: environ.get(name, "")  # noqa: E731
         project = get("PROJECT") or contract.DEFAULT_PROJECT
         return cls(

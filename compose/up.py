@@ -64,8 +64,8 @@ def check(s: Settings, eng: Engine, environ: Mapping[str, str], quiet: bool = Fa
     ):
         raise ValueError("\n".join([found[0], *(f"up: {p}" for p in found[1:])]))
     env = dict(environ)
-    if starting and s.output:
-        output_folder(s.output)  # the emitter checks it exists
+    if s.output:
+        output_folder(s.output)  # the emitter checks it exists (make images too: the same files)
     if starting:
         env, used = settings.with_tuned(env, settings.read_tuned(s.run_dir / settings.TUNED))
         if used and not quiet:

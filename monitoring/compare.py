@@ -1,14 +1,18 @@
 """`make compare`: did a change make the job faster? One run (RUN=, default the last `make up`'s)
 against another (WITH=, default the project's run before it), per task and for the cluster: steps/s,
 examples/s, the step and each part, each a median with its interquartile range over the run's steady
-part (monitoring/verdicts/steady.py), the settings that differ, and one verdict line.
+part (monitoring/verdicts/steady.py), the settings that differ, how often its rule calls a difference
+between identical runs at these runs' window counts (monitoring/verdicts/chance.py), that the machine
+drifts between runs, and one verdict line.
 
     python -m monitoring.compare [--prometheus URL] [--project P] [--run ID] [--with ID] [--skip S] [--json] [--out FILE]
 
 Figures are of step time (the step histogram), so checkpoints' pauses between steps are left out, and
 the first --skip seconds after a run's first step (tracing, warm-up). Runs of different tasks or world
-sizes compare examples/s, and say so. --out keeps the verdict for `make diagnose` to quote
-(monitoring/verdicts/measured.py). Exit 0 compared, 2 bad input (one line).
+sizes compare examples/s, and say so. Tasks' windows are paired by time. A run with fewer steady
+windows than keep that chance rate at 5 % or below is refused, with how long a run must step. --out
+keeps the verdict for `make diagnose` to quote (monitoring/verdicts/measured.py). Exit 0 compared, 2
+bad input (one line).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import contract as c
 from monitoring import runs
 from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
 from monitoring.rules import recording as rules
-from monitoring.verdicts import steady
+from monitoring.verdicts import chance, steady
 
 WINDOW_S = 15
 """Seconds per sample: three scrapes (every 5 s), so each window's increase has its own samples."""
@@ -76,19 +80,23 @@ def window_samples(prom: Prometheus, run: runs.Run, project: str, skip: float, w
     return out
 
 
-def per_window(samples: dict[str, dict[float, float]]) -> dict[str, list[float]]:
-    """One task's windows (those with a step) -> FIGURES' values."""
-    figures: dict[str, list[float]] = {f: [] for f in FIGURES}
+Windows = dict[str, dict[float, float]]
+"""Figure -> window's end (Unix time, the range query's own timestamps) -> value."""
+
+
+def per_window(samples: dict[str, dict[float, float]]) -> Windows:
+    """One task's windows (those with a step) -> FIGURES' values, each at its window's time."""
+    figures: Windows = {f: {} for f in FIGURES}
     for t, step in sorted(samples.get("step", {}).items()):
         if step <= 0:
             continue
         parts = {p: samples.get(p, {}).get(t, 0.0) for p in PARTS}
-        figures["steps/s"].append(1 / step)
-        figures["examples/s"].append(samples.get("examples", {}).get(t, 0.0) / step)
-        figures["step ms"].append(1e3 * step)
+        figures["steps/s"][t] = 1 / step
+        figures["examples/s"][t] = samples.get("examples", {}).get(t, 0.0) / step
+        figures["step ms"][t] = 1e3 * step
         for p, v in parts.items():
-            figures[f"{p} ms"].append(1e3 * v)
-        figures["other ms"].append(1e3 * (step - sum(parts.values())))
+            figures[f"{p} ms"][t] = 1e3 * v
+        figures["other ms"][t] = 1e3 * (step - sum(parts.values()))
     return figures
 
 
@@ -100,26 +108,28 @@ scheduler's noise picks it) while the sum stays the late input's. Per task, a 25
 all-reduce) read `all-reduce +15.1 ms` (CI, 2026-12-06)."""
 
 
-def cluster_window(tasks: dict[str, dict[str, list[float]]]) -> dict[str, list[float]]:
+def cluster_window(tasks: dict[str, Windows]) -> Windows:
     """The cluster's windows: the tasks' median of each figure (they step together), examples/s and
-    INPUT_SUM summed."""
-    n = min((len(f["steps/s"]) for f in tasks.values()), default=0)
-    out: dict[str, list[float]] = {f: [] for f in (*FIGURES, INPUT_SUM)}
-    for i in range(n):
+    INPUT_SUM summed, at each time every task has a window for. Paired by time: a window one task
+    lacks (no step in it, a missed scrape) leaves out that window only; paired by position, each later
+    window of that task met its peers' window before."""
+    times = sorted(set.intersection(*(set(f["steps/s"]) for f in tasks.values()))) if tasks else []
+    out: Windows = {f: {} for f in (*FIGURES, INPUT_SUM)}
+    for t in times:
         for f in FIGURES:
-            values = [t[f][i] for t in tasks.values()]
-            out[f].append(sum(values) if f == "examples/s" else statistics.median(values))
-        out[INPUT_SUM].append(sum(t[f"{INPUT} ms"][i] for t in tasks.values()))
+            values = [task[f][t] for task in tasks.values()]
+            out[f][t] = sum(values) if f == "examples/s" else statistics.median(values)
+        out[INPUT_SUM][t] = sum(task[f"{INPUT} ms"][t] for task in tasks.values())
     return out
 
 
-def summarize(tasks: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, steady.Spread]]:
+def summarize(tasks: dict[str, Windows]) -> dict[str, dict[str, steady.Spread]]:
     levels = {
         "cluster": cluster_window(tasks),
         **dict(sorted(tasks.items(), key=lambda kv: c.task_order(kv[0]))),
     }
     return {
-        level: {f: steady.spread(v) for f, v in figures.items() if v}
+        level: {f: steady.spread(list(v.values())) for f, v in figures.items() if v}
         for level, figures in levels.items()
         if figures["steps/s"]
     }
@@ -134,6 +144,27 @@ def side(prom: Prometheus, run: runs.Run, project: str, skip: float) -> Side:
             f"the first {skip:.0f} s are left out (COMPARE_SKIP=)"
         )
     return Side(run, figures, figures["cluster"]["steps/s"].n)
+
+
+def enough(sides: tuple[Side, ...], skip: float) -> None:
+    """Raises CompareError (one line: the rate at its count, how long to run) when a run has fewer steady
+    windows than keep the rule's chance rate at chance.LIMIT or below (chance.minimum)."""
+    least = chance.minimum()
+    short = [s for s in sides if s.windows < least]
+    if not short:
+        return
+    need = skip + least * WINDOW_S
+    said = "; ".join(
+        f"run {s.run.id} has {s.windows} (it stepped {s.run.last_step - s.run.first_step:.0f} s)"
+        for s in short
+    )
+    odds = chance.of(*(s.windows for s in sides))
+    raise CompareError(
+        f"too few steady {WINDOW_S} s windows to compare: {said}; {least} a side keep "
+        f"a difference called between identical runs at {chance.LIMIT:.0%} or below (with {odds.windows}: "
+        f"{100 * odds.rate:.0f} %): a run must step at least {need:.0f} s ({skip:.0f} s left out, COMPARE_SKIP=, "
+        f"then {least} windows), so let it run longer, or compare other runs (make runs)"
+    )
 
 
 def differing(a: dict[str, str], b: dict[str, str]) -> dict[str, tuple[str, str]]:
@@ -155,7 +186,13 @@ DRIFT = (
     "; no recorded setting differs: what differs is the machine between the two runs (docs/tune.md) or the"
     " code or data; make tune compares settings turn by turn in one job"
 )
-"""A window's spread is within a run: it does not cover what changes between runs (docs/tune.md)."""
+"""A difference between runs of the same settings: not a setting's."""
+BETWEEN = (
+    "between runs: the machine drifts (its other work, caches, clock), which no window's spread covers: two runs"
+    " of the same settings minutes apart have compared 1.27x beyond the spread (docs/tune.md); the chance rate"
+    " is for windows drawn alike; make tune compares settings turn by turn in one job"
+)
+"""Printed with every comparison, whatever the settings: a window's spread is within a run."""
 
 
 CAUSE_SHARE = 0.25
@@ -214,6 +251,9 @@ def verdict(old: Side, new: Side) -> dict:
     )
     same_settings = not differing(old.run.settings, new.run.settings)
     same = DRIFT if direction and same_settings else ""
+    odds = chance.of(old.windows, new.windows)
+    ranges = chance.visible(odds.windows, odds.windows)
+    sees = 100 * ranges * (a.high - a.low) / a.median if a.median else math.nan
     if direction > 0:
         text = f"faster by {pct:.0f}% beyond the spread{per}"
     elif direction < 0:
@@ -227,7 +267,10 @@ def verdict(old: Side, new: Side) -> dict:
         "part": part if direction else None,
         "part_change_ms": moves[part] if direction else None,
         "same_settings": same_settings,
-        "text": f"{new.run.id} vs {old.run.id}: {text}{where}{same}",
+        "chance": asdict(odds),
+        "visible": {"ranges": ranges, "percent": sees, "power": chance.POWER},
+        "between_runs": BETWEEN,
+        "text": f"{new.run.id} vs {old.run.id}: {text}{where}{same} ({odds.text()})",
     }
 
 
@@ -285,6 +328,14 @@ def render(old: Side, new: Side, skip: float, result: dict) -> str:
             a, b = old.figures[level].get(f), new.figures[level].get(f)
             r = f"{b.median / a.median:.2f}x" if a and b and a.median else "-"
             lines.append(f"{level:<10} {f:<16} {_cell(a):>22} {_cell(b):>22} {r:>8}")
+    seen = result["visible"]
+    lines.append(
+        "chance: "
+        + chance.Chance(**result["chance"]).text()
+        + f"; a change it calls {seen['power'] * 10:.0f} times in 10: {seen['percent']:.1f} % in {result['figure']}"
+        f" ({seen['ranges']:.2f} of the old run's interquartile ranges; more windows do not shrink it)"
+    )
+    lines.append(BETWEEN)
     lines.append("verdict: " + result["text"])
     return "\n".join(lines)
 
@@ -303,11 +354,12 @@ def to_json(old: Side, new: Side, skip: float, result: dict) -> dict:
     }
 
 
-def record(path: Path, old: str, new: str, result: dict) -> None:
-    """The verdict for `make diagnose`, which quotes it while `new` is the run it diagnoses."""
+def record(path: Path, old: str, new: str, result: dict, project: str = "") -> None:
+    """The verdict for `make diagnose`, which quotes it while `new` of `project` is the run it diagnoses."""
     path.parent.mkdir(parents=True, exist_ok=True)
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    path.write_text(json.dumps({"at": at, "run": new, "with": old, "text": result["text"]}, indent=2))
+    data = {"at": at, "project": project, "run": new, "with": old, "text": result["text"]}
+    path.write_text(json.dumps(data, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         old, new = pick(runs.describe(prom, args.project), args.run, args.other, args.project)
         a, b = side(prom, old, args.project, args.skip), side(prom, new, args.project, args.skip)
+        enough((a, b), args.skip)
     except PrometheusError as err:
         print(f"compare: cannot query Prometheus at {args.prometheus}: {err}", file=sys.stderr)
         return 2
@@ -334,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = verdict(a, b)
     if args.out:
-        record(args.out, old.id, new.id, result)
+        record(args.out, old.id, new.id, result, args.project)
     print(
         json.dumps(to_json(a, b, args.skip, result), indent=2)
         if args.json

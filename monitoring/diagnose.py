@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     gradient_bytes = max((_number(s["value"][1]) or 0 for s in results["allreduce_bytes"]), default=None)
     busbw, size = link_reference(args.bench, gradient_bytes)
     d = verdict.diagnose(samples(results), link_busbw=busbw, link_size=size)
-    d = measured.with_measured(d, measured.load(args.tune), measured.load(args.compare), run)
+    d = measured.with_measured(d, measured.load(args.tune), measured.load(args.compare), run, args.project)
     print(json.dumps(to_json(d), indent=2) if args.json else render(d))
     if (
         d.exit_code == verdict.EXIT_PROBLEM

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Callable, Mapping
 
 import contract as c
+from compose import wait
 from compose.engine import Engine, EngineError
 from monitoring import runs
 from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
 from monitoring.rules import recording as rules
+from trainer.host import supervisor
 
 Query = Callable[[str], dict[str, float]]
 """PromQL -> task name -> value."""
@@ -92,6 +95,12 @@ def containers(project: str) -> dict[str, str]:
         text = f"{status} ({code})" if status == "exited" else status
         states[service] = text + (f", {restarts} restarts" if restarts != "0" else "")
     return states
+
+
+def task_error_line(project: str, task: str) -> str:
+    """The task's one-line error from its container's log, as `make wait` reads it."""
+    container = Engine().tasks(project).get(task)
+    return wait.error_line(container.id) if container else ""
 
 
 def scraped_states(prom: Prometheus, sel: str = rules.JOB_SELECTOR) -> dict[str, str]:
@@ -188,6 +197,21 @@ def killed_notes(states: Mapping[str, str]) -> list[str]:
     ]
 
 
+EXITED = re.compile(r"exited \((\d+)\)")
+
+
+def failed_notes(states: Mapping[str, str], error_line: Callable[[str], str]) -> list[str]:
+    """A line per task that ended for good (its container exited 1-127), with its one-line error: the
+    same line `make wait` reports (compose/wait.py error_line), e.g. a module the image lacks."""
+    notes = []
+    for task in sorted(filter(is_task, states), key=c.task_order):
+        if (m := EXITED.match(states[task])) and 1 <= (code := int(m[1])) <= 127:
+            why = error_line(task)
+            notes.append(f"{task}: failed for good: exit code {code} ({supervisor.meaning(code)})"
+                         + (f": {why}" if why else ""))  # fmt: skip
+    return notes
+
+
 def render(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
@@ -241,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     for note in killed_notes(states):
         print(note)
+    if not args.no_docker:
+        for note in failed_notes(states, lambda task: task_error_line(args.project, task)):
+            print(note)
     return 0
 
 

@@ -6,7 +6,7 @@ import logging
 import os
 
 from trainer.cluster import preflight
-from trainer.cluster.spec import CHIEF, ClusterSpec, TaskId
+from trainer.cluster.spec import CHIEF, EVERY_ADDRESS, ClusterSpec, TaskId
 from trainer.config import Config
 from trainer.errors import STUCK_ENV, stuck_of
 from trainer.telemetry import metrics as metrics_lib
@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 
 def run(config: Config, spec: ClusterSpec | None) -> None:
     task = spec.task if spec else TaskId(CHIEF, 0)
-    metrics, server = metrics_lib.for_task(task, config.metrics_port)
+    host = spec.listen_host if spec else EVERY_ADDRESS
+    metrics, server = metrics_lib.for_task(task, config.metrics_port, host)
     listener = None
     try:
         metrics.state("starting")
@@ -26,7 +27,7 @@ def run(config: Config, spec: ClusterSpec | None) -> None:
             log.info("no TF_CONFIG: single-process run")
         elif spec.peers:
             metrics.state("waiting_for_peers")
-            listener = preflight.Listener(preflight.own_port(spec))
+            listener = preflight.Listener(preflight.own_port(spec), host)
             preflight.wait_for_peers(spec, config.cluster_timeout)
         from trainer.assembly import training  # TensorFlow is imported here, after the cheap checks
 

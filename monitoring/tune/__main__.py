@@ -281,15 +281,8 @@ def tune(args) -> int:
     print(table.render(rows, current, null, best))
     close = split.line(current.split_ms["step"], reference.trial_share(current.split_ms)) if split else ""
     print(close or "step split: Prometheus has no minute of the job's steps to hold the trial against")
-    winner.record(
-        args.run_dir,
-        run,
-        rows,
-        null,
-        best,
-        elapsed,
-        {"job": split, "current": current.split_ms, "seed": seed},
-    )
+    trial_split = {"job": split, "current": current.split_ms, "seed": seed}
+    winner.record(args.run_dir, run, rows, null, best, elapsed, project=args.project, split=trial_split)
     if best is not None:
         keep(best, chosen, run, args.run_dir)
     applied = best is not None and args.apply

@@ -20,8 +20,11 @@ FIT_MNIST = (
 step, ten steps a call, a batch of no static size (its examples are not counted), Keras' epoch lines."""
 
 
-def launch(*args: str, workers: int = 1, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
+def launch(
+    *args: str, workers: int = 1, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Every task's output in stdout, each line prefixed `[task] `; `env` on top of the caller's clean one."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINER_") and k != "TF_CONFIG"}
     cmd = [
         sys.executable,
         "-m",
@@ -35,7 +38,7 @@ def launch(*args: str, workers: int = 1, timeout: float = 300) -> subprocess.Com
     return subprocess.run(
         cmd,
         cwd=ROOT,
-        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={**clean, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

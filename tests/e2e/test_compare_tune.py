@@ -16,12 +16,14 @@ import json
 import os
 import subprocess
 import time
+from dataclasses import asdict
 
 import pytest
 
 import contract as c
 from monitoring import runs
 from monitoring.prom.client import Prometheus, PrometheusError
+from monitoring.verdicts import chance
 from tests.e2e import places
 from tests.e2e.conftest import engine_ready
 from tests.e2e.faultstack import FaultStack
@@ -31,8 +33,8 @@ from tests.e2e.faultstack import FaultStack
 # is three of the run's own measured steps (compare: 0.3x), two plain runs may differ (said so).
 pytestmark = pytest.mark.docker
 
-SKIP_S, WINDOWS = 10, 3
-"""COMPARE_SKIP and the steady windows (monitoring.compare.WINDOW_S each) every run waits for."""
+SKIP_S = 10
+"""COMPARE_SKIP: the seconds after a run's first step make compare leaves out."""
 PLAIN_DELAY_MS = 50
 """The plain job's input delay: it steps at most 20 times a second rather than flat out for the
 module's ~13 minutes (its tasks and make tune's trial clusters were ~700 of the side-by-side stage's
@@ -70,18 +72,19 @@ def make(*args: str, timeout: float = 600, **settings: str) -> subprocess.Comple
 
 
 def steady_run(**settings: str) -> runs.Run:
-    """`make up`, then wait until Prometheus holds WINDOWS steady windows of this run."""
+    """`make up`, then wait until Prometheus holds the steady windows make compare needs of this run."""
     up = make("up", timeout=1200, **settings)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
     return steady()
 
 
 def steady(seconds: float | None = None) -> runs.Run:
-    """The stack's current run, once Prometheus holds `seconds` of its steps (default: WINDOWS steady
-    windows after COMPARE_SKIP)."""
+    """The stack's current run, once Prometheus holds `seconds` of its steps (default: after COMPARE_SKIP,
+    one window more than the fewest steady windows make compare accepts, chance.minimum(): those that
+    keep its rule's chance rate between identical runs at chance.LIMIT or below)."""
     from monitoring.compare import WINDOW_S
 
-    seconds = SKIP_S + (WINDOWS + 1) * WINDOW_S if seconds is None else seconds
+    seconds = SKIP_S + (chance.minimum() + 1) * WINDOW_S if seconds is None else seconds
     prom, deadline = Prometheus(url=STACK.prometheus), time.time() + 600
     while True:
         try:
@@ -139,6 +142,7 @@ def test_a_known_slowdown_is_slower_beyond_the_spread_and_names_input_wait(two_r
         f"{two_runs['step_ms']:.1f} ms steps)"
     )
     assert v["direction"] == -1 and v["part"] == "input wait", (v, _parts(got))
+    assert not (problems := error_rate_problems(got)), (problems, v)
     assert got["settings_differ"]["input_delay_ms"] == [str(PLAIN_DELAY_MS), str(two_runs["delay"])]
 
 
@@ -149,6 +153,23 @@ def _parts(got: dict) -> dict:
         side: {lv: {f: fs[f] for f in keep if f in fs} for lv, fs in got[side]["figures"].items()}
         for side in ("old", "new")
     }
+
+
+def error_rate_problems(got: dict) -> list[str]:
+    """What `make compare JSON=1` failed to state (STYLE.md 22): each side at least chance.minimum()
+    windows in the cluster (the tasks' windows paired by time), the chance rate at those counts, at
+    chance.LIMIT or below and in the verdict's text, and the machine's drift between runs."""
+    v, least = got["verdict"], chance.minimum()
+    counts = [got[s]["figures"]["cluster"]["steps/s"]["n"] for s in ("old", "new")]
+    said = chance.of(*counts)
+    problems = [f"{n} windows, fewer than {least}" for n in counts if n < least]
+    if v.get("chance") != asdict(said):
+        problems.append(f"stated {v.get('chance')}, not the rate at {counts} windows: {said}")
+    if said.rate > chance.LIMIT or said.text() not in v["text"]:
+        problems.append(f"the verdict does not say a rate at or below {chance.LIMIT}: {said.text()}")
+    if "machine drifts" not in v.get("between_runs", ""):
+        problems.append("no word of the machine's drift between runs")
+    return problems
 
 
 def test_bad_input_is_one_line_and_exit_2(two_runs):
@@ -221,7 +242,7 @@ def test_the_winner_matches_the_plain_run_and_a_job_at_its_best_finds_nothing(
     # Minutes apart the machine differs (1.27x beyond the windows' spread, seen here): a difference
     # between runs of the same settings is said to be not a setting's.
     assert got["verdict"]["same_settings"] and not got["settings_differ"], got
-    assert got["verdict"]["direction"] == 0 or "no recorded setting differs" in got["verdict"]["text"], got
+    assert not (problems := error_rate_problems(got)), (problems, got["verdict"])
     # make diagnose's advice, if the verdict has any, quotes what the tune and this compare measured.
     advice = json.loads(make("diagnose", "JSON=1", timeout=120).stdout)["cluster"]["advice"]
     print("diagnose advice:", *advice, sep="\n  ")

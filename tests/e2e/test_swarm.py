@@ -577,7 +577,7 @@ def test_chief_node_removed_for_good_the_job_goes_on_smaller_and_grows_back(swar
     same = make("stack-resize", stack=LOSS_STACK)  # WORKERS=2, as deployed
     assert same.returncode == 2 and "STACK=mwmsloss already trains with WORKERS=2" in same.stderr, same.stderr
     bad = make("stack-resize", stack=LOSS_STACK, extra=("WORKERS=two",))
-    assert bad.returncode == 2 and "WORKERS='two': a whole number" in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and "WORKERS='two': a count is digits only" in bad.stderr, bad.stderr
     with Elastic() as controller:
         _loss_and_return(controller)
     _prometheus_after(int(PINNED[0].rsplit("-", 1)[1]), controller.removed)

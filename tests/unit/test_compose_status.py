@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 import contract
+from compose.wait import error_line
 from monitoring import status
 from monitoring.rules import promtests
 
@@ -125,3 +126,25 @@ def test_a_task_killed_from_outside_says_what_starts_it_again() -> None:
     (note,) = status.killed_notes(states)
     assert note.startswith("worker-0: killed from outside") and "`make wait` starts it again" in note
     assert status.killed_notes({"chief": "exited (0)", "worker-0": "exited (137)"}) == []
+
+
+def test_a_task_that_failed_for_good_shows_its_one_line_error_as_make_wait_does() -> None:
+    """A SCRIPT= task whose script imports a module the image lacks: the line names it and REQUIREMENTS=
+    (trainer/script/failure.py), read from the task's log as compose/wait.py's error_line reads it."""
+    line = (
+        "train.py line 2 imports pandas, which the trainer image lacks: "
+        "add it with REQUIREMENTS=path/to/requirements.txt (docs/script.md)"
+    )
+    logs = {"chief": f"2026-12-07 13:00:01,000 E {line}\n2026-12-07 13:00:01,001 I observe: 0 steps"}
+    states = {
+        "chief": "exited (2)",
+        "worker-0": "exited (5), 1 restarts",
+        "worker-1": "exited (0)",
+        "worker-2": "exited (137)",
+        "prometheus": "exited (1)",
+    }
+    notes = status.failed_notes(states, lambda task: error_line(task, run=lambda cmd: logs.get(cmd[-1], "")))
+    assert notes == [
+        f"chief: failed for good: exit code 2 (bad configuration): {line}",
+        "worker-0: failed for good: exit code 5 (a peer failed for good)",
+    ]

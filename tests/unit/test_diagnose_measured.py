@@ -8,6 +8,7 @@ ADVICE = (
 )
 RESULT = {
     "at": "2026-12-04T08:14:00Z",
+    "run": "20261204T0800Z",
     "null": {"ratios": [0.97, 1.03, 1.01]},
     "candidates": [{"name": "BYTES_PER_PACK=1048576", "ratios": [1.12, 1.18, 1.24]}],
     "best": "BYTES_PER_PACK=1048576",
@@ -15,7 +16,7 @@ RESULT = {
 
 
 def test_a_tried_setting_is_quoted_with_its_figure_on_this_job():
-    pack, dtype, null = measured.cite(ADVICE, RESULT)
+    pack, dtype, null = measured.cite(ADVICE, RESULT, run="20261204T0800Z")
     assert pack.endswith(
         "Measured: BYTES_PER_PACK=1048576: 1.18x (1.12-1.24) steps/s on this job, `make tune` 08:14."
     )
@@ -44,3 +45,24 @@ def test_make_compares_verdict_is_quoted_while_its_run_is_the_one_diagnosed(tmp_
     assert quoted.startswith("`make compare` ") and quoted.endswith(text)
     assert measured.compared(ADVICE, result, "20261205T0200Z") == ADVICE  # another run's compare
     assert measured.compared((), result, "20261205T0100Z") == ()
+
+
+def test_a_tune_of_another_run_is_said_to_be_of_that_run_not_of_this_job():
+    """Issue 47: `make diagnose` quoted any tune.json as "on this job", whatever run it tuned."""
+    result = {**RESULT, "run": "20261204T0700Z", "project": "p"}
+    pack, _, null = measured.cite(ADVICE, result, run="20261204T0700Z", project="p")
+    assert "steps/s on this job" in pack and "on run" not in pack
+    pack, _, null = measured.cite(ADVICE, result, run="20261204T0900Z", project="p")
+    assert "on this job" not in pack and "on run 20261204T0700Z (not the run diagnosed)" in pack, pack
+    assert "2026-12-04 08:14" in pack and "20261204T0700Z" in null, (pack, null)
+
+
+def test_another_projects_tune_or_compare_is_not_quoted(tmp_path):
+    from monitoring import compare
+
+    result = {**RESULT, "run": "20261204T0700Z", "project": "q"}
+    assert measured.cite(ADVICE, result, run="20261204T0700Z", project="p") == (*ADVICE, measured.TUNE_HINT)
+    compare.record(tmp_path / "compare.json", "A", "20261204T0700Z", {"text": "slower"}, project="q")
+    quoted = measured.load(tmp_path / "compare.json")
+    assert measured.compared(ADVICE, quoted, "20261204T0700Z", project="p") == ADVICE
+    assert measured.compared(ADVICE, quoted, "20261204T0700Z", project="q")[-1].endswith("slower")

@@ -32,6 +32,9 @@ EXTERNAL_VARS = {
     "CI": "set by CI systems; tests read it through pytest's environment",
     "SYS_RESOURCE": "a Linux capability (CAP_SYS_RESOURCE) the Docker-in-Docker nodes get",
     "TF_CPU_ALLOCATOR_USE_BFC": "TensorFlow's allocator switch, tried by `make bench-comm` and rejected",
+    "TF_GRPC_REUSE_PORT": "TensorFlow's gRPC server option, named where docs/security.md says none binds loopback",
+    "TF_GRPC_DEFAULT_OPTIONS": "TensorFlow's gRPC client channel arguments, likewise",
+    "KERAS_BACKEND": "Keras 3's backend choice, which a SCRIPT='s `import keras` (tf-keras) ignores",
 }
 """Names the docs mention that no file of ours defines: each genuinely someone else's."""
 RUNTIME_PATHS = {

@@ -127,7 +127,7 @@ def test_clean_refuses_and_removes_nothing(tmp_path, monkeypatch):
 
 
 def test_settings_refuse_a_bad_value_in_one_line_naming_make_s_variable():
-    for environ, named in (({"WORKERS": "two"}, "WORKERS=two"), ({"PROJECT": "x; touch p"}, "PROJECT='x; touch p'"),
+    for environ, named in (({"WORKERS": "two"}, "WORKERS='two'"), ({"PROJECT": "x; touch p"}, "PROJECT='x; touch p'"),
                            ({"MAX_RESTARTS": "1\nrm"}, "MAX_RESTARTS='1\\nrm'")):  # fmt: skip
         with pytest.raises(ValueError) as err:
             Settings.parse(environ)
@@ -206,3 +206,36 @@ def test_a_stack_resize_while_stack_elastic_runs_is_one_line_naming_it(tmp_path,
         assert stackresize.main(["--dir", str(bundle), "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "STACK=s is busy: `make stack-elastic STACK=s`" in err[0], err
+
+
+def test_no_host_tool_runs_docker_but_the_engine_adapter():
+    """Every docker, compose and swarm call of compose/ and monitoring/ goes through compose/engine.py:
+    no subprocess call there is handed a command starting with "docker"."""
+    import ast
+
+    found = []
+    for folder in ("compose", "monitoring"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path.name == "engine.py" and folder == "compose":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                owner = node.func.value
+                if not (isinstance(owner, ast.Name) and owner.id == "subprocess" and node.args):
+                    continue
+                first = node.args[0]
+                head = first.elts[0] if isinstance(first, (ast.List, ast.Tuple)) and first.elts else None
+                if isinstance(head, ast.Constant) and head.value == "docker":
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, f"docker run outside compose/engine.py: {found}"
+
+
+def test_make_images_checks_the_job_with_its_output_folder_made(tmp_path):
+    """make images (up's build-only path) of a project whose OUTPUT folder does not exist yet: the
+    emitter refused it ("does not exist"), so the engine-fault tests' `make images` failed."""
+    from compose import up
+
+    s = Settings(project="p", run_dir=tmp_path / "run", output=str(tmp_path / "out"))
+    _, described = up.check(s, Engine(run=FakeDocker()), {}, starting=False)
+    assert (tmp_path / "out").is_dir() and described.deployment.output == str(tmp_path / "out")

@@ -93,3 +93,20 @@ def test_for_hosts_names_services():
     assert spec.cluster_dict() == {"chief": ["chief:2222"], "worker": ["worker-0:2222", "worker-1:2222"]}
     with pytest.raises(ClusterSpecError, match="WORKERS=-1"):
         cluster.for_hosts(-1)
+
+
+@pytest.mark.parametrize(
+    ("address", "host"),
+    [
+        ("127.0.0.1:2222", "127.0.0.1"),  # bench.launch: loopback only
+        ("127.0.0.5:2222", "127.0.0.5"),
+        ("localhost:2222", "127.0.0.1"),
+        ("chief:2222", "0.0.0.0"),  # a container reached by its service name
+        ("10.0.0.3:2222", "0.0.0.0"),
+        ("[::1]:2222", "0.0.0.0"),  # our listeners are IPv4: an IPv6 peer address keeps every address
+    ],
+)
+def test_a_task_listens_on_loopback_only_when_its_tf_config_address_is_loopback(address, host):
+    assert cluster.listen_host(address) == host
+    local = cluster.on_ports("127.0.0.1", [2222, 2223]).with_task(TaskId("worker", 0))
+    assert local.listen_host == "127.0.0.1" and cluster.for_hosts(1).listen_host == "0.0.0.0"

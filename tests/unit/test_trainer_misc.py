@@ -162,6 +162,9 @@ def test_run_script_makes_a_lost_peer_retryable(tmp_path, raise_, code):
         check=False,
     )
     assert proc.returncode == code, proc.stderr[-2000:]
+    # The one line `make wait` shows: where in the script, then the error (trainer/script/failure.py).
     assert reason.read_text().startswith(
-        "a peer was lost" if code == 200 else ("InvalidArgument", "ValueError")
+        "a peer was lost"
+        if code == 200
+        else ("train.py line 2: InvalidArgument", "train.py line 2: ValueError")
     )

@@ -31,10 +31,11 @@ FAILED = "failed for good"
 class Listener:
     """Accepts and drops connections on this task's port until TensorFlow takes the port over."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, host: str = "") -> None:
+        """`host`: ClusterSpec.listen_host (loopback in a local cluster); "" every address."""
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("", port))
+        self._sock.bind((host, port))
         self._sock.listen(64)
         self._thread = threading.Thread(target=self._serve, name="preflight-listener", daemon=True)
         self._thread.start()

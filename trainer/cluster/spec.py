@@ -8,6 +8,7 @@ imported, because TensorFlow reports most mistakes late, vaguely, or by hanging 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 from dataclasses import dataclass
 
@@ -16,6 +17,8 @@ import contract
 CHIEF, WORKER = contract.CHIEF, contract.WORKER
 TASK_TYPES = (CHIEF, WORKER)
 DEFAULT_PORT = contract.TF_PORT
+EVERY_ADDRESS = "0.0.0.0"
+LOOPBACK = "127.0.0.1"
 
 
 class ClusterSpecError(ValueError):
@@ -70,6 +73,15 @@ class ClusterSpec:
     def address(self, task: TaskId) -> str:
         return (self.chief if task.type == CHIEF else self.worker)[task.index]
 
+    @property
+    def listen_host(self) -> str:
+        """Where this task's own listeners (metrics, the preflight listener) bind: its TF_CONFIG host when
+        that is an IPv4 loopback address (`localhost`: 127.0.0.1), the local clusters bench.launch starts,
+        so nothing of theirs is reachable from another machine; else every address (a container, reached
+        by its service name on its network). TensorFlow's own gRPC server is not ours to place: TF 2.21
+        binds `0.0.0.0:<port>` whatever the host (grpc_server_lib.cc), which gRPC opens as `[::]`."""
+        return listen_host(self.address(self.task))
+
     def with_task(self, task: TaskId) -> ClusterSpec:
         return ClusterSpec(chief=self.chief, worker=self.worker, task=task)
 
@@ -86,6 +98,18 @@ class ClusterSpec:
         """A 52-bit hash of the cluster (not of this task), exact in a float64 all-reduce."""
         digest = hashlib.sha256(json.dumps(self.cluster_dict(), sort_keys=True).encode()).digest()
         return int.from_bytes(digest[:8], "big") >> 12
+
+
+def listen_host(address: str) -> str:
+    """`host:port` -> the address a listener of that task binds (ClusterSpec.listen_host)."""
+    host = address.rpartition(":")[0]
+    if host == "localhost":
+        return LOOPBACK
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return EVERY_ADDRESS
+    return host if ip.version == 4 and ip.is_loopback else EVERY_ADDRESS
 
 
 # Where each target's DNS puts a task. Fields: {service} (`chief`, `worker-0`), {type} and {rjob}

@@ -5,8 +5,12 @@ Compose runs this when SCRIPT= is set. It serves the contract's metrics on TRAIN
 network, trainer_build_info, trainer_state) and, through trainer/observe (docs/script.md), the step
 time, counters, loss and the sampled compute / all-reduce / input split of `model.fit` and
 `strategy.run` loops. It starts TensorFlow's profiler server on TRAINER_PROFILER_PORT (unset or 0:
-none) for `make profile`, sets TF_USE_LEGACY_KERAS=1 unless set, then runs the script in this
-process as `__main__` with sys.argv = [PATH, args...] and exits with its status.
+none) for `make profile`, sets TF_USE_LEGACY_KERAS=1 unless set (and then `import keras` gets tf-keras
+too, said in one line; a script using Keras 3's own APIs is refused in one line: trainer/script/keras3.py),
+then runs the script in this process as `__main__` with sys.argv = [PATH, args...] and its folder first
+on sys.path, as `python PATH` would, and exits with its status. A failure ends in one error line, the one
+`make wait` and `make status` show: a module the image lacks names it and REQUIREMENTS=
+(trainer/script/failure.py).
 A script's own summaries belong under TRAINER_LOGDIR (the stack's TensorBoard volume), e.g.
 `tf.keras.callbacks.TensorBoard(os.environ["TRAINER_LOGDIR"])`.
 
@@ -35,10 +39,10 @@ from prometheus_client import CollectorRegistry
 import contract
 import trainer
 from trainer import observe
-from trainer.cluster.spec import CHIEF, ClusterSpecError, TaskId, parse_tf_config
-from trainer.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_PEER_LOST, REASON_ENV
+from trainer.cluster.spec import CHIEF, EVERY_ADDRESS, ClusterSpecError, TaskId, parse_tf_config
+from trainer.errors import EXIT_CONFIG, EXIT_PEER_LOST, REASON_ENV
 from trainer.observe import config as observe_config
-from trainer.script import sigterm
+from trainer.script import failure, keras3, sigterm
 from trainer.telemetry import run_settings, tensorboard
 from trainer.telemetry.metrics import Metrics, Server
 
@@ -89,6 +93,18 @@ def _exit_status(code: object) -> int:
     return 1
 
 
+def _keras3_refusal(path: str) -> str | None:
+    """One line refusing a script that uses Keras 3 APIs tf-keras lacks (keras3.py), else None."""
+    try:
+        source = open(path, encoding="utf-8").read()
+        if not keras3.imports_keras(source, path) or (api := keras3.Api.installed()) is None:
+            return None
+        found = keras3.uses(source, api, path)
+    except (OSError, SyntaxError, ValueError):
+        return None  # the script's own error, raised as Python raises it when it runs
+    return keras3.refusal(path, found) if found else None
+
+
 def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> int:
     try:
         spec = parse_tf_config(env.get("TF_CONFIG"))
@@ -103,6 +119,12 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
         return EXIT_CONFIG
     task = spec.task if spec else TaskId(CHIEF, 0)
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    legacy = os.environ["TF_USE_LEGACY_KERAS"] == "1"  # `import keras` gets tf-keras too (keras3.py)
+    if legacy and (refused := _keras3_refusal(path)):
+        log.error("%s", refused)
+        _reason(refused, env)
+        return EXIT_CONFIG
+    alias = keras3.install() if legacy else None
     registry = CollectorRegistry()
     metrics = Metrics(registry, task)
     metrics.build_info(
@@ -113,12 +135,13 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
         task=os.path.basename(path),
     )
     metrics.run_settings(**run_settings.of_script(os.path.basename(path), env))
-    server = Server(registry, port) if port else None
+    server = Server(registry, port, spec.listen_host if spec else EVERY_ADDRESS) if port else None
     tensorboard.start_profiler(profiler_port, task.name)
     metrics.state("training")
     sampler = observe.install(metrics, env)
     sigterm.install()
     sys.argv = [path, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # as `python train.py`: its own modules import
     try:
         if spec is not None:  # the script's own MWMS starts its server with the trainer's settings
             from trainer.cluster import server_config
@@ -128,10 +151,10 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
         status = 0
     except SystemExit as exit_:
         status = _exit_status(exit_.code)
-    except BaseException as err:  # noqa: BLE001 (whatever the script raises, report it and exit 1)
-        traceback.print_exc()
+    except BaseException as err:  # noqa: BLE001 (whatever the script raises, report it in one line)
         first = (str(err).splitlines() or [""])[0][:200]
         if peer_lost(err):
+            traceback.print_exc()
             log.error(
                 "a peer was lost, the collective is aborted (%s: %s); restart every task to resume",
                 type(err).__name__,
@@ -140,8 +163,13 @@ def run(path: str, args: Sequence[str], env: Mapping[str, str] = os.environ) -> 
             _reason(f"a peer was lost ({type(err).__name__}: {first})", env)
             status = EXIT_PEER_LOST
         else:
-            _reason(f"{type(err).__name__}: {first}", env)
-            status = EXIT_FAILED
+            known = failure.explain(err, path, aliased=alias is not None and alias.used)
+            if known.traceback:
+                traceback.print_exc()
+            log.error("%s", known.line)  # the last error line: what `make wait` and `make status` show
+            _reason(known.line, env)
+            status = known.code
+    keras3.uninstall(alias)
     sampler.close()
     metrics.state("done" if status == 0 else "failed")
     linger = float(env.get(LINGER_ENV, "0") or "0")

@@ -25,7 +25,7 @@ from prometheus_client import (
 )
 
 import contract as c
-from trainer.cluster.spec import TaskId
+from trainer.cluster.spec import EVERY_ADDRESS, TaskId
 from trainer.core.timing import StepTiming, StepWork
 from trainer.errors import ConfigError
 from trainer.telemetry.netdev import LabelledCollector, NetworkCollector
@@ -223,7 +223,7 @@ LINGER_POLL_S = 0.25
 class Server:
     """The /metrics endpoint; `close()` stops it."""
 
-    def __init__(self, registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> None:
+    def __init__(self, registry: CollectorRegistry, port: int, addr: str = EVERY_ADDRESS) -> None:
         try:
             self._server, self._thread = start_http_server(port, addr=addr, registry=registry)
         except OSError as err:
@@ -255,10 +255,13 @@ class Server:
         self._server.server_close()
 
 
-def for_task(task: TaskId, port: int) -> tuple[Metrics | NullMetrics, Server | None]:
-    """The task's metrics and server; port 0 gives NullMetrics and no server."""
+def for_task(
+    task: TaskId, port: int, host: str = EVERY_ADDRESS
+) -> tuple[Metrics | NullMetrics, Server | None]:
+    """The task's metrics and server on `host` (ClusterSpec.listen_host); port 0 gives NullMetrics and
+    no server."""
     if port == 0:
         return NullMetrics(), None
     registry = CollectorRegistry()
     metrics = Metrics(registry, task)
-    return metrics, Server(registry, port)
+    return metrics, Server(registry, port, host)
