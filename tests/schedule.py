@@ -22,8 +22,9 @@ SECONDS = {
     # Each module's span in the side-by-side stage of a cold clean-clone trial (2026-12-06 19:00, 1662cda;
     # make test prints each lane's spans at the stage's end: tests/lanes.py).
     "tests/e2e/test_swarm.py": 788,  # mlp on the nodes; with the node-loss job that shrinks and grows back
-    "tests/e2e/test_compare_tune.py": 1030,  # with APPLY=1 and SCRIPT=; its jobs paced (50 ms, 100 ms); each compared run
-    # steps the 10 windows a side that keep compare's chance rate at 5 % (+300 s, 2026-12-07)
+    "tests/e2e/test_compare_tune.py": 1430,  # with APPLY=1 and SCRIPT=; its jobs paced (50 ms, 100 ms); each compared run
+    # steps the 10 windows a side that keep compare's chance rate at 5 % (+300 s, 2026-12-07); the slow-link job
+    # whose trials run in its containers: its make up, steady windows and tune (+~400 s, 2026-12-07)
     "tests/e2e/test_chaos.py": 418,
     "tests/e2e/test_alerts.py": 410,
     "tests/e2e/test_faults.py": 309,

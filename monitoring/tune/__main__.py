@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
+import random
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,8 +31,8 @@ from monitoring import diagnose, runs
 from monitoring.prom.client import DEFAULT_URL, Prometheus, PrometheusError
 from monitoring.rules import recording as rules
 from monitoring.tune import candidates as cand
+from monitoring.tune import incontainer, reference, table, trial, winner
 from monitoring.tune import job as job_lib
-from monitoring.tune import table, trial, winner
 from monitoring.verdicts import verdict
 
 TURN_S = 1.0
@@ -87,29 +86,23 @@ def pick(args, code: int, largest: str, recorded: dict[str, str], script: str) -
     return cand.loop_candidates(recorded, code, largest)[: args.max]
 
 
-def trial_all(
-    job: job_lib.Job, chosen: list[cand.Candidate], work: Path, args, clusters: list[trial.Cluster]
-) -> None:
-    """Trial every setting; `clusters` gets each cluster as it is made, so the caller stops every one
-    that started whatever fails."""
-    ckpt = work / "checkpoint"
-    job_lib.copy_checkpoint(job, ckpt)
-    ckpt = ckpt / job_lib.checkpoint_folder(job)  # a script's own folder is its TRAINER_CHECKPOINT_DIR
-    ckpt.mkdir(parents=True, exist_ok=True)
-    env = {**job.env, "TF_USE_LEGACY_KERAS": "1"}
-    module, margs = (job_lib.WRAPPER, list(job.script)) if job.script else ("trainer", [])
+def trial_all(job: job_lib.Job, chosen: list[cand.Candidate], args, clusters: list[trial.Cluster]) -> None:
+    """Trial every setting where the job runs (monitoring/tune/incontainer.py); `clusters` gets each
+    cluster as it is made, so the caller stops every one that started whatever fails."""
+    eng = Engine()
+    tasks = incontainer.tasks(job.containers, eng)
     named = [(table.CURRENT, ()), (table.NULL, ()), *((k.name, k.settings) for k in chosen)]
-    for n, s in named:
-        clusters.append(trial.cluster(_dirname(n), env, dict(s), ckpt, work, job.workers, module, margs))
-        clusters[-1].name = n
+    volumes = incontainer.copies(tasks, len(named), job.project, eng)
+    for i, (n, s) in enumerate(named):
+        clusters.append(incontainer.Cluster(n, i, tasks, dict(s), volumes[i], job.project, eng))
     keep = (table.CURRENT, table.NULL)
     left = trial.start_all(clusters, args.start_timeout, keep)
     running = [cl for cl in clusters if cl.name not in left]
     turn = TURN_S if not job.script else min(TURN_S, HEARTBEAT_SAFE_S / (2 * (len(running) - 1)))
     rounds = max(2, int(args.seconds // (turn * CYCLES * len(running))))
-    left |= trial.run_turns(running, turn, rounds * CYCLES, keep=keep)
+    left |= trial.run_turns(running, turn, rounds * CYCLES, keep, args.rng)
     longest = turn if job.script else MAX_TURN_S
-    turn = longer_turns(running, turn, longest, rounds * CYCLES, keep, left)
+    turn = longer_turns(running, turn, longest, rounds * CYCLES, keep, left, args.rng)
     measured(running, left, turn)
     for name, why in left.items():
         print(f"tune: {name} left out: {why.splitlines()[0]}", flush=True)
@@ -129,7 +122,13 @@ def unmeasured(clusters: list[trial.Cluster], left: dict[str, str]) -> list[str]
 
 
 def longer_turns(
-    running: list[trial.Cluster], turn: float, longest: float, turns: int, keep: tuple[str, ...], left: dict
+    running: list[trial.Cluster],
+    turn: float,
+    longest: float,
+    turns: int,
+    keep: tuple[str, ...],
+    left: dict,
+    rng: random.Random,
 ) -> float:
     """While the current settings or the null has no round's rate, every cluster's turns again, each
     twice as long (up to `longest`): a call longer than a turn ends in none of a round's readings. The
@@ -142,7 +141,7 @@ def longer_turns(
         )
         for cl in running:
             cl.turns.clear()
-        left |= trial.run_turns([cl for cl in running if cl.name not in left], turn, turns, keep=keep)
+        left |= trial.run_turns([cl for cl in running if cl.name not in left], turn, turns, keep, rng)
     return turn
 
 
@@ -154,10 +153,6 @@ def measured(running: list[trial.Cluster], left: dict[str, str], turn: float) ->
             f"{', '.join(missing)}: no call ended within its {turn:g} s turns, so nothing was measured (its"
             " calls outlast the turns on this machine now): make tune again when the machine is less busy"
         )
-
-
-def _dirname(name: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in name)
 
 
 def tabulate(clusters: list[trial.Cluster], chosen: list[cand.Candidate], failed: set[str]):
@@ -230,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tune: interrupted: the trials stopped, the job continues as it was", file=sys.stderr)
         return 130
-    except (job_lib.JobError, trial.TrialError, PrometheusError, ValueError) as err:
+    except (job_lib.JobError, trial.TrialError, incontainer.InContainerError, EngineError, PrometheusError,
+            ValueError) as err:  # fmt: skip
         print(f"tune: {str(err).splitlines()[0]}", file=sys.stderr)
         if isinstance(err, trial.TrialError) and len(str(err).splitlines()) > 1:
             print("\n".join(str(err).splitlines()[1:]), file=sys.stderr)
@@ -257,21 +253,25 @@ def tune(args) -> int:
         raise ValueError("no candidate setting applies to this job (docs/tune.md)")
     cand.check(chosen, job.env, bool(job.script))
     job_lib.refuse_unsaved_script(job, args.restart_ok)
+    split = reference.job_split(prom, rules.selector(args.project, run))
+    seed = random.SystemRandom().randrange(1 << 32)
+    args.rng = random.Random(seed)
     print(
         f"tune: run {run}, verdict {verdict.NAMES.get(code, code)}, largest part {largest}; trying "
         + ", ".join(k.name for k in chosen)
-        + f" against the current settings and a null, {args.seconds:.0f} s of turns",
+        + f" against the current settings and a null, {args.seconds:.0f} s of turns (order seed {seed}),"
+        + " in the job's own containers",
         flush=True,
     )
-    work = Path(tempfile.mkdtemp(prefix="tune-", dir=args.run_dir))
     clusters: list[trial.Cluster] = []
+    leftovers(args.project)
     try:
         job_lib.pause(job)  # in the try: a pause that fails half way (a task just exited) is undone
-        trial_all(job, chosen, work, args, clusters)
+        trial_all(job, chosen, args, clusters)
     finally:
         for cl in clusters:
             cl.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        incontainer.remove(args.project, Engine())
         if still := job_lib.unpause(job):
             ids = " ".join(job.containers[t] for t in still)
             print(f"tune: the job's {', '.join(still)} still paused: docker unpause {ids}", file=sys.stderr)
@@ -279,7 +279,10 @@ def tune(args) -> int:
     best = table.winner(rows, null)
     elapsed = time.monotonic() - started
     print(table.render(rows, current, null, best))
-    winner.record(args.run_dir, run, rows, null, best, elapsed, project=args.project)
+    close = split.line(current.split_ms["step"], reference.trial_share(current.split_ms)) if split else ""
+    print(close or "step split: Prometheus has no minute of the job's steps to hold the trial against")
+    trial_split = {"job": split, "current": current.split_ms, "seed": seed}
+    winner.record(args.run_dir, run, rows, null, best, elapsed, project=args.project, split=trial_split)
     if best is not None:
         keep(best, chosen, run, args.run_dir)
     applied = best is not None and args.apply
@@ -290,6 +293,12 @@ def tune(args) -> int:
         flush=True,
     )
     return apply(args) if applied else 0
+
+
+def leftovers(project: str) -> None:
+    """A tune killed with SIGKILL left its trial containers and volumes: removed first, said in a line."""
+    if n := incontainer.remove(project, Engine()):
+        print(f"tune: removed {n} trial containers and volumes an earlier tune left behind", flush=True)
 
 
 def keep(best: table.Row, chosen: list[cand.Candidate], run: str, run_dir: Path) -> None:

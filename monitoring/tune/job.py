@@ -11,7 +11,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import contract as c
 from compose import deployment
@@ -235,31 +234,4 @@ def refuse_unsaved_script(job: Job, restart_ok: bool, docker: Docker = _run) -> 
             "tasks restart (the pause outlasts TensorFlow's heartbeat) and it would train again from its start; "
             "add tf.keras.callbacks.BackupAndRestore(os.environ['TRAINER_CHECKPOINT_DIR']) (docs/script.md), "
             "or TUNE_RESTART_OK=1 to tune anyway"
-        )
-
-
-def copy_checkpoint(job: Job, dest: Path) -> None:
-    """The checkpoint volume's files into dest, read by a throwaway container of the job's image."""
-    dest.mkdir(parents=True, exist_ok=True)
-    tar = Engine().popen(
-        *[
-            "run",
-            "--rm",
-            "-v",
-            f"{job.project}_checkpoints:/c:ro",
-            "--entrypoint",
-            "tar",
-            job.image,
-            "-C",
-            "/c",
-            "-cf",
-            "-",
-            ".",
-        ],
-        stdout=subprocess.PIPE,
-    )
-    untar = subprocess.run(["tar", "-xf", "-", "-C", str(dest)], stdin=tar.stdout, capture_output=True)
-    if tar.wait(timeout=300) or untar.returncode:
-        raise JobError(
-            f"could not copy the checkpoint volume {job.project}_checkpoints: {untar.stderr.decode().strip()[:200]}"
         )

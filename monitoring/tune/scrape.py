@@ -44,8 +44,10 @@ def parse(text: str) -> Reading:
     )
 
 
-def read(port: int, timeout: float = 5.0) -> Reading:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+def read(host: str, port: int, timeout: float = 5.0) -> Reading:
+    """A trial chief's /metrics at its task's address on the job's network (reached from the host; no
+    port of the host's own)."""
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as r:
         return parse(r.read().decode())
 
 

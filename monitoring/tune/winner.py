@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from monitoring.tune.table import Row
@@ -104,9 +104,11 @@ def record(
     best: Row | None,
     seconds: float,
     project: str = "",
+    split: dict | None = None,
 ) -> Path:
     """tune.json: every candidate's ratios and the null's, for `make diagnose` to cite while `run` of
-    `project` is the run it diagnoses (monitoring/verdicts/measured.py)."""
+    `project` is the run it diagnoses (monitoring/verdicts/measured.py); `split`: the job's own step split
+    beside the current settings' trial's, and the turns' seed."""
     path = run_dir / RESULT
     data = {
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -116,6 +118,7 @@ def record(
         "null": asdict(null),
         "candidates": [asdict(r) for r in rows],
         "best": best.name if best else None,
+        "split": {k: asdict(v) if is_dataclass(v) else v for k, v in (split or {}).items()},
     }
     path.write_text(json.dumps(data, indent=2, default=float))
     return path

@@ -80,7 +80,7 @@ class FaultStack:
     def prometheus(self) -> str:
         return f"http://{self.bind}:{contract.PROMETHEUS_PORT}"
 
-    def make(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    def make_argv(self, *args: str) -> list[str]:
         variables = [
             f"PROJECT={self.project}",
             f"RUN_DIR={self.run_dir}",
@@ -89,8 +89,16 @@ class FaultStack:
             "GPUS=0",
             *(f"{k}={v}" for k, v in (FAULT_DEFAULTS | self.settings).items()),
         ]
+        return ["make", "--no-print-directory", *args, *variables]
+
+    def make_background(self, *args: str) -> subprocess.Popen:
+        """`make ARGS` running while the caller watches (its output piped)."""
+        return subprocess.Popen(self.make_argv(*args), cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=self.env)  # fmt: skip
+
+    def make(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run(
-            ["make", "--no-print-directory", *args, *variables],
+            self.make_argv(*args),
             cwd=ROOT,
             capture_output=True,
             text=True,

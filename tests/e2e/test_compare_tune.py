@@ -306,3 +306,79 @@ def test_a_script_fit_job_is_tuned_end_to_end(two_runs):
     assert result["run"] == run.id and result["null"]["ratios"], result
     after = steady(seconds=run.last_step - run.first_step + took + 10)
     assert after.id == run.id, "the job goes on as it was"
+
+
+LINK = ("tbf", "rate", "24mbit", "burst", "48kb", "latency", "300ms")
+"""The slow link of issue 47 (docs/tune.md): a token bucket on one task's eth0, in its own namespace."""
+
+
+def shape(service: str) -> None:
+    """`tc qdisc replace dev eth0 root LINK` inside the task's network namespace (no netem here)."""
+    pid = STACK.inspect(service, "{{.State.Pid}}")
+    subprocess.run(["nsenter", "-t", pid, "-n", "tc", "qdisc", "replace", "dev", "eth0", "root", *LINK],
+                   check=True, capture_output=True)  # fmt: skip
+
+
+def host_listeners() -> set[int]:
+    """The ports something listens on at a host address (`ss -ltn` in the host's namespace)."""
+    out = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout
+    return {int(line.split()[3].rpartition(":")[2]) for line in out.splitlines() if line.split()}
+
+
+def trial_containers() -> list[str]:
+    from monitoring.tune import incontainer
+
+    label = f"label={incontainer.LABEL}={STACK.project}"
+    return subprocess.run(
+        ["docker", "ps", "-aq", "--filter", label], capture_output=True, text=True
+    ).stdout.split()
+
+
+def test_the_trials_run_in_the_jobs_containers_on_its_links():
+    """Issue 47: with worker-0's link shaped in its own namespace, the current settings' trial sees the
+    job's step split (its all-reduce share within the job's own per-minute range, widened by three of
+    that range's widths: a trial on the host's loopback ran 26 % against the job's 79-83 %), while no
+    trial port listens on any host address; afterwards no trial container is left."""
+    from monitoring.tune import incontainer
+
+    engine_ready()
+    make("down")
+    tuned = os.path.join(STACK.run_dir, "tuned.env")
+    if os.path.exists(tuned):  # an earlier tune's winner: this job runs the plain settings
+        os.remove(tuned)
+    up = make("up", timeout=1200, INPUT_DELAY_MS="0")
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+    try:
+        shape("worker-0")
+        steady()
+        before = host_listeners()
+        stack = FaultStack(
+            STACK.project, STACK.run_dir, STACK.bind, {**STACK.settings, "INPUT_DELAY_MS": "0"}
+        )
+        tune = stack.make_background("tune", "TUNE_SECONDS=15", "TUNE_CANDIDATES=ALLREDUCE_DTYPE=bfloat16")
+        seen, during = 0, set()
+        while tune.poll() is None:
+            if trial_containers():
+                seen += 1
+                during |= host_listeners() - before
+            time.sleep(1)
+        out, err = tune.communicate()
+        print(out[-3000:], err[-1500:])
+        assert tune.returncode == 0, out[-3000:] + err[-3000:]
+        assert seen, "no trial container was seen while the tune ran"
+        clusters = range(len(json.load(open(os.path.join(STACK.run_dir, "tune.json")))["candidates"]) + 2)
+        trial_ports = {p + i for p in (incontainer.TF_PORT, incontainer.METRICS_PORT) for i in clusters}
+        assert not during & trial_ports, f"trial ports listening on the host: {sorted(during & trial_ports)}"
+        split = json.load(open(os.path.join(STACK.run_dir, "tune.json")))["split"]
+        job, current = split["job"], split["current"]
+        share = current["all-reduce"] / current["step"]
+        width = job["high"] - job["low"]
+        print(f"job {job['step_ms']:.1f} ms = {job['allreduce']:.0%} all-reduce ({job['low']:.0%}-"
+              f"{job['high']:.0%}); current trial {current['step']:.1f} ms = {share:.0%}")  # fmt: skip
+        # The trial's 1 s turns cut steps the job's minutes do not: three widths of the job's own range
+        # each way (a trial on the host's loopback missed it by ~50 points).
+        assert job["low"] - 3 * width <= share <= job["high"] + 3 * width, (share, job)
+        assert "step split: the job's chief over its last" in out
+        assert not trial_containers(), "trial containers left after the tune"
+    finally:
+        make("down")

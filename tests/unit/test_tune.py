@@ -2,6 +2,7 @@
 beyond the null's spread, the histogram median of a trial, the winner file make up reads."""
 
 import math
+import random
 import signal
 import subprocess
 import sys
@@ -235,42 +236,6 @@ def test_a_second_tune_of_the_project_is_one_line_and_exit_2(tmp_path, capsys):
     assert len(err) == 1 and "PROJECT=p is busy: `make resize PROJECT=p WORKERS=3`" in err[0], err
 
 
-def _exiting(tmp_path, name, code, *lines):
-    """A trial cluster whose launcher prints `lines` and exits `code` (a real process)."""
-    from monitoring.tune import trial
-
-    program = "".join(f"print({ln!r})\n" for ln in lines) + f"raise SystemExit({code})"
-    return trial.Cluster(name, {}, tmp_path / name, 3, [__import__("sys").executable, "-c", program])
-
-
-def test_a_failed_cluster_says_why_in_one_line(tmp_path):
-    cl = _exiting(
-        tmp_path,
-        "BYTES_PER_PACK=-1",
-        2,
-        "[chief] E configuration error: --bytes-per-pack must be 0 or more",
-        "[launch] chief exited with 2; stopping the others",
-    )
-    cl.start()
-    cl.proc.wait()
-    first = cl.failed().splitlines()[0]
-    assert first == "its cluster exited 2 ([chief] E configuration error: --bytes-per-pack must be 0 or more)"
-    killed = _exiting(tmp_path, "oom", 1, "[launch] worker-0 exited with -9; stopping the others")
-    killed.start()
-    killed.proc.wait()
-    assert "exited with -9" in killed.failed().splitlines()[0]
-
-
-def test_a_candidate_that_fails_to_start_is_left_out_a_failing_current_ends_the_trial(tmp_path):
-    from monitoring.tune import trial
-
-    candidate = _exiting(tmp_path, "LEARNING_RATE=x", 2, "[chief] ValueError: bad rate")
-    assert set(trial.start_all([candidate], timeout=60, keep=(table.CURRENT,))) == {"LEARNING_RATE=x"}
-    current = _exiting(tmp_path, table.CURRENT, 1, "[chief] MemoryError")
-    with pytest.raises(trial.TrialError, match=r"^current: its cluster exited 1 \(\[chief\] MemoryError\)"):
-        trial.start_all([current], timeout=60, keep=(table.CURRENT,))
-
-
 def test_the_trial_clusters_are_stopped_together_once_every_one_steps(tmp_path):
     """Not each as soon as it steps: a SCRIPT= job's clusters keep TensorFlow's 10 s heartbeat, and one
     stopped while the others started was declared dead on its first turn (a cold trial, exit 200). And
@@ -281,7 +246,7 @@ def test_the_trial_clusters_are_stopped_together_once_every_one_steps(tmp_path):
     said: list[tuple[str, str, int]] = []  # what, to whom, after how many readings of the slow one
 
     class Starting(trial.Cluster):
-        """Ends a call at every reading from the READY-th on; no ports (tasks=0: bound at once)."""
+        """Ends a call at every reading from the READY-th on."""
 
         def start(self) -> None:
             self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -299,7 +264,7 @@ def test_the_trial_clusters_are_stopped_together_once_every_one_steps(tmp_path):
             said.append((signal.Signals(sig).name, self.name, clusters[1].readings))
 
     READY = {"fast": 1, "slow": 6}
-    clusters = [Starting(name, {}, tmp_path / name, 0, []) for name in READY]
+    clusters = [Starting(name) for name in READY]
     try:
         assert trial.start_all(clusters, timeout=60, keep=()) == {}
     finally:
@@ -505,7 +470,7 @@ def _calls_of(seconds: float, clock: _Clock, name: str):
         def reading(self) -> Reading:
             return Reading(step=10 * self.calls, ended=self.ended, loss=1.0)
 
-    c = Calls(name, {}, None, 0, [])
+    c = Calls(name)
     clock.clusters.append(c)
     return c
 
@@ -520,13 +485,13 @@ def test_turns_shorter_than_the_calls_are_made_longer_and_nothing_measured_is_on
     clock = _Clock()
     monkeypatch.setattr(trial, "time", clock)
     running = [_calls_of(4.0, clock, table.CURRENT), _calls_of(4.0, clock, table.NULL)]
-    left = trial.run_turns(running, 1.0, 6, keep=())
+    left = trial.run_turns(running, 1.0, 6, (), random.Random(0))
     assert tune.unmeasured(running, left) == [table.CURRENT, table.NULL]
     with pytest.raises(
         trial.TrialError, match=r"^current, current-again: no call ended within its 1 s turns"
     ):
         tune.measured(running, left, 1.0)  # a script's turns stay 1 s
-    turn = tune.longer_turns(running, 1.0, tune.MAX_TURN_S, 6, (), left)
+    turn = tune.longer_turns(running, 1.0, tune.MAX_TURN_S, 6, (), left, random.Random(0))
     assert turn == 2.0 and "no call ended within the turns; again with 2 s turns" in capsys.readouterr().out
     assert tune.unmeasured(running, left) == []
     assert table.round_rates(running[0].turns, tune.CYCLES) == pytest.approx([2.5, 2.5])  # 10 steps / 4 s
