@@ -13,6 +13,7 @@ died holding it: taken over, and said so. Standard library only.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import os
@@ -77,6 +78,9 @@ class ProjectLock:
         holder = {"command": self.command, "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.pwrite(fd, json.dumps(holder).encode(), 0)
         self._fd = fd
+        # Released at a normal exit too (a tune holds it until it ends): a holder left named in the file
+        # made the next command say it "took over" from a process that had simply finished.
+        atexit.register(self.release)
         return self
 
     def _refusal(self, held: dict) -> str:

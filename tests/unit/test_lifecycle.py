@@ -239,3 +239,12 @@ def test_make_images_checks_the_job_with_its_output_folder_made(tmp_path):
     s = Settings(project="p", run_dir=tmp_path / "run", output=str(tmp_path / "out"))
     _, described = up.check(s, Engine(run=FakeDocker()), {}, starting=False)
     assert (tmp_path / "out").is_dir() and described.deployment.output == str(tmp_path / "out")
+
+
+def test_a_holder_that_exits_normally_leaves_nothing_to_take_over(tmp_path):
+    """make tune holds the lock until it ends: the next command said it "took over" from it."""
+    code = f"from compose.projectlock import ProjectLock\nProjectLock({str(tmp_path)!r}, 'make tune', 'p').acquire()"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+    said = []
+    ProjectLock(tmp_path, "make up", "p", say=said.append).acquire().release()
+    assert said == []
